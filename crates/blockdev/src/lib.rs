@@ -21,6 +21,7 @@ pub mod recording;
 pub mod simssd;
 
 use std::io;
+use std::path::PathBuf;
 
 /// The smallest unit the device writes atomically; torn writes tear at this granularity.
 pub const SECTOR_SIZE: u64 = 512;
@@ -39,11 +40,23 @@ pub enum Op {
 #[non_exhaustive]
 pub enum DeviceError {
     #[error("{op:?} at byte {offset} failed: {source}")]
-    Io { op: Op, offset: u64, source: io::Error },
+    Io {
+        op: Op,
+        offset: u64,
+        source: io::Error,
+    },
     #[error("{op:?} of {len} bytes at byte {offset} is beyond the device end ({size} bytes)")]
-    OutOfRange { op: Op, offset: u64, len: usize, size: u64 },
+    OutOfRange {
+        op: Op,
+        offset: u64,
+        len: usize,
+        size: u64,
+    },
     #[error("{op:?} of {len} bytes at byte {offset} is not aligned to {SECTOR_SIZE}-byte sectors")]
     Misaligned { op: Op, offset: u64, len: usize },
+    /// Opening or creating a device failed (including finding its size).
+    #[error("cannot open {}: {source}", path.display())]
+    Open { path: PathBuf, source: io::Error },
 }
 
 impl DeviceError {
@@ -53,6 +66,7 @@ impl DeviceError {
             DeviceError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             DeviceError::OutOfRange { .. } => libc::ENOSPC,
             DeviceError::Misaligned { .. } => libc::EINVAL,
+            DeviceError::Open { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }
 }
@@ -96,7 +110,12 @@ pub fn check_range(op: Op, offset: u64, len: usize, size: u64) -> Result<(), Dev
     }
     match offset.checked_add(len as u64) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(DeviceError::OutOfRange { op, offset, len, size }),
+        _ => Err(DeviceError::OutOfRange {
+            op,
+            offset,
+            len,
+            size,
+        }),
     }
 }
 
