@@ -32,9 +32,8 @@ static CRC32_BE_TABLE: [u32; 256] = crc32_be_table();
 
 /// Linux `crc32_be(seed, data)`: big-endian (MSB-first) CRC-32, no inversions.
 pub fn crc32_be(seed: u32, data: &[u8]) -> u32 {
-    data.iter().fold(seed, |crc, &byte| {
-        (crc << 8) ^ CRC32_BE_TABLE[((crc >> 24) ^ byte as u32) as usize]
-    })
+    data.iter()
+        .fold(seed, |crc, &byte| (crc << 8) ^ CRC32_BE_TABLE[((crc >> 24) ^ byte as u32) as usize])
 }
 
 #[cfg(test)]

@@ -1,0 +1,716 @@
+//! The ext4 superblock: 1024 bytes at byte 1024 of the device.
+//!
+//! [`Superblock::parse`] accepts only superblocks whose geometry every other parser and the
+//! `fs` layer can rely on without re-checking: block size 1 KiB..=64 KiB, non-zero and
+//! bitmap-sized group sizes, a power-of-two inode size that fits a block, a valid descriptor
+//! size, an inode count that matches the group count, and (with metadata_csum) a correct crc32c.
+//! The arithmetic helpers (`block_size`, `group_count`, ...) assert those invariants, so a
+//! caller that edits the public fields into nonsense gets a panic, not a wrong answer.
+//!
+//! The superblock keeps all 1024 raw bytes: [`Superblock::encode`] writes the decoded fields
+//! over them, so fields quill does not model (timestamps, error records, hash seeds, ...) survive
+//! a read-modify-write unchanged.
+
+use std::fmt;
+
+use super::bytes::{le16, le32, put_le16, put_le32};
+use super::feature;
+use crate::crc::crc32c_raw;
+use crate::OnDiskError;
+
+/// Byte offset of the primary superblock on the device, whatever the block size.
+pub const SUPERBLOCK_OFFSET: u64 = 1024;
+/// Size of the superblock structure.
+pub const SUPERBLOCK_SIZE: usize = 1024;
+/// `s_magic`.
+pub const EXT4_MAGIC: u16 = 0xEF53;
+/// `s_checksum_type` value for crc32c, the only algorithm ext4 defines.
+pub const CHECKSUM_TYPE_CRC32C: u8 = 1;
+/// `s_state` bit: cleanly unmounted.
+pub const STATE_VALID_FS: u16 = 0x1;
+/// `s_creator_os` value for Linux; the inode checksum exists only in Linux's inode layout.
+pub const CREATOR_OS_LINUX: u32 = 0;
+/// Largest `s_log_block_size`: 1024 << 6 = 64 KiB (EXT4_MAX_BLOCK_LOG_SIZE 16).
+pub const LOG_BLOCK_SIZE_MAX: u32 = 6;
+/// Smallest inode size (EXT4_GOOD_OLD_INODE_SIZE).
+pub const INODE_SIZE_MIN: u16 = 128;
+/// Group descriptor sizes (EXT4_MIN_DESC_SIZE, EXT4_MIN_DESC_SIZE_64BIT, EXT4_MAX_DESC_SIZE).
+pub const DESC_SIZE_MIN: u16 = 32;
+pub const DESC_SIZE_MIN_64BIT: u16 = 64;
+pub const DESC_SIZE_MAX: u16 = 1024;
+/// The first inode number that is not reserved (EXT4_GOOD_OLD_FIRST_INO).
+pub const FIRST_INO_MIN: u32 = 11;
+
+/// Offsets of the fields quill reads or writes (`struct ext4_super_block`).
+mod off {
+    pub const INODES_COUNT: usize = 0x0;
+    pub const BLOCKS_COUNT_LO: usize = 0x4;
+    pub const FIRST_DATA_BLOCK: usize = 0x14;
+    pub const LOG_BLOCK_SIZE: usize = 0x18;
+    pub const BLOCKS_PER_GROUP: usize = 0x20;
+    pub const INODES_PER_GROUP: usize = 0x28;
+    pub const MAGIC: usize = 0x38;
+    pub const STATE: usize = 0x3A;
+    pub const CREATOR_OS: usize = 0x48;
+    pub const REV_LEVEL: usize = 0x4C;
+    pub const FIRST_INO: usize = 0x54;
+    pub const INODE_SIZE: usize = 0x58;
+    pub const FEATURE_COMPAT: usize = 0x5C;
+    pub const FEATURE_INCOMPAT: usize = 0x60;
+    pub const FEATURE_RO_COMPAT: usize = 0x64;
+    pub const UUID: usize = 0x68;
+    pub const VOLUME_NAME: usize = 0x78;
+    pub const JOURNAL_INUM: usize = 0xE0;
+    pub const JOURNAL_DEV: usize = 0xE4;
+    pub const JNL_BACKUP_TYPE: usize = 0xFD;
+    pub const DESC_SIZE: usize = 0xFE;
+    pub const FIRST_META_BG: usize = 0x104;
+    pub const JNL_BLOCKS: usize = 0x10C;
+    pub const BLOCKS_COUNT_HI: usize = 0x150;
+    pub const CHECKSUM_TYPE: usize = 0x175;
+    pub const BACKUP_BGS: usize = 0x24C;
+    pub const CHECKSUM_SEED: usize = 0x270;
+    pub const CHECKSUM: usize = 0x3FC;
+}
+
+const _: () = assert!(off::CHECKSUM + 4 == SUPERBLOCK_SIZE);
+
+/// A validated ext4 superblock. Fields are decoded values (64-bit counts already combined);
+/// see the module documentation for the invariants `parse` establishes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub inodes_count: u32,
+    /// `s_blocks_count_lo`, plus `s_blocks_count_hi << 32` when the 64bit feature is on.
+    pub blocks_count: u64,
+    pub first_data_block: u32,
+    pub log_block_size: u32,
+    pub blocks_per_group: u32,
+    pub inodes_per_group: u32,
+    pub state: u16,
+    pub creator_os: u32,
+    pub rev_level: u32,
+    pub first_ino: u32,
+    pub inode_size: u16,
+    pub feature_compat: u32,
+    pub feature_incompat: u32,
+    pub feature_ro_compat: u32,
+    pub uuid: [u8; 16],
+    pub volume_name: [u8; 16],
+    pub journal_inum: u32,
+    pub journal_dev: u32,
+    pub jnl_blocks: [u32; 17],
+    pub jnl_backup_type: u8,
+    /// Raw `s_desc_size`; meaningful only with the 64bit feature (see [`Superblock::desc_size`]).
+    pub desc_size: u16,
+    pub first_meta_bg: u32,
+    pub checksum_type: u8,
+    /// `s_backup_bgs`: the only groups holding backups when sparse_super2 is on.
+    pub backup_bgs: [u32; 2],
+    pub checksum_seed: u32,
+    raw: [u8; SUPERBLOCK_SIZE],
+}
+
+impl Superblock {
+    /// Decodes and validates the first [`SUPERBLOCK_SIZE`] bytes of `bytes`.
+    pub fn parse(bytes: &[u8]) -> Result<Self, OnDiskError> {
+        let raw: [u8; SUPERBLOCK_SIZE] = bytes
+            .get(..SUPERBLOCK_SIZE)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| corrupted(format!("{} bytes, need {SUPERBLOCK_SIZE}", bytes.len())))?;
+        let magic = le16(&raw, off::MAGIC);
+        if magic != EXT4_MAGIC {
+            return Err(corrupted(format!("magic {magic:#06x}, expected {EXT4_MAGIC:#06x}")));
+        }
+        let sb = Self::decode(raw);
+        sb.validate_revision()?;
+        sb.validate_checksum()?;
+        sb.validate_geometry()?;
+        Ok(sb)
+    }
+
+    fn decode(raw: [u8; SUPERBLOCK_SIZE]) -> Self {
+        let b = &raw;
+        let feature_incompat = le32(b, off::FEATURE_INCOMPAT);
+        let blocks_hi = if feature_incompat & feature::INCOMPAT_64BIT != 0 {
+            u64::from(le32(b, off::BLOCKS_COUNT_HI))
+        } else {
+            0
+        };
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[off::UUID..off::UUID + 16]);
+        let mut volume_name = [0u8; 16];
+        volume_name.copy_from_slice(&b[off::VOLUME_NAME..off::VOLUME_NAME + 16]);
+        let mut jnl_blocks = [0u32; 17];
+        for (i, word) in jnl_blocks.iter_mut().enumerate() {
+            *word = le32(b, off::JNL_BLOCKS + 4 * i);
+        }
+        Superblock {
+            inodes_count: le32(b, off::INODES_COUNT),
+            blocks_count: u64::from(le32(b, off::BLOCKS_COUNT_LO)) | (blocks_hi << 32),
+            first_data_block: le32(b, off::FIRST_DATA_BLOCK),
+            log_block_size: le32(b, off::LOG_BLOCK_SIZE),
+            blocks_per_group: le32(b, off::BLOCKS_PER_GROUP),
+            inodes_per_group: le32(b, off::INODES_PER_GROUP),
+            state: le16(b, off::STATE),
+            creator_os: le32(b, off::CREATOR_OS),
+            rev_level: le32(b, off::REV_LEVEL),
+            first_ino: le32(b, off::FIRST_INO),
+            inode_size: le16(b, off::INODE_SIZE),
+            feature_compat: le32(b, off::FEATURE_COMPAT),
+            feature_incompat,
+            feature_ro_compat: le32(b, off::FEATURE_RO_COMPAT),
+            uuid,
+            volume_name,
+            journal_inum: le32(b, off::JOURNAL_INUM),
+            journal_dev: le32(b, off::JOURNAL_DEV),
+            jnl_blocks,
+            jnl_backup_type: b[off::JNL_BACKUP_TYPE],
+            desc_size: le16(b, off::DESC_SIZE),
+            first_meta_bg: le32(b, off::FIRST_META_BG),
+            checksum_type: b[off::CHECKSUM_TYPE],
+            backup_bgs: [le32(b, off::BACKUP_BGS), le32(b, off::BACKUP_BGS + 4)],
+            checksum_seed: le32(b, off::CHECKSUM_SEED),
+            raw,
+        }
+    }
+
+    fn validate_revision(&self) -> Result<(), OnDiskError> {
+        // Revision 0 has no feature words and therefore no journal, extents or checksums;
+        // revisions above 1 do not exist (EXT4_MAX_SUPP_REV).
+        match self.rev_level {
+            1 => Ok(()),
+            0 => Err(OnDiskError::unsupported(
+                "ext4 superblock",
+                "revision 0 (GOOD_OLD_REV) file systems have no feature flags",
+            )),
+            rev => Err(OnDiskError::unsupported("ext4 superblock", format!("revision {rev}"))),
+        }
+    }
+
+    fn validate_checksum(&self) -> Result<(), OnDiskError> {
+        if !self.has_metadata_csum() {
+            return Ok(());
+        }
+        if self.checksum_type != CHECKSUM_TYPE_CRC32C {
+            return Err(corrupted(format!(
+                "metadata_csum with checksum type {}, expected {CHECKSUM_TYPE_CRC32C} (crc32c)",
+                self.checksum_type
+            )));
+        }
+        let stored = le32(&self.raw, off::CHECKSUM);
+        let computed = raw_checksum(&self.raw);
+        if stored != computed {
+            return Err(corrupted(format!("checksum {stored:#010x}, computed {computed:#010x}")));
+        }
+        Ok(())
+    }
+
+    fn validate_geometry(&self) -> Result<(), OnDiskError> {
+        if self.log_block_size > LOG_BLOCK_SIZE_MAX {
+            return Err(corrupted(format!("log block size {}", self.log_block_size)));
+        }
+        let block_size = self.block_size();
+        // A group's block and inode bitmaps are one block each (bits_per_block = 8 * size).
+        let bits_per_block = 8 * block_size;
+        if self.blocks_per_group == 0 || self.blocks_per_group > bits_per_block {
+            return Err(corrupted(format!("{} blocks per group", self.blocks_per_group)));
+        }
+        if self.inodes_per_group == 0 || self.inodes_per_group > bits_per_block {
+            return Err(corrupted(format!("{} inodes per group", self.inodes_per_group)));
+        }
+        if !self.inode_size.is_power_of_two()
+            || self.inode_size < INODE_SIZE_MIN
+            || u32::from(self.inode_size) > block_size
+        {
+            return Err(corrupted(format!("inode size {}", self.inode_size)));
+        }
+        if self.is_64bit()
+            && (self.desc_size < DESC_SIZE_MIN_64BIT
+                || self.desc_size > DESC_SIZE_MAX
+                || !self.desc_size.is_power_of_two())
+        {
+            return Err(corrupted(format!("64bit descriptor size {}", self.desc_size)));
+        }
+        // The superblock lives in block first_data_block: block 1 with 1 KiB blocks (block 0
+        // is the boot block), block 0 otherwise. bigalloc with 1 KiB blocks may use 0.
+        let first_data_block_ok = match block_size {
+            1024 => self.first_data_block <= 1,
+            _ => self.first_data_block == 0,
+        };
+        if !first_data_block_ok || u64::from(self.first_data_block) >= self.blocks_count {
+            return Err(corrupted(format!(
+                "first data block {} with {} blocks of {block_size} bytes",
+                self.first_data_block, self.blocks_count
+            )));
+        }
+        let groups = self.group_count_u64();
+        if groups > u64::from(u32::MAX) {
+            return Err(corrupted(format!("{groups} block groups")));
+        }
+        // The kernel refuses a superblock whose inode count disagrees with its groups.
+        if u64::from(self.inodes_count) != groups * u64::from(self.inodes_per_group) {
+            return Err(corrupted(format!(
+                "{} inodes, but {groups} groups of {} inodes",
+                self.inodes_count, self.inodes_per_group
+            )));
+        }
+        if self.first_ino < FIRST_INO_MIN || self.first_ino > self.inodes_count {
+            return Err(corrupted(format!("first inode {}", self.first_ino)));
+        }
+        Ok(())
+    }
+
+    /// Block size in bytes: 1024 << `log_block_size`.
+    pub fn block_size(&self) -> u32 {
+        assert!(self.log_block_size <= LOG_BLOCK_SIZE_MAX, "superblock not validated");
+        1024 << self.log_block_size
+    }
+
+    fn group_count_u64(&self) -> u64 {
+        assert!(self.blocks_per_group != 0, "superblock not validated");
+        assert!(u64::from(self.first_data_block) < self.blocks_count, "superblock not validated");
+        (self.blocks_count - u64::from(self.first_data_block))
+            .div_ceil(u64::from(self.blocks_per_group))
+    }
+
+    /// Number of block groups: the blocks after `first_data_block`, in groups, rounded up.
+    pub fn group_count(&self) -> u32 {
+        let groups = self.group_count_u64();
+        assert!(groups <= u64::from(u32::MAX), "superblock not validated");
+        groups as u32
+    }
+
+    pub fn is_64bit(&self) -> bool {
+        self.feature_incompat & feature::INCOMPAT_64BIT != 0
+    }
+
+    pub fn has_journal(&self) -> bool {
+        self.feature_compat & feature::COMPAT_HAS_JOURNAL != 0
+    }
+
+    pub fn has_metadata_csum(&self) -> bool {
+        self.feature_ro_compat & feature::RO_COMPAT_METADATA_CSUM != 0
+    }
+
+    /// Whether group descriptors carry the old crc16 checksum (gdt_csum / uninit_bg). When
+    /// metadata_csum is also set, metadata_csum's crc32c wins, as in the kernel.
+    pub fn has_gdt_csum(&self) -> bool {
+        self.feature_ro_compat & feature::RO_COMPAT_GDT_CSUM != 0
+    }
+
+    /// Whether group descriptors are checksummed at all, by either algorithm.
+    pub fn has_group_desc_csum(&self) -> bool {
+        self.has_metadata_csum() || self.has_gdt_csum()
+    }
+
+    /// Size of one group descriptor: 32 bytes without the 64bit feature, `s_desc_size` with it.
+    pub fn desc_size(&self) -> usize {
+        if self.is_64bit() {
+            usize::from(self.desc_size)
+        } else {
+            usize::from(DESC_SIZE_MIN)
+        }
+    }
+
+    /// The seed of every metadata_csum checksum: `s_checksum_seed` when the csum_seed feature
+    /// stored it (so the UUID can change), otherwise crc32c(~0, uuid).
+    pub fn csum_seed(&self) -> u32 {
+        if self.feature_incompat & feature::INCOMPAT_CSUM_SEED != 0 {
+            self.checksum_seed
+        } else {
+            crc32c_raw(!0, &self.uuid)
+        }
+    }
+
+    pub fn needs_recovery(&self) -> bool {
+        self.feature_incompat & feature::INCOMPAT_RECOVER != 0
+    }
+
+    pub fn set_needs_recovery(&mut self, on: bool) {
+        if on {
+            self.feature_incompat |= feature::INCOMPAT_RECOVER;
+        } else {
+            self.feature_incompat &= !feature::INCOMPAT_RECOVER;
+        }
+    }
+
+    /// INCOMPAT bits outside [`feature::INCOMPAT_SUPPORTED`]: what a read-write user must refuse.
+    pub fn unsupported_incompat(&self) -> u32 {
+        self.feature_incompat & !feature::INCOMPAT_SUPPORTED
+    }
+
+    /// The block holding the primary superblock: 1 with 1 KiB blocks, 0 otherwise (it always
+    /// starts at byte 1024).
+    pub fn superblock_block(&self) -> u64 {
+        SUPERBLOCK_OFFSET / u64::from(self.block_size())
+    }
+
+    /// First block of `group`.
+    pub fn group_first_block(&self, group: u32) -> u64 {
+        u64::from(self.first_data_block) + u64::from(group) * u64::from(self.blocks_per_group)
+    }
+
+    /// Whether `group` holds a copy of the superblock (and, without meta_bg, of the group
+    /// descriptor table): `ext4_bg_has_super`.
+    pub fn group_has_superblock(&self, group: u32) -> bool {
+        if group == 0 {
+            return true;
+        }
+        if self.feature_compat & feature::COMPAT_SPARSE_SUPER2 != 0 {
+            return group == self.backup_bgs[0] || group == self.backup_bgs[1];
+        }
+        if group <= 1 || self.feature_ro_compat & feature::RO_COMPAT_SPARSE_SUPER == 0 {
+            return true;
+        }
+        if group.is_multiple_of(2) {
+            return false;
+        }
+        is_power_of(group, 3) || is_power_of(group, 5) || is_power_of(group, 7)
+    }
+
+    /// Number of blocks the group descriptor table occupies.
+    pub fn group_desc_blocks(&self) -> u32 {
+        let per_block = self.block_size() as usize / self.desc_size();
+        assert!(per_block > 0, "superblock not validated");
+        // group_count() < 2^32 and per_block >= 1, so the quotient fits.
+        (self.group_count() as usize).div_ceil(per_block) as u32
+    }
+
+    /// Where block `nr` of the group descriptor table lives (`descriptor_loc` in the kernel).
+    /// Without meta_bg the table follows the superblock; with meta_bg, block `nr` (from
+    /// `first_meta_bg` on) sits in the first group of its meta group, after that group's
+    /// superblock backup if it has one.
+    pub fn group_desc_block(&self, nr: u32) -> u64 {
+        let sb_block = self.superblock_block();
+        let meta_bg = self.feature_incompat & feature::INCOMPAT_META_BG != 0;
+        if !meta_bg || nr < self.first_meta_bg {
+            return sb_block + u64::from(nr) + 1;
+        }
+        let per_block = (self.block_size() as usize / self.desc_size()) as u64;
+        let group = u64::from(nr) * per_block;
+        // Callers pass nr < group_desc_blocks(), so the group exists and fits u32.
+        let group = u32::try_from(group).unwrap_or(u32::MAX);
+        let mut has_super = u64::from(self.group_has_superblock(group));
+        // 1 KiB blocks with first_data_block 0 (bigalloc): group 0 starts at block 0, but the
+        // superblock occupies block 1, so the descriptors start at block 2.
+        if self.block_size() == 1024 && nr == 0 && self.first_data_block == 0 {
+            has_super += 1;
+        }
+        self.group_first_block(group) + has_super
+    }
+
+    /// The 1024-byte superblock: the raw bytes it was parsed from with every field written
+    /// over them, and `s_checksum` recomputed when metadata_csum is on.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut raw = self.raw;
+        let b = &mut raw;
+        put_le32(b, off::INODES_COUNT, self.inodes_count);
+        put_le32(b, off::BLOCKS_COUNT_LO, self.blocks_count as u32);
+        if self.is_64bit() {
+            put_le32(b, off::BLOCKS_COUNT_HI, (self.blocks_count >> 32) as u32);
+        }
+        put_le32(b, off::FIRST_DATA_BLOCK, self.first_data_block);
+        put_le32(b, off::LOG_BLOCK_SIZE, self.log_block_size);
+        put_le32(b, off::BLOCKS_PER_GROUP, self.blocks_per_group);
+        put_le32(b, off::INODES_PER_GROUP, self.inodes_per_group);
+        put_le16(b, off::MAGIC, EXT4_MAGIC);
+        put_le16(b, off::STATE, self.state);
+        put_le32(b, off::CREATOR_OS, self.creator_os);
+        put_le32(b, off::REV_LEVEL, self.rev_level);
+        put_le32(b, off::FIRST_INO, self.first_ino);
+        put_le16(b, off::INODE_SIZE, self.inode_size);
+        put_le32(b, off::FEATURE_COMPAT, self.feature_compat);
+        put_le32(b, off::FEATURE_INCOMPAT, self.feature_incompat);
+        put_le32(b, off::FEATURE_RO_COMPAT, self.feature_ro_compat);
+        b[off::UUID..off::UUID + 16].copy_from_slice(&self.uuid);
+        b[off::VOLUME_NAME..off::VOLUME_NAME + 16].copy_from_slice(&self.volume_name);
+        put_le32(b, off::JOURNAL_INUM, self.journal_inum);
+        put_le32(b, off::JOURNAL_DEV, self.journal_dev);
+        for (i, word) in self.jnl_blocks.iter().enumerate() {
+            put_le32(b, off::JNL_BLOCKS + 4 * i, *word);
+        }
+        b[off::JNL_BACKUP_TYPE] = self.jnl_backup_type;
+        put_le16(b, off::DESC_SIZE, self.desc_size);
+        put_le32(b, off::FIRST_META_BG, self.first_meta_bg);
+        b[off::CHECKSUM_TYPE] = self.checksum_type;
+        put_le32(b, off::BACKUP_BGS, self.backup_bgs[0]);
+        put_le32(b, off::BACKUP_BGS + 4, self.backup_bgs[1]);
+        put_le32(b, off::CHECKSUM_SEED, self.checksum_seed);
+        if self.has_metadata_csum() {
+            let checksum = raw_checksum(b);
+            put_le32(b, off::CHECKSUM, checksum);
+        }
+        raw.to_vec()
+    }
+}
+
+impl fmt::Debug for Superblock {
+    // The raw copy is left out: 1024 bytes of numbers hide the fields that matter.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Superblock")
+            .field("inodes_count", &self.inodes_count)
+            .field("blocks_count", &self.blocks_count)
+            .field("first_data_block", &self.first_data_block)
+            .field("log_block_size", &self.log_block_size)
+            .field("blocks_per_group", &self.blocks_per_group)
+            .field("inodes_per_group", &self.inodes_per_group)
+            .field("state", &self.state)
+            .field("rev_level", &self.rev_level)
+            .field("inode_size", &self.inode_size)
+            .field("feature_compat", &format_args!("{:#x}", self.feature_compat))
+            .field("feature_incompat", &format_args!("{:#x}", self.feature_incompat))
+            .field("feature_ro_compat", &format_args!("{:#x}", self.feature_ro_compat))
+            .field("journal_inum", &self.journal_inum)
+            .field("journal_dev", &self.journal_dev)
+            .field("desc_size", &self.desc_size)
+            .field("checksum_type", &self.checksum_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `ext4_superblock_csum`: crc32c(~0) over everything before `s_checksum`.
+fn raw_checksum(raw: &[u8; SUPERBLOCK_SIZE]) -> u32 {
+    crc32c_raw(!0, &raw[..off::CHECKSUM])
+}
+
+fn is_power_of(mut n: u32, base: u32) -> bool {
+    while n > 1 && n.is_multiple_of(base) {
+        n /= base;
+    }
+    n == 1
+}
+
+fn corrupted(reason: String) -> OnDiskError {
+    OnDiskError::corrupted("ext4 superblock", reason)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A superblock like `mkfs.ext4 -b 4096` makes for 64 MiB: 4K blocks, 1 group of 32768
+    /// blocks (16384 of them present), 256-byte inodes, 64bit, metadata_csum.
+    pub(crate) fn sample_raw() -> [u8; SUPERBLOCK_SIZE] {
+        let mut b = [0u8; SUPERBLOCK_SIZE];
+        put_le32(&mut b, off::INODES_COUNT, 16384);
+        put_le32(&mut b, off::BLOCKS_COUNT_LO, 16384);
+        put_le32(&mut b, off::FIRST_DATA_BLOCK, 0);
+        put_le32(&mut b, off::LOG_BLOCK_SIZE, 2);
+        put_le32(&mut b, off::BLOCKS_PER_GROUP, 32768);
+        put_le32(&mut b, off::INODES_PER_GROUP, 16384);
+        put_le16(&mut b, off::MAGIC, EXT4_MAGIC);
+        put_le16(&mut b, off::STATE, STATE_VALID_FS);
+        put_le32(&mut b, off::REV_LEVEL, 1);
+        put_le32(&mut b, off::FIRST_INO, 11);
+        put_le16(&mut b, off::INODE_SIZE, 256);
+        put_le32(
+            &mut b,
+            off::FEATURE_COMPAT,
+            feature::COMPAT_HAS_JOURNAL | feature::COMPAT_EXT_ATTR | feature::COMPAT_DIR_INDEX,
+        );
+        put_le32(
+            &mut b,
+            off::FEATURE_INCOMPAT,
+            feature::INCOMPAT_FILETYPE
+                | feature::INCOMPAT_EXTENTS
+                | feature::INCOMPAT_64BIT
+                | feature::INCOMPAT_FLEX_BG,
+        );
+        put_le32(
+            &mut b,
+            off::FEATURE_RO_COMPAT,
+            feature::RO_COMPAT_SPARSE_SUPER
+                | feature::RO_COMPAT_LARGE_FILE
+                | feature::RO_COMPAT_METADATA_CSUM,
+        );
+        for (i, byte) in b[off::UUID..off::UUID + 16].iter_mut().enumerate() {
+            *byte = 0x10 + i as u8;
+        }
+        b[off::VOLUME_NAME..off::VOLUME_NAME + 5].copy_from_slice(b"quill");
+        put_le32(&mut b, off::JOURNAL_INUM, 8);
+        b[off::JNL_BACKUP_TYPE] = 1;
+        put_le16(&mut b, off::DESC_SIZE, 64);
+        b[off::CHECKSUM_TYPE] = CHECKSUM_TYPE_CRC32C;
+        // A field quill does not model (s_mkfs_time at 0x108) must survive encode.
+        put_le32(&mut b, 0x108, 0x6543_2100);
+        let checksum = raw_checksum(&b);
+        put_le32(&mut b, off::CHECKSUM, checksum);
+        b
+    }
+
+    pub(crate) fn sample() -> Superblock {
+        Superblock::parse(&sample_raw()).unwrap()
+    }
+
+    #[test]
+    fn sample_superblock_parses_to_its_fields() {
+        let sb = sample();
+        assert_eq!(sb.block_size(), 4096);
+        assert_eq!(sb.group_count(), 1);
+        assert!(sb.is_64bit());
+        assert!(sb.has_metadata_csum());
+        assert_eq!(sb.desc_size(), 64);
+        assert_eq!(sb.journal_inum, 8);
+        assert_eq!(&sb.volume_name[..5], b"quill");
+        assert_eq!(sb.csum_seed(), crc32c_raw(!0, &sb.uuid));
+        assert!(!sb.needs_recovery());
+        assert_eq!(sb.unsupported_incompat(), 0);
+        assert_eq!(sb.superblock_block(), 0);
+        assert_eq!(sb.group_desc_block(0), 1);
+    }
+
+    #[test]
+    fn superblock_encode_reproduces_the_parsed_bytes() {
+        let raw = sample_raw();
+        assert_eq!(Superblock::parse(&raw).unwrap().encode(), raw.to_vec());
+    }
+
+    #[test]
+    fn superblock_encode_recomputes_the_checksum_after_a_change() {
+        let mut sb = sample();
+        sb.set_needs_recovery(true);
+        let encoded = sb.encode();
+        let reparsed = Superblock::parse(&encoded).unwrap();
+        assert!(reparsed.needs_recovery());
+        assert_eq!(reparsed, sb_with_raw(&sb, &encoded));
+        // Untouched, unmodelled fields survive.
+        assert_eq!(le32(&encoded, 0x108), 0x6543_2100);
+        sb.set_needs_recovery(false);
+        assert_eq!(sb.encode(), sample_raw().to_vec());
+    }
+
+    fn sb_with_raw(sb: &Superblock, raw: &[u8]) -> Superblock {
+        let mut copy = sb.clone();
+        copy.raw.copy_from_slice(raw);
+        copy
+    }
+
+    #[test]
+    fn superblock_with_a_corrupted_checksum_is_rejected() {
+        let mut raw = sample_raw();
+        raw[off::CHECKSUM] ^= 1;
+        let err = Superblock::parse(&raw).unwrap_err();
+        assert!(matches!(err, OnDiskError::Corrupted { .. }), "{err}");
+        assert!(err.to_string().contains("checksum"), "{err}");
+        // A flipped payload bit is caught the same way.
+        let mut raw = sample_raw();
+        raw[off::INODES_COUNT] ^= 0x80;
+        assert!(Superblock::parse(&raw).unwrap_err().to_string().contains("checksum"));
+    }
+
+    #[test]
+    fn superblock_without_metadata_csum_ignores_the_checksum_field() {
+        let mut raw = sample_raw();
+        let ro = le32(&raw, off::FEATURE_RO_COMPAT) & !feature::RO_COMPAT_METADATA_CSUM;
+        put_le32(&mut raw, off::FEATURE_RO_COMPAT, ro);
+        put_le32(&mut raw, off::CHECKSUM, 0xDEAD_BEEF);
+        let sb = Superblock::parse(&raw).unwrap();
+        assert!(!sb.has_metadata_csum());
+        // encode leaves s_checksum alone when no checksum is defined.
+        assert_eq!(le32(&sb.encode(), off::CHECKSUM), 0xDEAD_BEEF);
+    }
+
+    /// Applies `edit` to the sample's raw bytes, re-seals the checksum, and parses.
+    fn parse_edited(
+        edit: impl FnOnce(&mut [u8; SUPERBLOCK_SIZE]),
+    ) -> Result<Superblock, OnDiskError> {
+        let mut raw = sample_raw();
+        edit(&mut raw);
+        let checksum = raw_checksum(&raw);
+        put_le32(&mut raw, off::CHECKSUM, checksum);
+        Superblock::parse(&raw)
+    }
+
+    #[test]
+    fn superblock_with_bad_geometry_is_rejected() {
+        type Edit = fn(&mut [u8; SUPERBLOCK_SIZE]);
+        let cases: [(&str, Edit); 12] = [
+            ("log block size 7", |b| put_le32(b, off::LOG_BLOCK_SIZE, 7)),
+            ("log block size huge", |b| put_le32(b, off::LOG_BLOCK_SIZE, 40)),
+            ("zero blocks per group", |b| put_le32(b, off::BLOCKS_PER_GROUP, 0)),
+            ("blocks per group beyond a bitmap", |b| put_le32(b, off::BLOCKS_PER_GROUP, 32769)),
+            ("zero inodes per group", |b| put_le32(b, off::INODES_PER_GROUP, 0)),
+            ("inode size 100", |b| put_le16(b, off::INODE_SIZE, 100)),
+            ("inode size 8192", |b| put_le16(b, off::INODE_SIZE, 8192)),
+            ("64bit desc size 32", |b| put_le16(b, off::DESC_SIZE, 32)),
+            ("64bit desc size 96", |b| put_le16(b, off::DESC_SIZE, 96)),
+            ("zero blocks", |b| put_le32(b, off::BLOCKS_COUNT_LO, 0)),
+            ("inode count off by one", |b| put_le32(b, off::INODES_COUNT, 16385)),
+            ("first inode 3", |b| put_le32(b, off::FIRST_INO, 3)),
+        ];
+        for (name, edit) in cases {
+            let err = parse_edited(edit).expect_err(name);
+            assert!(matches!(err, OnDiskError::Corrupted { .. }), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn superblock_with_wrong_magic_or_revision_or_checksum_type_is_rejected() {
+        assert!(parse_edited(|b| put_le16(b, off::MAGIC, 0xEF54)).is_err());
+        assert!(matches!(
+            parse_edited(|b| put_le32(b, off::REV_LEVEL, 0)),
+            Err(OnDiskError::Unsupported { .. })
+        ));
+        assert!(parse_edited(|b| put_le32(b, off::REV_LEVEL, 2)).is_err());
+        assert!(parse_edited(|b| b[off::CHECKSUM_TYPE] = 2).is_err());
+        assert!(Superblock::parse(&sample_raw()[..1023]).is_err());
+    }
+
+    #[test]
+    fn csum_seed_feature_uses_the_stored_seed() {
+        let sb = parse_edited(|b| {
+            let incompat = le32(b, off::FEATURE_INCOMPAT) | feature::INCOMPAT_CSUM_SEED;
+            put_le32(b, off::FEATURE_INCOMPAT, incompat);
+            put_le32(b, off::CHECKSUM_SEED, 0x1234_5678);
+        })
+        .unwrap();
+        assert_eq!(sb.csum_seed(), 0x1234_5678);
+    }
+
+    #[test]
+    fn without_64bit_descriptors_are_32_bytes_and_blocks_count_ignores_the_high_word() {
+        let sb = parse_edited(|b| {
+            let incompat = le32(b, off::FEATURE_INCOMPAT) & !feature::INCOMPAT_64BIT;
+            put_le32(b, off::FEATURE_INCOMPAT, incompat);
+            put_le32(b, off::BLOCKS_COUNT_HI, 7);
+            put_le16(b, off::DESC_SIZE, 0);
+        })
+        .unwrap();
+        assert_eq!(sb.desc_size(), 32);
+        assert_eq!(sb.blocks_count, 16384);
+    }
+
+    #[test]
+    fn sparse_super_backups_are_in_groups_zero_one_and_powers_of_three_five_seven() {
+        let sb = sample();
+        let with: Vec<u32> = (0..130).filter(|&g| sb.group_has_superblock(g)).collect();
+        assert_eq!(with, vec![0, 1, 3, 5, 7, 9, 25, 27, 49, 81, 125]);
+    }
+
+    #[test]
+    fn meta_bg_descriptor_blocks_follow_their_meta_group() {
+        // 1 KiB blocks, 8192 blocks per group, 64-byte descriptors: 16 per block, so
+        // descriptor block nr describes groups 16*nr.. and lives in group 16*nr.
+        let sb = parse_edited(|b| {
+            put_le32(b, off::LOG_BLOCK_SIZE, 0);
+            put_le32(b, off::FIRST_DATA_BLOCK, 1);
+            put_le32(b, off::BLOCKS_PER_GROUP, 8192);
+            put_le32(b, off::BLOCKS_COUNT_LO, 1 + 64 * 8192);
+            put_le32(b, off::INODES_PER_GROUP, 2048);
+            put_le32(b, off::INODES_COUNT, 64 * 2048);
+            let incompat = le32(b, off::FEATURE_INCOMPAT) | feature::INCOMPAT_META_BG;
+            put_le32(b, off::FEATURE_INCOMPAT, incompat);
+            put_le32(b, off::FIRST_META_BG, 1);
+        })
+        .unwrap();
+        assert_eq!(sb.group_count(), 64);
+        assert_eq!(sb.group_desc_blocks(), 4);
+        // Block 0 precedes first_meta_bg: right after the superblock.
+        assert_eq!(sb.group_desc_block(0), 2);
+        // Group 16 has no backup superblock: the descriptors open the group.
+        assert_eq!(sb.group_desc_block(1), 1 + 16 * 8192);
+        // Group 32 neither; group 48 neither (not a power of 3, 5 or 7).
+        assert_eq!(sb.group_desc_block(2), 1 + 32 * 8192);
+        assert_eq!(sb.group_desc_block(3), 1 + 48 * 8192);
+    }
+}
