@@ -50,7 +50,11 @@ impl JournalLocation {
     }
 
     /// A journal of `len_blocks` blocks starting at file-system block `fs_block`.
-    pub fn contiguous(block_size: u32, fs_block: u64, len_blocks: u32) -> Result<Self, LocationError> {
+    pub fn contiguous(
+        block_size: u32,
+        fs_block: u64,
+        len_blocks: u32,
+    ) -> Result<Self, LocationError> {
         Self::new(block_size, vec![LocationExtent { log_start: 0, fs_block, len: len_blocks }])
     }
 

@@ -1,0 +1,150 @@
+//! Journal settings and presets (DESIGN.md §3.4).
+//!
+//! Every technique is a setting so it can be measured alone and together. A preset is a named
+//! set of settings; `classic` reproduces Linux JBD2 and is the baseline of every comparison.
+//! Settings of techniques that later issues implement (lock-free lists, cooperative commit and
+//! checkpoint I/O, fsync journals) are added with them, not before.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JournalConfig {
+    /// Transactions allowed between Locked and Durable at once. 1 is JBD2 (one committing
+    /// transaction; the commit thread also makes it durable). 2 or more runs a separate flush
+    /// stage so the next transaction commits while earlier ones are being flushed (CJFS
+    /// dual-thread journaling).
+    pub committing_max: usize,
+    /// Transactions whose commit blocks share one device flush (CJFS compound flush). 1 is JBD2:
+    /// every transaction gets its own flush + FUA commit block.
+    pub flush_batch_max: usize,
+    /// Frozen versions of one buffer that in-flight transactions may hold at once (CJFS
+    /// multi-version shadow paging). 1 is JBD2: one frozen copy, and a handle that modifies a
+    /// buffer whose frozen copy is being written to the log waits for that write.
+    pub versions_max: usize,
+    /// CJFS opportunistic coalescing: a transaction whose buffers conflict with in-flight
+    /// versions stays Running (absorbing handles) instead of locking and blocking new handles.
+    pub coalescing: bool,
+    /// Threads that replay the log during recovery. 1 is JBD2's single-threaded replay.
+    pub recovery_threads: usize,
+    /// A running transaction older than this is committed even without an fsync (JBD2's
+    /// commit interval, 5 s by default).
+    pub commit_interval: Duration,
+}
+
+/// Names accepted by [`JournalConfig::preset`].
+pub const PRESETS: &[&str] = &["classic", "dual", "cjfs"];
+
+impl JournalConfig {
+    /// Linux JBD2: one running and at most one committing transaction, one frozen copy per
+    /// buffer, one flush + FUA commit per transaction, single-threaded recovery.
+    pub fn classic() -> Self {
+        JournalConfig {
+            committing_max: 1,
+            flush_batch_max: 1,
+            versions_max: 1,
+            coalescing: false,
+            recovery_threads: 1,
+            commit_interval: Duration::from_secs(5),
+        }
+    }
+
+    /// Dual-thread journaling alone (BarrierFS-style commit/flush split, one version).
+    pub fn dual() -> Self {
+        JournalConfig { committing_max: 2, ..Self::classic() }
+    }
+
+    /// All CJFS techniques as the paper's best configuration (five versions, a flush shared by
+    /// up to five transactions, coalescing) plus parallel recovery.
+    pub fn cjfs() -> Self {
+        JournalConfig {
+            committing_max: 5,
+            flush_batch_max: 5,
+            versions_max: 5,
+            coalescing: true,
+            recovery_threads: 2,
+            commit_interval: Duration::from_secs(5),
+        }
+    }
+
+    pub fn preset(name: &str) -> Option<Self> {
+        match name {
+            "classic" => Some(Self::classic()),
+            "dual" => Some(Self::dual()),
+            "cjfs" => Some(Self::cjfs()),
+            _ => None,
+        }
+    }
+
+    /// Checks the settings are usable; every `*_max` must be at least 1.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("committing_max", self.committing_max),
+            ("flush_batch_max", self.flush_batch_max),
+            ("versions_max", self.versions_max),
+            ("recovery_threads", self.recovery_threads),
+        ] {
+            if value == 0 || value > 64 {
+                return Err(format!("{name} = {value}, expected 1..=64"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one `name=value` setting (for the CLI and benchmarks).
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let number = || value.parse::<usize>().map_err(|e| format!("{name}={value}: {e}"));
+        match name {
+            "committing_max" => self.committing_max = number()?,
+            "flush_batch_max" => self.flush_batch_max = number()?,
+            "versions_max" => self.versions_max = number()?,
+            "recovery_threads" => self.recovery_threads = number()?,
+            "coalescing" => {
+                self.coalescing = match value {
+                    "on" | "true" | "1" => true,
+                    "off" | "false" | "0" => false,
+                    _ => return Err(format!("coalescing={value}: expected on or off")),
+                }
+            }
+            "commit_interval_ms" => {
+                self.commit_interval = Duration::from_millis(number()? as u64);
+            }
+            _ => return Err(format!("unknown journal setting {name}")),
+        }
+        self.validate()
+    }
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self::classic()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_valid_and_classic_is_jbd2() {
+        for name in PRESETS {
+            JournalConfig::preset(name).unwrap().validate().unwrap();
+        }
+        let classic = JournalConfig::classic();
+        assert_eq!(
+            (classic.committing_max, classic.flush_batch_max, classic.versions_max),
+            (1, 1, 1)
+        );
+        assert!(!classic.coalescing);
+    }
+
+    #[test]
+    fn settings_parse_and_reject_zero() {
+        let mut config = JournalConfig::classic();
+        config.set("committing_max", "3").unwrap();
+        config.set("coalescing", "on").unwrap();
+        assert_eq!(config.committing_max, 3);
+        assert!(config.coalescing);
+        assert!(config.set("versions_max", "0").is_err());
+        assert!(config.set("nonsense", "1").is_err());
+    }
+}

@@ -1,0 +1,126 @@
+//! What the engine measures about itself (DESIGN.md §3.7): per transaction the handles it
+//! absorbed (coalescing degree), blocks, conflicts and the time it spent in each state; flushes
+//! issued; waits of handles. Counters are relaxed atomics: they are statistics, not
+//! synchronization, and a snapshot may be a few events out of step between fields.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub transactions: AtomicU64,
+    pub handles: AtomicU64,
+    pub blocks_logged: AtomicU64,
+    pub log_blocks_written: AtomicU64,
+    pub revokes: AtomicU64,
+    pub conflicts: AtomicU64,
+    pub coalesce_rounds: AtomicU64,
+    pub flushes: AtomicU64,
+    pub fua_writes: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub checkpoint_blocks: AtomicU64,
+    pub shadow_waits: AtomicU64,
+    pub handle_start_waits: AtomicU64,
+    pub space_waits: AtomicU64,
+    pub ns_running: AtomicU64,
+    pub ns_locked: AtomicU64,
+    pub ns_writing: AtomicU64,
+    pub ns_flushing: AtomicU64,
+    pub ns_checkpoint: AtomicU64,
+    pub ns_shadow_wait: AtomicU64,
+    pub ns_handle_start_wait: AtomicU64,
+}
+
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Relaxed);
+}
+
+pub(crate) fn add_time(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Relaxed);
+}
+
+/// A snapshot of the engine's counters since the journal was opened.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct JournalStats {
+    /// Transactions made durable.
+    pub transactions: u64,
+    /// Handles those transactions absorbed.
+    pub handles: u64,
+    /// Metadata blocks logged (tags), excluding descriptor, revoke and commit blocks.
+    pub blocks_logged: u64,
+    /// Every block written to the log, control blocks included.
+    pub log_blocks_written: u64,
+    pub revokes: u64,
+    /// Buffers a running transaction touched while `versions_max` in-flight versions existed.
+    pub conflicts: u64,
+    /// Times a transaction stayed Running because of conflicts (opportunistic coalescing).
+    pub coalesce_rounds: u64,
+    pub flushes: u64,
+    pub fua_writes: u64,
+    pub checkpoints: u64,
+    pub checkpoint_blocks: u64,
+    /// Handles that waited for a frozen copy's log write (JBD2's shadow wait).
+    pub shadow_waits: u64,
+    /// Handle starts that waited (locked transaction, transaction full, or log space).
+    pub handle_start_waits: u64,
+    /// Handle starts that had to wait for log space (checkpoint).
+    pub space_waits: u64,
+    /// Total time transactions spent Running, Locked (waiting for handles and conflicts),
+    /// writing log blocks, and waiting for their flush + commit block.
+    pub ms_running: f64,
+    pub ms_locked: f64,
+    pub ms_writing: f64,
+    pub ms_flushing: f64,
+    pub ms_checkpoint: f64,
+    pub ms_shadow_wait: f64,
+    pub ms_handle_start_wait: f64,
+}
+
+impl JournalStats {
+    pub fn handles_per_transaction(&self) -> f64 {
+        ratio(self.handles, self.transactions)
+    }
+    pub fn flushes_per_transaction(&self) -> f64 {
+        ratio(self.flushes, self.transactions)
+    }
+    pub fn blocks_per_transaction(&self) -> f64 {
+        ratio(self.blocks_logged, self.transactions)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> JournalStats {
+        let ms = |c: &AtomicU64| c.load(Relaxed) as f64 / 1e6;
+        JournalStats {
+            transactions: self.transactions.load(Relaxed),
+            handles: self.handles.load(Relaxed),
+            blocks_logged: self.blocks_logged.load(Relaxed),
+            log_blocks_written: self.log_blocks_written.load(Relaxed),
+            revokes: self.revokes.load(Relaxed),
+            conflicts: self.conflicts.load(Relaxed),
+            coalesce_rounds: self.coalesce_rounds.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+            fua_writes: self.fua_writes.load(Relaxed),
+            checkpoints: self.checkpoints.load(Relaxed),
+            checkpoint_blocks: self.checkpoint_blocks.load(Relaxed),
+            shadow_waits: self.shadow_waits.load(Relaxed),
+            handle_start_waits: self.handle_start_waits.load(Relaxed),
+            space_waits: self.space_waits.load(Relaxed),
+            ms_running: ms(&self.ns_running),
+            ms_locked: ms(&self.ns_locked),
+            ms_writing: ms(&self.ns_writing),
+            ms_flushing: ms(&self.ns_flushing),
+            ms_checkpoint: ms(&self.ns_checkpoint),
+            ms_shadow_wait: ms(&self.ns_shadow_wait),
+            ms_handle_start_wait: ms(&self.ns_handle_start_wait),
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Faults: an EIO injected into a log write, a commit write, a flush or a checkpoint write
+//! aborts the journal; the abort is sticky and reported to every later caller; recovery of
+//! what reached the device yields a committed prefix with every acknowledged transaction and
+//! no half-applied one.
+
+mod common;
+
+use blockdev::fault::{Fault, FaultDevice, FaultOn};
+use blockdev::memory::MemDevice;
+use blockdev::BlockDevice;
+use common::*;
+use journal::{recover, JournalConfig, JournalError};
+use ondisk::jbd2::ChecksumVersion;
+use ondisk::Tid;
+use std::sync::Arc;
+
+/// The byte range of the journal's log area (everything after the superblock block).
+fn log_range() -> std::ops::Range<u64> {
+    let start = (FS_BLOCKS + 1) * BLOCK_SIZE as u64;
+    start..device_bytes(JOURNAL_BLOCKS)
+}
+
+fn home_range() -> std::ops::Range<u64> {
+    0..FS_BLOCKS * BLOCK_SIZE as u64
+}
+
+fn run_with_fault(preset: &str, fault: Fault, what: &str) {
+    let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let faulty = Arc::new(FaultDevice::new(mem.clone()));
+    let journal = open(faulty.clone(), &loc, JournalConfig::preset(preset).unwrap());
+    faulty.inject(fault);
+    let layout = StampLayout { threads: 4, shared_blocks: 4 };
+    let acked = parking_lot::Mutex::new(Vec::<Tid>::new());
+    let aborted = parking_lot::Mutex::new(None::<String>);
+    let tids: Vec<Vec<Tid>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..layout.threads)
+            .map(|thread| {
+                let (journal, layout, acked, aborted) = (&journal, &layout, &acked, &aborted);
+                scope.spawn(move || {
+                    let mut mine = Vec::new();
+                    for counter in 1..=400u32 {
+                        let blocks = layout.blocks_of(thread, counter);
+                        let mut handle = match journal.start(blocks.len() as u32) {
+                            Ok(h) => h,
+                            Err(e) => {
+                                *aborted.lock() = Some(e.to_string());
+                                break;
+                            }
+                        };
+                        let mut failed = false;
+                        for b in blocks {
+                            let buffer = journal.read_buffer(b).unwrap();
+                            let stamp = |bytes: &mut [u8]| {
+                                let o = 8 + thread * 4;
+                                bytes[o..o + 4].copy_from_slice(&counter.to_le_bytes());
+                            };
+                            if handle.modify(&buffer, stamp).is_err() {
+                                failed = true;
+                                break;
+                            }
+                        }
+                        let tid = handle.tid();
+                        mine.push(tid);
+                        if handle.stop().is_err() || failed {
+                            break;
+                        }
+                        match journal.commit_and_wait(tid) {
+                            Ok(()) => acked.lock().push(tid),
+                            Err(JournalError::Aborted { .. }) => break,
+                            Err(e) => panic!("unexpected error {e}"),
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert!(faulty.injected_failures() > 0, "{what}: the fault fired");
+    let err = journal.check_aborted().expect_err("the journal aborted");
+    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{what}: {err}");
+    // Sticky: every later call fails the same way.
+    assert!(matches!(journal.start(1), Err(JournalError::Aborted { .. })));
+    assert!(matches!(journal.commit_all(), Err(JournalError::Aborted { .. })));
+    journal.abandon();
+
+    let image = Arc::new(MemDevice::from_bytes(mem.snapshot()));
+    recover(&*image, &loc, 1).unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+    let history = StampHistory { tids };
+    let reader = |b: u64| read_block(&*image as &dyn BlockDevice, b);
+    history
+        .check_prefix(&layout, history.first_tid(), &reader, &acked.lock())
+        .unwrap_or_else(|e| panic!("{preset}, {what}: {e}"));
+}
+
+#[test]
+fn eio_on_a_log_block_write_aborts_the_journal_and_loses_no_acknowledged_transaction() {
+    for preset in ["classic", "cjfs"] {
+        run_with_fault(
+            preset,
+            Fault::new(FaultOn::Write).in_range(log_range()).after(40),
+            "log write",
+        );
+    }
+}
+
+#[test]
+fn eio_on_a_commit_block_write_aborts_the_journal() {
+    // With one transaction per flush the commit block is the only FUA write.
+    run_with_fault(
+        "classic",
+        Fault::new(FaultOn::WriteFua).in_range(log_range()).after(15),
+        "commit write",
+    );
+}
+
+#[test]
+fn eio_on_a_flush_aborts_the_journal() {
+    for preset in ["classic", "cjfs"] {
+        run_with_fault(preset, Fault::new(FaultOn::Flush).after(25), "flush");
+    }
+}
+
+#[test]
+fn eio_on_a_checkpoint_write_aborts_the_journal() {
+    run_with_fault(
+        "classic",
+        Fault::new(FaultOn::Write).in_range(home_range()),
+        "checkpoint write",
+    );
+}
