@@ -64,13 +64,7 @@ pub struct Fault {
 impl Fault {
     /// Fails the first matching op with EIO, once.
     pub fn new(on: FaultOn) -> Fault {
-        Fault {
-            on,
-            after: 0,
-            errno: libc::EIO,
-            sticky: false,
-            offset_range: None,
-        }
+        Fault { on, after: 0, errno: libc::EIO, sticky: false, offset_range: None }
     }
 
     pub fn after(mut self, ops_ok: u64) -> Fault {
@@ -128,25 +122,13 @@ pub struct FaultDevice {
 
 impl FaultDevice {
     pub fn new(inner: Arc<dyn BlockDevice>) -> FaultDevice {
-        FaultDevice {
-            inner,
-            armed: Mutex::new(Vec::new()),
-            failures: AtomicU64::new(0),
-        }
+        FaultDevice { inner, armed: Mutex::new(Vec::new()), failures: AtomicU64::new(0) }
     }
 
     /// Arms `fault`; it starts counting matching ops from now.
     pub fn inject(&self, fault: Fault) {
-        assert!(
-            fault.errno > 0,
-            "errno must be positive, got {}",
-            fault.errno
-        );
-        self.armed.lock().push(Armed {
-            fault,
-            matched: 0,
-            fired: false,
-        });
+        assert!(fault.errno > 0, "errno must be positive, got {}", fault.errno);
+        self.armed.lock().push(Armed { fault, matched: 0, fired: false });
     }
 
     /// Disarms every fault; later ops all reach the inner device.
@@ -182,11 +164,7 @@ impl FaultDevice {
             None => Ok(()),
             Some(errno) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                Err(DeviceError::Io {
-                    op,
-                    offset,
-                    source: io::Error::from_raw_os_error(errno),
-                })
+                Err(DeviceError::Io { op, offset, source: io::Error::from_raw_os_error(errno) })
             }
         }
     }
@@ -270,31 +248,21 @@ mod tests {
     #[test]
     fn offset_range_limits_which_writes_match() {
         let dev = device();
-        dev.inject(
-            Fault::new(FaultOn::AnyWrite)
-                .in_range(8192..12288)
-                .errno(libc::ENOSPC),
-        );
+        dev.inject(Fault::new(FaultOn::AnyWrite).in_range(8192..12288).errno(libc::ENOSPC));
         dev.write_at(0, &[1; 4096]).unwrap();
         dev.write_fua_at(12288, &[1; 4096]).unwrap();
         let err = dev.write_fua_at(4096, &[1; 8192]).unwrap_err();
         assert_eq!(err.errno(), libc::ENOSPC);
         let mut buf = [0; 8192];
         dev.inner().read_at(4096, &mut buf).unwrap();
-        assert!(
-            buf.iter().all(|&b| b == 0),
-            "the failed write reached the inner device"
-        );
+        assert!(buf.iter().all(|&b| b == 0), "the failed write reached the inner device");
     }
 
     #[test]
     fn invalid_requests_are_not_counted() {
         let dev = device();
         dev.inject(Fault::new(FaultOn::Write).after(1));
-        assert!(matches!(
-            dev.write_at(3, &[0; 512]),
-            Err(DeviceError::Misaligned { .. })
-        ));
+        assert!(matches!(dev.write_at(3, &[0; 512]), Err(DeviceError::Misaligned { .. })));
         dev.write_at(0, &[0; 512]).unwrap();
         assert!(dev.write_at(0, &[0; 512]).is_err());
     }

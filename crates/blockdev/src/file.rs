@@ -106,8 +106,7 @@ impl FileDevice {
             .truncate(true)
             .open(path)
             .map_err(|source| open_error(path, source))?;
-        file.set_len(size_bytes)
-            .map_err(|source| open_error(path, source))?;
+        file.set_len(size_bytes).map_err(|source| open_error(path, source))?;
         FileDevice::from_file(file, path, FileOptions::default())
     }
 
@@ -122,8 +121,7 @@ impl FileDevice {
             // Seeking to the end of a block device node yields its size, as BLKGETSIZE64 does,
             // without an ioctl number that differs between architectures. The file position is
             // otherwise unused: all I/O is positional.
-            file.seek(SeekFrom::End(0))
-                .map_err(|source| open_error(path, source))?
+            file.seek(SeekFrom::End(0)).map_err(|source| open_error(path, source))?
         } else if file_type.is_file() {
             meta.len()
         } else {
@@ -191,20 +189,13 @@ impl FileDevice {
     /// Writes `data` (already staged for O_DIRECT if needed) at `offset`, durably if `fua`.
     fn write_piece(&self, fua: bool, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
         if !fua {
-            return self
-                .file
-                .write_all_at(data, offset)
-                .map_err(|source| DeviceError::Io {
-                    op: Op::Write,
-                    offset,
-                    source,
-                });
+            return self.file.write_all_at(data, offset).map_err(|source| DeviceError::Io {
+                op: Op::Write,
+                offset,
+                source,
+            });
         }
-        let io_error = |source| DeviceError::Io {
-            op: Op::WriteFua,
-            offset,
-            source,
-        };
+        let io_error = |source| DeviceError::Io { op: Op::WriteFua, offset, source };
         if !self.fua_emulated.load(Ordering::Relaxed) {
             match pwritev2_dsync_all(&self.file, offset, data) {
                 Ok(()) => return Ok(()),
@@ -219,26 +210,16 @@ impl FileDevice {
     }
 
     fn write_one(&self, w: &Write<'_>) -> Result<(), DeviceError> {
-        self.write(
-            if w.fua { Op::WriteFua } else { Op::Write },
-            w.offset,
-            w.data,
-        )
+        self.write(if w.fua { Op::WriteFua } else { Op::Write }, w.offset, w.data)
     }
 }
 
 fn open_error(path: &Path, source: io::Error) -> DeviceError {
-    DeviceError::Open {
-        path: path.to_path_buf(),
-        source,
-    }
+    DeviceError::Open { path: path.to_path_buf(), source }
 }
 
 fn is_unsupported(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
-    )
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS))
 }
 
 /// `pwritev2(RWF_DSYNC)` looped over short writes; each returned byte count is already durable.
@@ -246,10 +227,7 @@ fn pwritev2_dsync_all(file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
     let mut done = 0usize;
     while done < data.len() {
         let rest = &data[done..];
-        let iov = libc::iovec {
-            iov_base: rest.as_ptr() as *mut libc::c_void,
-            iov_len: rest.len(),
-        };
+        let iov = libc::iovec { iov_base: rest.as_ptr() as *mut libc::c_void, iov_len: rest.len() };
         let at = libc::off_t::try_from(offset + done as u64)
             .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
         // SAFETY: `iov` points at `rest`, which is alive and unaliased-for-write for the call;
@@ -263,10 +241,7 @@ fn pwritev2_dsync_all(file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "pwritev2 wrote nothing",
-            ));
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev2 wrote nothing"));
         }
         done += n as usize;
     }
@@ -310,16 +285,10 @@ impl BlockDevice for FileDevice {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         check_range(Op::Read, offset, buf.len(), self.size_bytes)?;
-        let io_error = |piece_offset, source| DeviceError::Io {
-            op: Op::Read,
-            offset: piece_offset,
-            source,
-        };
+        let io_error =
+            |piece_offset, source| DeviceError::Io { op: Op::Read, offset: piece_offset, source };
         if !self.options.direct {
-            return self
-                .file
-                .read_exact_at(buf, offset)
-                .map_err(|e| io_error(offset, e));
+            return self.file.read_exact_at(buf, offset).map_err(|e| io_error(offset, e));
         }
         if buf.is_empty() {
             return Ok(());
@@ -328,9 +297,7 @@ impl BlockDevice for FileDevice {
         for (i, piece) in buf.chunks_mut(BOUNCE_BYTES_MAX).enumerate() {
             let piece_offset = offset + (i * BOUNCE_BYTES_MAX) as u64;
             let staged = &mut bounce.as_mut_slice()[..piece.len()];
-            self.file
-                .read_exact_at(staged, piece_offset)
-                .map_err(|e| io_error(piece_offset, e))?;
+            self.file.read_exact_at(staged, piece_offset).map_err(|e| io_error(piece_offset, e))?;
             piece.copy_from_slice(staged);
         }
         Ok(())
@@ -348,11 +315,7 @@ impl BlockDevice for FileDevice {
         if self.options.read_only {
             return Ok(());
         }
-        self.file.sync_data().map_err(|source| DeviceError::Io {
-            op: Op::Flush,
-            offset: 0,
-            source,
-        })
+        self.file.sync_data().map_err(|source| DeviceError::Io { op: Op::Flush, offset: 0, source })
     }
 
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
@@ -405,9 +368,7 @@ mod tests {
 
     #[test]
     fn unsupported_errnos_select_the_fdatasync_fallback() {
-        assert!(is_unsupported(&io::Error::from_raw_os_error(
-            libc::EOPNOTSUPP
-        )));
+        assert!(is_unsupported(&io::Error::from_raw_os_error(libc::EOPNOTSUPP)));
         assert!(is_unsupported(&io::Error::from_raw_os_error(libc::ENOSYS)));
         assert!(!is_unsupported(&io::Error::from_raw_os_error(libc::EIO)));
     }
@@ -417,9 +378,6 @@ mod tests {
         let err =
             FileDevice::open("/nonexistent/quill-device", FileOptions::default()).unwrap_err();
         assert_eq!(err.errno(), libc::ENOENT);
-        assert!(
-            err.to_string().contains("/nonexistent/quill-device"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("/nonexistent/quill-device"), "{err}");
     }
 }

@@ -40,18 +40,9 @@ pub enum Op {
 #[non_exhaustive]
 pub enum DeviceError {
     #[error("{op:?} at byte {offset} failed: {source}")]
-    Io {
-        op: Op,
-        offset: u64,
-        source: io::Error,
-    },
+    Io { op: Op, offset: u64, source: io::Error },
     #[error("{op:?} of {len} bytes at byte {offset} is beyond the device end ({size} bytes)")]
-    OutOfRange {
-        op: Op,
-        offset: u64,
-        len: usize,
-        size: u64,
-    },
+    OutOfRange { op: Op, offset: u64, len: usize, size: u64 },
     #[error("{op:?} of {len} bytes at byte {offset} is not aligned to {SECTOR_SIZE}-byte sectors")]
     Misaligned { op: Op, offset: u64, len: usize },
     /// Opening or creating a device failed (including finding its size).
@@ -110,12 +101,7 @@ pub fn check_range(op: Op, offset: u64, len: usize, size: u64) -> Result<(), Dev
     }
     match offset.checked_add(len as u64) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(DeviceError::OutOfRange {
-            op,
-            offset,
-            len,
-            size,
-        }),
+        _ => Err(DeviceError::OutOfRange { op, offset, len, size }),
     }
 }
 

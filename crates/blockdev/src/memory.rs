@@ -45,14 +45,9 @@ impl MemDevice {
             bytes.len()
         );
         let size_bytes = bytes.len() as u64;
-        let chunks: Vec<Mutex<Box<[u8]>>> = bytes
-            .chunks(CHUNK_BYTES)
-            .map(|c| Mutex::new(c.to_vec().into_boxed_slice()))
-            .collect();
-        assert_eq!(
-            chunks.iter().map(|c| c.lock().len() as u64).sum::<u64>(),
-            size_bytes
-        );
+        let chunks: Vec<Mutex<Box<[u8]>>> =
+            bytes.chunks(CHUNK_BYTES).map(|c| Mutex::new(c.to_vec().into_boxed_slice())).collect();
+        assert_eq!(chunks.iter().map(|c| c.lock().len() as u64).sum::<u64>(), size_bytes);
         MemDevice { size_bytes, chunks }
     }
 
@@ -138,10 +133,7 @@ mod tests {
         dev.read_at(offset, &mut back).unwrap();
         assert_eq!(back, data);
         let image = dev.snapshot();
-        assert_eq!(
-            &image[offset as usize..offset as usize + data.len()],
-            &data[..]
-        );
+        assert_eq!(&image[offset as usize..offset as usize + data.len()], &data[..]);
         assert!(image[..offset as usize].iter().all(|&b| b == 0));
     }
 
@@ -161,14 +153,8 @@ mod tests {
     #[test]
     fn misaligned_io_is_rejected_without_touching_the_image() {
         let dev = MemDevice::from_bytes(vec![1; 4096]);
-        assert!(matches!(
-            dev.write_at(100, &[0; 512]),
-            Err(DeviceError::Misaligned { .. })
-        ));
-        assert!(matches!(
-            dev.write_fua_at(0, &[0; 100]),
-            Err(DeviceError::Misaligned { .. })
-        ));
+        assert!(matches!(dev.write_at(100, &[0; 512]), Err(DeviceError::Misaligned { .. })));
+        assert!(matches!(dev.write_fua_at(0, &[0; 100]), Err(DeviceError::Misaligned { .. })));
         assert_eq!(dev.snapshot(), vec![1; 4096]);
     }
 

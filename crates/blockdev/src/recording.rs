@@ -80,12 +80,7 @@ use crate::{check_range, BlockDevice, DeviceError, Op, SECTOR_SIZE};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordedOp {
     /// A completed write; `seq` is its index among the logged writes.
-    Write {
-        offset: u64,
-        data: Arc<[u8]>,
-        fua: bool,
-        seq: usize,
-    },
+    Write { offset: u64, data: Arc<[u8]>, fua: bool, seq: usize },
     /// A completed flush; it made durable the writes with `seq < covers`.
     Flush { covers: usize },
     /// A label the test appended, e.g. "transaction N was acknowledged".
@@ -106,12 +101,7 @@ pub struct CrashOptions {
 
 impl Default for CrashOptions {
     fn default() -> CrashOptions {
-        CrashOptions {
-            subsets_per_gap: 8,
-            torn_per_gap: 4,
-            seed: 0,
-            max_states: None,
-        }
+        CrashOptions { subsets_per_gap: 8, torn_per_gap: 4, seed: 0, max_states: None }
     }
 }
 
@@ -154,17 +144,11 @@ impl CrashState {
         let what = match self.kind {
             CrashKind::FlushBoundary => "flush boundary, durable writes only".to_string(),
             CrashKind::Subset | CrashKind::Torn => {
-                format!(
-                    "pending writes at ops {:?} applied in that order",
-                    self.applied
-                )
+                format!("pending writes at ops {:?} applied in that order", self.applied)
             }
         };
         let torn = match &self.torn {
-            Some(t) => format!(
-                ", then op {} torn keeping sectors {:?}",
-                t.op_index, t.sectors
-            ),
+            Some(t) => format!(", then op {} torn keeping sectors {:?}", t.op_index, t.sectors),
             None => String::new(),
         };
         format!(
@@ -205,14 +189,7 @@ impl RecordingDevice {
     /// A device whose contents before any write are `initial` (length a multiple of 512).
     pub fn new(initial: Vec<u8>) -> RecordingDevice {
         let live = MemDevice::from_bytes(initial.clone());
-        RecordingDevice {
-            initial,
-            live,
-            log: Mutex::new(Log {
-                ops: Vec::new(),
-                writes: 0,
-            }),
-        }
+        RecordingDevice { initial, live, log: Mutex::new(Log { ops: Vec::new(), writes: 0 }) }
     }
 
     /// Appends a `Mark(label)` to the log, ordered after every op that completed before this call.
@@ -224,18 +201,14 @@ impl RecordingDevice {
     /// `flush_end(flush_begin())`; tests call the halves to complete writes while a flush is in
     /// flight.
     pub fn flush_begin(&self) -> InFlightFlush {
-        InFlightFlush {
-            covers: self.log.lock().writes,
-        }
+        InFlightFlush { covers: self.log.lock().writes }
     }
 
     /// Completes a flush issued by [`RecordingDevice::flush_begin`], appending it to the log.
     pub fn flush_end(&self, flush: InFlightFlush) {
         let mut log = self.log.lock();
         assert!(flush.covers <= log.writes, "flush from another device");
-        log.ops.push(RecordedOp::Flush {
-            covers: flush.covers,
-        });
+        log.ops.push(RecordedOp::Flush { covers: flush.covers });
     }
 
     /// A copy of the op log (write data is shared, not copied).
@@ -270,12 +243,7 @@ impl RecordingDevice {
         }
         let seq = log.writes;
         log.writes += 1;
-        log.ops.push(RecordedOp::Write {
-            offset,
-            data,
-            fua,
-            seq,
-        });
+        log.ops.push(RecordedOp::Write { offset, data, fua, seq });
         Ok(())
     }
 
@@ -329,13 +297,7 @@ impl RecordingDevice {
         // For each sector, the op index of the newest durable write to it.
         let mut durable_owner: HashMap<u64, usize> = HashMap::new();
         for (index, op) in happened.iter().enumerate() {
-            if let RecordedOp::Write {
-                offset,
-                data,
-                fua,
-                seq,
-            } = op
-            {
+            if let RecordedOp::Write { offset, data, fua, seq } = op {
                 if *fua || *seq < covers {
                     image[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
                     for s in 0..sectors_of(data) {
@@ -345,17 +307,11 @@ impl RecordingDevice {
             }
         }
         for &index in &state.applied {
-            assert!(
-                index < state.crash_at,
-                "applied op {index} is after the crash point"
-            );
+            assert!(index < state.crash_at, "applied op {index} is after the crash point");
             let (offset, data) = match &ops[index] {
-                RecordedOp::Write {
-                    offset,
-                    data,
-                    fua: false,
-                    seq,
-                } if *seq >= covers => (*offset, data),
+                RecordedOp::Write { offset, data, fua: false, seq } if *seq >= covers => {
+                    (*offset, data)
+                }
                 other => panic!("applied op {index} is not a pending write: {other:?}"),
             };
             let all: Vec<u32> = (0..sectors_of(data)).collect();
@@ -363,34 +319,22 @@ impl RecordingDevice {
         }
         if let Some(torn) = &state.torn {
             let (offset, data) = match ops.get(torn.op_index) {
-                Some(RecordedOp::Write {
-                    offset,
-                    data,
-                    fua,
-                    seq,
-                }) if (torn.op_index < state.crash_at && !*fua && *seq >= covers)
-                    || (torn.op_index == state.crash_at && *fua) =>
+                Some(RecordedOp::Write { offset, data, fua, seq })
+                    if (torn.op_index < state.crash_at && !*fua && *seq >= covers)
+                        || (torn.op_index == state.crash_at && *fua) =>
                 {
                     (*offset, data)
                 }
-                other => panic!(
-                    "torn op {} is neither pending nor in flight: {other:?}",
-                    torn.op_index
-                ),
+                other => {
+                    panic!("torn op {} is neither pending nor in flight: {other:?}", torn.op_index)
+                }
             };
             let n = sectors_of(data);
             assert!(!torn.sectors.is_empty() && torn.sectors.len() < n as usize);
             assert!(
                 torn.sectors.windows(2).all(|w| w[0] < w[1]) && torn.sectors.iter().all(|&s| s < n)
             );
-            apply_sectors(
-                &mut image,
-                &durable_owner,
-                torn.op_index,
-                offset,
-                data,
-                &torn.sectors,
-            );
+            apply_sectors(&mut image, &durable_owner, torn.op_index, offset, data, &torn.sectors);
         }
         image
     }
@@ -413,10 +357,7 @@ fn apply_sectors(
     let sector_bytes = SECTOR_SIZE as usize;
     for &s in sectors {
         let sector = offset / SECTOR_SIZE + s as u64;
-        if durable_owner
-            .get(&sector)
-            .is_some_and(|&owner| owner > index)
-        {
+        if durable_owner.get(&sector).is_some_and(|&owner| owner > index) {
             continue;
         }
         let from = s as usize * sector_bytes;
@@ -482,9 +423,7 @@ impl Generator<'_> {
             self.push(p, cursor, CrashKind::FlushBoundary, Vec::new(), None);
         }
         let in_flight_fua = match self.ops.get(p) {
-            Some(RecordedOp::Write {
-                fua: true, data, ..
-            }) => Some((p, sectors_of(data))),
+            Some(RecordedOp::Write { fua: true, data, .. }) => Some((p, sectors_of(data))),
             _ => None,
         };
         let at_barrier =
@@ -552,13 +491,7 @@ impl Generator<'_> {
         applied: Vec<usize>,
         torn: Option<TornWrite>,
     ) {
-        let key = (
-            cursor.writes,
-            cursor.covers,
-            cursor.marks.len(),
-            applied.clone(),
-            torn.clone(),
-        );
+        let key = (cursor.writes, cursor.covers, cursor.marks.len(), applied.clone(), torn.clone());
         // Flush-boundary states are only deduplicated among themselves, so that every flush keeps
         // one even when an equal subset state came earlier; other states give way to any equal one.
         let fresh = if kind == CrashKind::FlushBoundary {
@@ -569,13 +502,7 @@ impl Generator<'_> {
         };
         if fresh {
             let marks = cursor.marks.clone();
-            self.states.push(CrashState {
-                crash_at: p,
-                marks,
-                kind,
-                applied,
-                torn,
-            });
+            self.states.push(CrashState { crash_at: p, marks, kind, applied, torn });
         }
     }
 }

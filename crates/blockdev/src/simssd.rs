@@ -67,13 +67,7 @@ impl Default for SimSsdConfig {
     ///   techniques that batch or avoid flushes show their benefit;
     /// - `fua_us: 30`: a FUA write pays roughly for a write-through of its own data.
     fn default() -> SimSsdConfig {
-        SimSsdConfig {
-            read_us: 20,
-            write_us: 15,
-            channels: 8,
-            flush_us: 200,
-            fua_us: 30,
-        }
+        SimSsdConfig { read_us: 20, write_us: 15, channels: 8, flush_us: 200, fua_us: 30 }
     }
 }
 
@@ -140,12 +134,7 @@ impl SimSsd {
             write_ticket_next: 0,
             stats: SimSsdStats::default(),
         };
-        SimSsd {
-            media,
-            config,
-            queue: Mutex::new(queue),
-            changed: Condvar::new(),
-        }
+        SimSsd { media, config, queue: Mutex::new(queue), changed: Condvar::new() }
     }
 
     pub fn config(&self) -> SimSsdConfig {
@@ -172,10 +161,7 @@ impl SimSsd {
 
     /// Modelled cost of one write: (transfer, FUA extra).
     fn write_cost(&self, len: usize, fua: bool) -> (u64, u64) {
-        (
-            Self::pages(len) * self.config.write_us,
-            if fua { self.config.fua_us } else { 0 },
-        )
+        (Self::pages(len) * self.config.write_us, if fua { self.config.fua_us } else { 0 })
     }
 
     /// Registers `ops` submitted ops (and `writes` of them as in-flight writes), returning the
@@ -210,10 +196,7 @@ impl SimSsd {
         q.channels_busy -= channels;
         q.outstanding -= ops;
         for t in write_tickets {
-            assert!(
-                q.writes_in_flight.remove(&t),
-                "write ticket {t} completed twice"
-            );
+            assert!(q.writes_in_flight.remove(&t), "write ticket {t} completed twice");
         }
         drop(q);
         self.changed.notify_all();
@@ -334,10 +317,8 @@ impl BlockDevice for SimSsd {
             return Ok(());
         }
         let n = writes.len() as u64;
-        let costs: Vec<(u64, u64)> = writes
-            .iter()
-            .map(|w| self.write_cost(w.data.len(), w.fua))
-            .collect();
+        let costs: Vec<(u64, u64)> =
+            writes.iter().map(|w| self.write_cost(w.data.len(), w.fua)).collect();
         let (first_ticket, channels) = {
             let mut q = self.queue.lock();
             let first = Self::submit(&mut q, n, n);
@@ -350,9 +331,7 @@ impl BlockDevice for SimSsd {
         };
         let totals: Vec<u64> = costs.iter().map(|&(t, f)| t + f).collect();
         wait_us(makespan_us(&totals, channels));
-        let result = writes
-            .iter()
-            .try_for_each(|w| self.media.write_at(w.offset, w.data));
+        let result = writes.iter().try_for_each(|w| self.media.write_at(w.offset, w.data));
         self.complete(channels, n, first_ticket..first_ticket + n);
         result
     }
@@ -378,13 +357,7 @@ mod tests {
 
     #[test]
     fn zero_cost_configuration_counts_but_does_not_wait() {
-        let config = SimSsdConfig {
-            read_us: 0,
-            write_us: 0,
-            channels: 1,
-            flush_us: 0,
-            fua_us: 0,
-        };
+        let config = SimSsdConfig { read_us: 0, write_us: 0, channels: 1, flush_us: 0, fua_us: 0 };
         let ssd = SimSsd::new(8192, config);
         ssd.write_at(0, &[1; 4096]).unwrap();
         ssd.flush().unwrap();

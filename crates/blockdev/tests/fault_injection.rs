@@ -14,9 +14,7 @@ fn over_recording() -> (Arc<RecordingDevice>, FaultDevice) {
 }
 
 fn flushes(ops: &[RecordedOp]) -> usize {
-    ops.iter()
-        .filter(|op| matches!(op, RecordedOp::Flush { .. }))
-        .count()
+    ops.iter().filter(|op| matches!(op, RecordedOp::Flush { .. })).count()
 }
 
 #[test]
@@ -27,20 +25,13 @@ fn fault_device_fails_the_chosen_flush_and_later_ones_when_sticky() {
     dev.flush().unwrap();
     for _ in 0..3 {
         let err = dev.flush().unwrap_err();
-        assert!(
-            matches!(err, DeviceError::Io { op: Op::Flush, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, DeviceError::Io { op: Op::Flush, .. }), "{err}");
         assert_eq!(err.errno(), libc::EIO);
     }
     // Writes are unaffected by a flush fault.
     dev.write_at(0, &[1; 512]).unwrap();
     assert_eq!(dev.injected_failures(), 3);
-    assert_eq!(
-        flushes(&inner.ops()),
-        2,
-        "a failed flush reached the inner device"
-    );
+    assert_eq!(flushes(&inner.ops()), 2, "a failed flush reached the inner device");
 }
 
 #[test]
@@ -59,17 +50,7 @@ fn failing_write_never_reaches_the_inner_device_and_carries_its_offset() {
     dev.inject(Fault::new(FaultOn::WriteFua).errno(libc::ENOSPC));
     dev.write_at(4096, &[1; 4096]).unwrap();
     let err = dev.write_fua_at(8192, &[2; 4096]).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            DeviceError::Io {
-                op: Op::WriteFua,
-                offset: 8192,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, DeviceError::Io { op: Op::WriteFua, offset: 8192, .. }), "{err}");
     assert_eq!(err.errno(), libc::ENOSPC);
     assert_eq!(inner.ops().len(), 1);
     assert!(inner.live_image()[8192..12288].iter().all(|&b| b == 0));
@@ -81,11 +62,7 @@ fn any_write_fault_matches_plain_fua_and_batch_writes() {
     dev.inject(Fault::new(FaultOn::AnyWrite).sticky());
     assert!(dev.write_at(0, &[1; 512]).is_err());
     assert!(dev.write_fua_at(0, &[1; 512]).is_err());
-    let batch = [Write {
-        offset: 0,
-        data: &[1; 512],
-        fua: false,
-    }];
+    let batch = [Write { offset: 0, data: &[1; 512], fua: false }];
     assert!(dev.write_batch(&batch).is_err());
     assert_eq!(dev.injected_failures(), 3);
 }
@@ -99,34 +76,12 @@ fn fault_device_fails_one_batch_member_and_submits_the_rest() {
     let b = [2u8; 4096];
     let c = [3u8; 4096];
     let batch = [
-        Write {
-            offset: 0,
-            data: &a,
-            fua: false,
-        },
-        Write {
-            offset: 4096,
-            data: &b,
-            fua: true,
-        },
-        Write {
-            offset: 8192,
-            data: &c,
-            fua: false,
-        },
+        Write { offset: 0, data: &a, fua: false },
+        Write { offset: 4096, data: &b, fua: true },
+        Write { offset: 8192, data: &c, fua: false },
     ];
     let err = dev.write_batch(&batch).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            DeviceError::Io {
-                op: Op::Write,
-                offset: 8192,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, DeviceError::Io { op: Op::Write, offset: 8192, .. }), "{err}");
     let image = inner.live_image();
     assert_eq!(&image[..4096], &a[..]);
     assert_eq!(&image[4096..8192], &b[..]);
@@ -162,10 +117,7 @@ fn concurrent_ops_each_count_once_against_a_fault() {
             let (dev, failures) = (&dev, &failures);
             scope.spawn(move || {
                 for i in 0..50u64 {
-                    if dev
-                        .write_at((t * 8 + i % 8) * 512, &[t as u8; 512])
-                        .is_err()
-                    {
+                    if dev.write_at((t * 8 + i % 8) * 512, &[t as u8; 512]).is_err() {
                         failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }

@@ -26,26 +26,15 @@ impl Drop for TempPath {
 }
 
 fn pattern(len: usize, salt: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
-        .collect()
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt)).collect()
 }
 
 /// Opens with O_DIRECT, or returns None (after saying why) where the file system refuses it.
 fn open_direct(path: &TempPath) -> Option<FileDevice> {
-    match FileDevice::open(
-        &path.0,
-        FileOptions {
-            read_only: false,
-            direct: true,
-        },
-    ) {
+    match FileDevice::open(&path.0, FileOptions { read_only: false, direct: true }) {
         Ok(dev) => Some(dev),
         Err(e) if e.errno() == libc::EINVAL => {
-            eprintln!(
-                "skipping: O_DIRECT is not supported for {}: {e}",
-                path.0.display()
-            );
+            eprintln!("skipping: O_DIRECT is not supported for {}: {e}", path.0.display());
             None
         }
         Err(e) => panic!("opening with O_DIRECT: {e}"),
@@ -75,11 +64,7 @@ fn created_file_is_sparse() {
     dev.write_at(0, &[1; 4096]).unwrap();
     let meta = std::fs::metadata(&path.0).unwrap();
     assert_eq!(meta.len(), 64 << 20);
-    assert!(
-        meta.blocks() * 512 < 1 << 20,
-        "{} bytes allocated",
-        meta.blocks() * 512
-    );
+    assert!(meta.blocks() * 512 < 1 << 20, "{} bytes allocated", meta.blocks() * 512);
 }
 
 #[test]
@@ -90,14 +75,7 @@ fn file_device_fua_write_survives_reopen() {
         let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
         dev.write_fua_at(4096, &data).unwrap();
     }
-    let dev = FileDevice::open(
-        &path.0,
-        FileOptions {
-            read_only: true,
-            direct: false,
-        },
-    )
-    .unwrap();
+    let dev = FileDevice::open(&path.0, FileOptions { read_only: true, direct: false }).unwrap();
     let mut back = vec![0; data.len()];
     dev.read_at(4096, &mut back).unwrap();
     assert_eq!(back, data);
@@ -126,10 +104,7 @@ fn o_direct_device_round_trips_unaligned_caller_buffers() {
     let mut read_storage = vec![0u8; big_len + 3];
     let back = &mut read_storage[3..];
     dev.read_at(512, back).unwrap();
-    assert!(
-        back == big,
-        "large O_DIRECT read differs from what was written"
-    );
+    assert!(back == big, "large O_DIRECT read differs from what was written");
     let mut small_storage = vec![0u8; 1536 + 1];
     dev.read_at(3 << 20, &mut small_storage[1..]).unwrap();
     assert_eq!(&small_storage[1..], small);
@@ -145,18 +120,12 @@ fn o_direct_device_round_trips_unaligned_caller_buffers() {
 #[test]
 fn file_device_parallel_batch_writes_every_member() {
     let path = TempPath::new("batch");
-    let dev = FileDevice::create(&path.0, 1 << 20)
-        .unwrap()
-        .with_parallelism(4);
+    let dev = FileDevice::create(&path.0, 1 << 20).unwrap().with_parallelism(4);
     let blocks: Vec<Vec<u8>> = (0..64).map(|i| pattern(4096, i as u8)).collect();
     let batch: Vec<Write<'_>> = blocks
         .iter()
         .enumerate()
-        .map(|(i, data)| Write {
-            offset: (i * 4096) as u64,
-            data,
-            fua: i % 16 == 0,
-        })
+        .map(|(i, data)| Write { offset: (i * 4096) as u64, data, fua: i % 16 == 0 })
         .collect();
     dev.write_batch(&batch).unwrap();
     dev.flush().unwrap();
@@ -172,18 +141,9 @@ fn batch_with_an_invalid_member_writes_nothing() {
     let path = TempPath::new("bad-batch");
     let dev = FileDevice::create(&path.0, 64 * 1024).unwrap();
     let data = [7u8; 4096];
-    let mut batch: Vec<Write<'_>> = (0..8)
-        .map(|i| Write {
-            offset: i * 4096,
-            data: &data,
-            fua: false,
-        })
-        .collect();
-    batch.push(Write {
-        offset: 64 * 1024,
-        data: &data,
-        fua: false,
-    });
+    let mut batch: Vec<Write<'_>> =
+        (0..8).map(|i| Write { offset: i * 4096, data: &data, fua: false }).collect();
+    batch.push(Write { offset: 64 * 1024, data: &data, fua: false });
     let err = dev.write_batch(&batch).unwrap_err();
     assert!(matches!(err, DeviceError::OutOfRange { .. }), "{err}");
     let mut back = vec![1; 4096];
@@ -195,31 +155,11 @@ fn batch_with_an_invalid_member_writes_nothing() {
 fn read_only_file_device_rejects_writes_with_erofs() {
     let path = TempPath::new("ro");
     drop(FileDevice::create(&path.0, 8192).unwrap());
-    let dev = FileDevice::open(
-        &path.0,
-        FileOptions {
-            read_only: true,
-            direct: false,
-        },
-    )
-    .unwrap();
+    let dev = FileDevice::open(&path.0, FileOptions { read_only: true, direct: false }).unwrap();
     let err = dev.write_at(0, &[0; 512]).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            DeviceError::Io {
-                op: Op::Write,
-                offset: 0,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, DeviceError::Io { op: Op::Write, offset: 0, .. }), "{err}");
     assert_eq!(err.errno(), libc::EROFS);
-    assert_eq!(
-        dev.write_fua_at(512, &[0; 512]).unwrap_err().errno(),
-        libc::EROFS
-    );
+    assert_eq!(dev.write_fua_at(512, &[0; 512]).unwrap_err().errno(), libc::EROFS);
     dev.flush().unwrap();
 }
 
@@ -231,23 +171,13 @@ fn file_size_ignores_a_trailing_partial_sector() {
     assert_eq!(dev.size_bytes(), 4096);
     let mut buf = vec![0; 512];
     let err = dev.read_at(4096, &mut buf).unwrap_err();
-    assert!(
-        matches!(err, DeviceError::OutOfRange { op: Op::Read, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, DeviceError::OutOfRange { op: Op::Read, .. }), "{err}");
 }
 
 #[test]
 fn opening_a_directory_is_an_error_naming_it() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let err = FileDevice::open(
-        &dir,
-        FileOptions {
-            read_only: true,
-            direct: false,
-        },
-    )
-    .unwrap_err();
+    let err = FileDevice::open(&dir, FileOptions { read_only: true, direct: false }).unwrap_err();
     assert!(matches!(err, DeviceError::Open { .. }), "{err}");
     assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
 }

@@ -30,18 +30,14 @@ fn concurrent_writers_to_different_places_all_land() {
         for (i, at) in (0..per_thread).step_by(3072).enumerate() {
             let start = t * per_thread + at;
             let len = 3072.min(per_thread - at);
-            assert!(image[start..start + len]
-                .iter()
-                .all(|&b| b == (t * 16 + i % 16) as u8));
+            assert!(image[start..start + len].iter().all(|&b| b == (t * 16 + i % 16) as u8));
         }
     }
 }
 
 #[test]
 fn from_bytes_and_snapshot_round_trip() {
-    let bytes: Vec<u8> = (0..(CHUNK_BYTES * 3 + 512))
-        .map(|i| (i % 253) as u8)
-        .collect();
+    let bytes: Vec<u8> = (0..(CHUNK_BYTES * 3 + 512)).map(|i| (i % 253) as u8).collect();
     let dev = MemDevice::from_bytes(bytes.clone());
     assert_eq!(dev.size_bytes(), bytes.len() as u64);
     assert_eq!(dev.snapshot(), bytes);

@@ -23,12 +23,8 @@ fn tag_of(data: &[u8]) -> (u64, u64) {
 
 #[test]
 fn eight_threads_writing_reading_and_flushing_leave_a_consistent_log() {
-    let dev = Arc::new(RecordingDevice::new(vec![
-        0;
-        (THREADS * BLOCKS_PER_THREAD)
-            as usize
-            * BLOCK
-    ]));
+    let dev =
+        Arc::new(RecordingDevice::new(vec![0; (THREADS * BLOCKS_PER_THREAD) as usize * BLOCK]));
     std::thread::scope(|scope| {
         for t in 0..THREADS {
             let dev = &dev;

@@ -27,10 +27,7 @@ fn sector_tags(image: &[u8]) -> Vec<u64> {
         .chunks(SECTOR)
         .map(|s| {
             let tag = u64::from_le_bytes(s[..8].try_into().unwrap());
-            assert!(
-                s.chunks(8).all(|w| w == tag.to_le_bytes()),
-                "sector mixes two writes"
-            );
+            assert!(s.chunks(8).all(|w| w == tag.to_le_bytes()), "sector mixes two writes");
             tag
         })
         .collect()
@@ -48,12 +45,7 @@ fn writes_of(ops: &[RecordedOp]) -> Vec<WriteInfo> {
     ops.iter()
         .enumerate()
         .filter_map(|(index, op)| match op {
-            RecordedOp::Write {
-                offset,
-                data,
-                fua,
-                seq,
-            } => Some(WriteInfo {
+            RecordedOp::Write { offset, data, fua, seq } => Some(WriteInfo {
                 index,
                 first_sector: *offset as usize / SECTOR,
                 sectors: data.len() / SECTOR,
@@ -116,13 +108,8 @@ fn check_state(dev: &RecordingDevice, ops: &[RecordedOp], state: &CrashState) {
         if tag == 0 {
             continue;
         }
-        let source = by_seq
-            .get(&tag)
-            .unwrap_or_else(|| panic!("unknown tag {tag}: {why}"));
-        let in_flight = state
-            .torn
-            .as_ref()
-            .is_some_and(|t| t.op_index == source.index);
+        let source = by_seq.get(&tag).unwrap_or_else(|| panic!("unknown tag {tag}: {why}"));
+        let in_flight = state.torn.as_ref().is_some_and(|t| t.op_index == source.index);
         assert!(
             source.index < state.crash_at || in_flight,
             "sector {sector} holds op {} from after the crash: {why}",
@@ -135,11 +122,7 @@ fn check_state(dev: &RecordingDevice, ops: &[RecordedOp], state: &CrashState) {
         let range = w.first_sector..w.first_sector + w.sectors;
         for (sector, &holder) in range.clone().zip(&tags[range]) {
             let newer = holder != 0 && by_seq[&holder].index >= w.index;
-            assert!(
-                newer,
-                "durable op {} lost at sector {sector}: {why}",
-                w.index
-            );
+            assert!(newer, "durable op {} lost at sector {sector}: {why}", w.index);
         }
     }
     // At a flush boundary exactly the durable writes are on media.
@@ -148,10 +131,7 @@ fn check_state(dev: &RecordingDevice, ops: &[RecordedOp], state: &CrashState) {
         for w in writes.iter().filter(|w| durable(w)) {
             expected[w.first_sector..w.first_sector + w.sectors].fill(w.seq as u64 + 1);
         }
-        assert_eq!(
-            tags, expected,
-            "flush boundary image differs from the durable writes: {why}"
-        );
+        assert_eq!(tags, expected, "flush boundary image differs from the durable writes: {why}");
     }
     let expected_marks: Vec<u64> = happened
         .iter()
@@ -176,12 +156,7 @@ fn crash_state_never_loses_a_fua_write_or_a_flushed_write() {
         eprintln!("seed {seed} (rerun with QUILL_SEED={seed})");
         let dev = random_workload(seed, 60);
         let ops = dev.ops();
-        let opts = CrashOptions {
-            subsets_per_gap: 6,
-            torn_per_gap: 3,
-            seed,
-            max_states: None,
-        };
+        let opts = CrashOptions { subsets_per_gap: 6, torn_per_gap: 3, seed, max_states: None };
         let states = dev.crash_states(&opts);
         assert!(!states.is_empty());
         for state in &states {
@@ -202,28 +177,15 @@ fn flush_covers_only_writes_completed_before_it_was_issued() {
     assert!(matches!(ops[2], RecordedOp::Flush { covers: 1 }));
 
     let states = dev.crash_states(&CrashOptions::default());
-    let boundary = states
-        .iter()
-        .find(|s| s.kind == CrashKind::FlushBoundary)
-        .unwrap();
+    let boundary = states.iter().find(|s| s.kind == CrashKind::FlushBoundary).unwrap();
     assert_eq!(boundary.crash_at, 3);
     let tags = sector_tags(&dev.materialize(boundary));
-    assert!(
-        tags[..8].iter().all(|&t| t == 1),
-        "the write before the flush was lost"
-    );
-    assert!(
-        tags[8..16].iter().all(|&t| t == 0),
-        "the write during the flush became durable"
-    );
+    assert!(tags[..8].iter().all(|&t| t == 1), "the write before the flush was lost");
+    assert!(tags[8..16].iter().all(|&t| t == 0), "the write during the flush became durable");
     // The uncovered write is still pending after the flush: some state has it, some does not.
     let with_second: Vec<bool> = states
         .iter()
-        .map(|s| {
-            sector_tags(&dev.materialize(s))[8..16]
-                .iter()
-                .all(|&t| t == 2)
-        })
+        .map(|s| sector_tags(&dev.materialize(s))[8..16].iter().all(|&t| t == 2))
         .collect();
     assert!(with_second.contains(&true) && with_second.contains(&false));
 }
@@ -233,28 +195,17 @@ fn torn_write_applies_a_proper_subset_of_sectors() {
     // Writes to distinct blocks, so a torn write's sectors are told apart from everything else.
     let dev = RecordingDevice::new(vec![0; BLOCKS * BLOCK]);
     for seq in 0..6 {
-        dev.write_at((seq * BLOCK) as u64, &tagged(seq, BLOCK))
-            .unwrap();
+        dev.write_at((seq * BLOCK) as u64, &tagged(seq, BLOCK)).unwrap();
     }
     dev.flush().unwrap();
     for seq in 6..10 {
-        dev.write_at((seq * BLOCK) as u64, &tagged(seq, BLOCK))
-            .unwrap();
+        dev.write_at((seq * BLOCK) as u64, &tagged(seq, BLOCK)).unwrap();
     }
-    dev.write_fua_at((10 * BLOCK) as u64, &tagged(10, BLOCK))
-        .unwrap();
+    dev.write_fua_at((10 * BLOCK) as u64, &tagged(10, BLOCK)).unwrap();
     let ops = dev.ops();
-    let opts = CrashOptions {
-        subsets_per_gap: 0,
-        torn_per_gap: 20,
-        seed: 5,
-        max_states: None,
-    };
-    let torn: Vec<CrashState> = dev
-        .crash_states(&opts)
-        .into_iter()
-        .filter(|s| s.kind == CrashKind::Torn)
-        .collect();
+    let opts = CrashOptions { subsets_per_gap: 0, torn_per_gap: 20, seed: 5, max_states: None };
+    let torn: Vec<CrashState> =
+        dev.crash_states(&opts).into_iter().filter(|s| s.kind == CrashKind::Torn).collect();
     assert!(!torn.is_empty());
     for state in &torn {
         let t = state.torn.as_ref().unwrap();
@@ -263,14 +214,9 @@ fn torn_write_applies_a_proper_subset_of_sectors() {
         };
         let tags = sector_tags(&dev.materialize(state));
         let first = *offset as usize / SECTOR;
-        let landed: Vec<u32> = (0..8u32)
-            .filter(|&i| tags[first + i as usize] == *seq as u64 + 1)
-            .collect();
-        assert!(
-            !landed.is_empty() && landed.len() < 8,
-            "{}",
-            state.describe()
-        );
+        let landed: Vec<u32> =
+            (0..8u32).filter(|&i| tags[first + i as usize] == *seq as u64 + 1).collect();
+        assert!(!landed.is_empty() && landed.len() < 8, "{}", state.describe());
         assert_eq!(landed, t.sectors, "{}", state.describe());
         check_state(&dev, &ops, state);
     }
@@ -303,39 +249,24 @@ fn every_flush_and_the_log_end_get_a_flush_boundary_state() {
             let covered = states.iter().any(|s| {
                 s.kind == CrashKind::FlushBoundary
                     && s.crash_at <= i + 1
-                    && ops[s.crash_at..=i]
-                        .iter()
-                        .all(|o| matches!(o, RecordedOp::Flush { .. }))
+                    && ops[s.crash_at..=i].iter().all(|o| matches!(o, RecordedOp::Flush { .. }))
             });
             assert!(covered, "no flush boundary state for the flush at op {i}");
         }
     }
-    assert!(states
-        .iter()
-        .any(|s| s.kind == CrashKind::FlushBoundary && s.crash_at == ops.len()));
+    assert!(states.iter().any(|s| s.kind == CrashKind::FlushBoundary && s.crash_at == ops.len()));
 }
 
 #[test]
 fn crash_states_are_deterministic_given_the_seed_and_sampled_to_the_maximum() {
     let dev = random_workload(11, 80);
-    let opts = CrashOptions {
-        subsets_per_gap: 5,
-        torn_per_gap: 2,
-        seed: 42,
-        max_states: None,
-    };
+    let opts = CrashOptions { subsets_per_gap: 5, torn_per_gap: 2, seed: 42, max_states: None };
     let a = dev.crash_states(&opts);
     assert_eq!(a, dev.crash_states(&opts));
-    let other = dev.crash_states(&CrashOptions {
-        seed: 43,
-        ..opts.clone()
-    });
+    let other = dev.crash_states(&CrashOptions { seed: 43, ..opts.clone() });
     assert_ne!(a, other, "a different seed chose exactly the same subsets");
 
-    let sampled = dev.crash_states(&CrashOptions {
-        max_states: Some(10),
-        ..opts
-    });
+    let sampled = dev.crash_states(&CrashOptions { max_states: Some(10), ..opts });
     assert_eq!(sampled.len(), 10);
     assert_eq!(sampled[0], a[0]);
     assert!(sampled.windows(2).all(|w| w[0].crash_at <= w[1].crash_at));

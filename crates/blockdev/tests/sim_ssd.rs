@@ -37,11 +37,7 @@ fn sim_ssd_batch_counts_each_member_and_stores_its_data() {
     let batch: Vec<Write<'_>> = blocks
         .iter()
         .enumerate()
-        .map(|(i, data)| Write {
-            offset: (i * 4096) as u64,
-            data,
-            fua: i == 19,
-        })
+        .map(|(i, data)| Write { offset: (i * 4096) as u64, data, fua: i == 19 })
         .collect();
     ssd.write_batch(&batch).unwrap();
     let s = ssd.stats();
@@ -50,20 +46,13 @@ fn sim_ssd_batch_counts_each_member_and_stores_its_data() {
     assert!(s.channels_busy_max >= 1 && s.channels_busy_max <= 8);
     let image = ssd.snapshot();
     for (i, data) in blocks.iter().enumerate() {
-        assert_eq!(
-            &image[i * 4096..(i + 1) * 4096],
-            &data[..],
-            "batch member {i}"
-        );
+        assert_eq!(&image[i * 4096..(i + 1) * 4096], &data[..], "batch member {i}");
     }
 }
 
 /// The same ops, issued from `threads` threads.
 fn run_workload(threads: usize) -> (SimSsdStats, Vec<u8>) {
-    let config = SimSsdConfig {
-        channels: 2,
-        ..SimSsdConfig::default()
-    };
+    let config = SimSsdConfig { channels: 2, ..SimSsdConfig::default() };
     let ssd = SimSsd::new(256 * 4096, config);
     std::thread::scope(|scope| {
         for t in 0..threads {
@@ -72,8 +61,7 @@ fn run_workload(threads: usize) -> (SimSsdStats, Vec<u8>) {
                 for i in (t..64).step_by(threads) {
                     ssd.write_at((i * 4096) as u64, &[i as u8; 4096]).unwrap();
                     if i % 4 == 0 {
-                        ssd.write_fua_at(((64 + i) * 4096) as u64, &[1; 1024])
-                            .unwrap();
+                        ssd.write_fua_at(((64 + i) * 4096) as u64, &[1; 1024]).unwrap();
                     }
                     if i % 8 == 7 {
                         ssd.flush().unwrap();
@@ -86,10 +74,7 @@ fn run_workload(threads: usize) -> (SimSsdStats, Vec<u8>) {
         }
     });
     let stats = ssd.stats();
-    assert!(
-        stats.channels_busy_max <= 2,
-        "more transfers in service than channels"
-    );
+    assert!(stats.channels_busy_max <= 2, "more transfers in service than channels");
     assert!(stats.queue_depth_max <= threads as u64);
     (modelled(stats), ssd.snapshot())
 }
@@ -107,11 +92,7 @@ fn sim_ssd_modelled_counters_do_not_depend_on_thread_interleaving() {
 fn sim_ssd_flush_waits_for_writes_submitted_before_it() {
     // A slow write; the flush is issued once the write holds a channel, and must not return
     // before the write's data is on the media.
-    let config = SimSsdConfig {
-        write_us: 20_000,
-        flush_us: 0,
-        ..SimSsdConfig::default()
-    };
+    let config = SimSsdConfig { write_us: 20_000, flush_us: 0, ..SimSsdConfig::default() };
     let ssd = SimSsd::new(8192, config);
     std::thread::scope(|scope| {
         scope.spawn(|| ssd.write_at(0, &[9; 4096]).unwrap());
@@ -131,13 +112,7 @@ fn sim_ssd_flush_waits_for_writes_submitted_before_it() {
 fn sim_ssd_rejects_misaligned_io_without_counting_it() {
     let ssd = SimSsd::new(8192, SimSsdConfig::default());
     assert!(ssd.write_at(100, &[0; 512]).is_err());
-    assert!(ssd
-        .write_batch(&[Write {
-            offset: 8192,
-            data: &[0; 512],
-            fua: false
-        }])
-        .is_err());
+    assert!(ssd.write_batch(&[Write { offset: 8192, data: &[0; 512], fua: false }]).is_err());
     assert_eq!(modelled(ssd.stats()), SimSsdStats::default());
     ssd.reset_stats();
 }
