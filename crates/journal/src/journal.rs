@@ -368,6 +368,13 @@ impl Journal {
         (st.log.capacity(), st.log.used())
     }
 
+    /// Where the next transaction's log blocks go, and the log area `[first, end)`.
+    pub fn log_head(&self) -> (u32, std::ops::Range<u32>) {
+        let st = self.shared.state.lock();
+        let sb = self.shared.superblock.lock();
+        (st.log.head(), sb.first..sb.log_end())
+    }
+
     /// Drops cached buffers the journal no longer needs; returns how many.
     pub fn evict_clean_buffers(&self) -> usize {
         self.shared.cache.evict_clean()
