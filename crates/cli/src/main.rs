@@ -1,0 +1,52 @@
+//! The `quill` command.
+//!
+//! Exit codes: 0 success; 1 the operation failed (the message says why); 2 bad usage (clap).
+
+mod bench_cmd;
+mod dump;
+mod recover;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "quill", version, about = "A userspace ext4 with a scalable JBD2 journal")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay an image's journal offline (like e2fsck's journal replay) and clear needs_recovery.
+    Recover(recover::RecoverArgs),
+    /// Inspect or benchmark the journal.
+    #[command(subcommand)]
+    Journal(JournalCommand),
+}
+
+#[derive(Subcommand)]
+enum JournalCommand {
+    /// List the transactions in an image's journal (like debugfs logdump).
+    Dump(dump::DumpArgs),
+    /// Benchmark the journal engine: threads running handles plus fsync.
+    Bench(bench_cmd::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Recover(args) => recover::run(args),
+        Command::Journal(JournalCommand::Dump(args)) => dump::run(args),
+        Command::Journal(JournalCommand::Bench(args)) => bench_cmd::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line: the error and its causes.
+            let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
+            eprintln!("quill: {}", chain.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}
