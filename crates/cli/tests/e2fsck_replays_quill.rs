@@ -46,26 +46,25 @@ fn write_crashed_journal(image: &Path, case: &Case) -> (BTreeMap<u64, Vec<u8>>, 
     let pool: Vec<u64> = free[free.len() / 2..].iter().copied().take(400).collect();
     let mut expected: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let mut round = 0u32;
-    let mut commit_round =
-        |journal: &Journal, expected: &mut BTreeMap<u64, Vec<u8>>, round: u32| {
-            let mut handle = journal.start(8).unwrap();
-            for i in 0..6u64 {
-                let block = pool[((round as u64 * 5 + i * 13) % pool.len() as u64) as usize];
-                let data = pattern(block, round, block_size, i == 0);
-                let buffer = journal.read_buffer(block).unwrap();
-                handle.modify(&buffer, |b| b.copy_from_slice(&data)).unwrap();
-                expected.insert(block, data);
-            }
-            // Revoke a block written earlier (so a copy of it sits in the log); every third
-            // revoked block is journaled again later and that copy must win.
-            if round % 4 == 3 {
-                let block = pool[((round as u64 * 5 + 13) % pool.len() as u64) as usize];
-                handle.revoke(block).unwrap();
-                expected.remove(&block);
-            }
-            let tid = handle.stop().unwrap();
-            journal.commit_and_wait(tid).unwrap();
-        };
+    let commit_round = |journal: &Journal, expected: &mut BTreeMap<u64, Vec<u8>>, round: u32| {
+        let mut handle = journal.start(8).unwrap();
+        for i in 0..6u64 {
+            let block = pool[((round as u64 * 5 + i * 13) % pool.len() as u64) as usize];
+            let data = pattern(block, round, block_size, i == 0);
+            let buffer = journal.read_buffer(block).unwrap();
+            handle.modify(&buffer, |b| b.copy_from_slice(&data)).unwrap();
+            expected.insert(block, data);
+        }
+        // Revoke a block written earlier (so a copy of it sits in the log); every third
+        // revoked block is journaled again later and that copy must win.
+        if round % 4 == 3 {
+            let block = pool[((round as u64 * 5 + 13) % pool.len() as u64) as usize];
+            handle.revoke(block).unwrap();
+            expected.remove(&block);
+        }
+        let tid = handle.stop().unwrap();
+        journal.commit_and_wait(tid).unwrap();
+    };
     if case.wrap {
         // Fill the log to near its end with checkpointed transactions, so the crashed ones wrap.
         loop {

@@ -210,6 +210,20 @@ pub(crate) mod test_support {
 
     pub const UUID: [u8; 16] = *b"quill-jbd2-uuid!";
 
+    /// A random format and random bytes, usually a whole block, one time in four of any length
+    /// up to a block and a bit (parsers must reject short and long buffers alike).
+    pub fn garbage_block(rng: &mut XorShift, formats: &[LogFormat]) -> (LogFormat, Vec<u8>) {
+        let format = formats[rng.below(formats.len())];
+        let length = if rng.below(4) == 0 {
+            rng.below(format.block_bytes() + 8)
+        } else {
+            format.block_bytes()
+        };
+        let mut block = vec![0u8; length];
+        rng.fill(&mut block);
+        (format, block)
+    }
+
     /// Every tag layout the kernel can produce, at two block sizes.
     pub fn all_formats() -> Vec<LogFormat> {
         let mut formats = Vec::new();

@@ -86,7 +86,7 @@ pub fn parse_revoke_block(format: &LogFormat, block: &[u8]) -> Result<Vec<u64>, 
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{all_formats, XorShift, UUID};
+    use super::super::test_support::{all_formats, garbage_block, XorShift, UUID};
     use super::super::{verify_block_tail, ChecksumVersion};
     use super::*;
 
@@ -184,14 +184,8 @@ mod tests {
         let mut rng = XorShift::new(seed);
         let formats = all_formats();
         for round in 0..3000u32 {
-            let format = formats[rng.below(formats.len())];
-            let length = if rng.below(4) == 0 {
-                rng.below(format.block_bytes() + 8)
-            } else {
-                format.block_bytes()
-            };
-            let mut block = vec![0u8; length];
-            rng.fill(&mut block);
+            let (format, mut block) = garbage_block(&mut rng, &formats);
+            let length = block.len();
             if length >= 16 && rng.below(2) == 0 {
                 encode_header(&mut block, BlockType::Revoke, Tid(round));
                 let r_count = rng.below(format.block_bytes() + 64) as u32;
