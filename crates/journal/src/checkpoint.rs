@@ -1,33 +1,40 @@
 //! Checkpointing (JBD2 checkpoint.c): writing durable transactions home and freeing their log.
 //!
-//! The oldest durable transaction is checkpointed by one thread at a time, under the
-//! checkpoint mutex (classic JBD2): its buffers' newest durable versions are written to their
-//! home locations, the device is flushed, and only then does the superblock's tail move past
-//! the transaction (FUA write) and its log blocks become free. A crash at any point leaves the
-//! tail at or before the transaction, so recovery replays it again (replay is idempotent).
+//! One thread at a time, under the checkpoint mutex (classic JBD2). A buffer's pending home
+//! write belongs to the newest durable transaction that logged it (JBD2 keeps a buffer on one
+//! checkpoint list only: the newest). So a checkpoint
+//! 1. writes home the buffers whose pending version belongs to the oldest durable transaction,
+//!    and flushes;
+//! 2. moves the superblock's tail (one FUA write) past every leading durable transaction that
+//!    owns no pending version any more — often many, since later transactions superseded their
+//!    blocks — and frees their log blocks.
+//! A crash at any point leaves the tail at or before every transaction whose blocks are not yet
+//! home, so recovery replays them again (replay is idempotent).
 //!
 //! A commit never waits on a checkpoint: checkpointing waits only for device I/O, and the
 //! flush stage waits only for checkpoint writes of blocks it revokes, which complete on their
 //! own.
 //!
-//! | buffer's pending version | revoked after it? | action |
+//! | pending version of a buffer in transaction T | revoked after it? | T's checkpoint |
 //! |---|---|---|
-//! | none (written by a newer checkpoint) | — | nothing |
-//! | tid v | no | write v home |
-//! | tid v | yes, revoke durable | drop v: the block may already hold new data |
-//! | tid v | yes, revoke not durable | write v home (a crash would replay it anyway; the caller does not reuse the block before the revoke is durable) |
+//! | none (already home) | — | nothing to do |
+//! | from a newer durable transaction | — | nothing: the newer one writes it |
+//! | from T | no | write it home |
+//! | from T | yes, revoke durable | drop it: the block may already hold new data |
+//! | from T | yes, revoke not durable | write it home (a crash would replay it anyway; the caller does not reuse the block before the revoke is durable) |
 
 use crate::buffer::{BlockData, Buffer};
 use crate::error::Result;
-use crate::journal::Shared;
+use crate::journal::{Shared, State};
 use crate::stats;
-use crate::transaction::TxnState;
+use crate::transaction::{Transaction, TxnState};
 use blockdev::Write;
 use ondisk::Tid;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Checkpoints the oldest durable transaction. Returns `false` when there is none.
+/// Checkpoints the oldest durable transaction (and frees every transaction it leaves with
+/// nothing to write). Returns `false` when no transaction is durable.
 pub(crate) fn checkpoint_oldest(shared: &Shared) -> Result<bool> {
     let _one_at_a_time = shared.checkpoint_lock.lock();
     let started = Instant::now();
@@ -40,12 +47,12 @@ pub(crate) fn checkpoint_oldest(shared: &Shared) -> Result<bool> {
         }
     };
 
-    let pending = checkpoint_collect(&buffers, last_durable);
+    let pending = checkpoint_collect(tid, &buffers, last_durable);
     let result = checkpoint_write_home(shared, &pending);
-    for (buffer, version_tid, _) in &pending {
+    for (buffer, _) in &pending {
         let mut inner = buffer.lock();
         inner.checkpoint_writing = false;
-        if result.is_ok() && inner.checkpoint.as_ref().is_some_and(|(t, _)| t == version_tid) {
+        if result.is_ok() && inner.checkpoint.as_ref().is_some_and(|(t, _)| *t == tid) {
             inner.checkpoint = None;
         }
         drop(inner);
@@ -53,59 +60,95 @@ pub(crate) fn checkpoint_oldest(shared: &Shared) -> Result<bool> {
     }
     result?;
 
-    // The home locations are durable: move the tail past `tid`, durably, then free its log.
-    let (tail_tid, tail_block, freed) = {
+    // Home locations are durable: move the tail past every finished transaction, durably,
+    // then free their log.
+    let (done, tail_tid, tail_block, freed) = {
         let st = shared.state.lock();
-        let mut rest = st.txns.iter().skip(1);
-        let freed =
-            st.txns.front().expect("the checkpointed transaction is still first").log_blocks;
-        match rest.next() {
-            Some(next) => (next.tid, next.log_start.unwrap_or(st.log.head()), freed),
-            None => (st.next_tid, st.log.head(), freed),
-        }
+        let done = st
+            .txns
+            .iter()
+            .take_while(|t| t.state == TxnState::Durable && checkpoint_done(t, st.last_durable))
+            .count();
+        assert!(done >= 1, "{tid:?} still owns pending versions after its checkpoint");
+        let freed: u32 = st.txns.iter().take(done).map(|t| t.log_blocks).sum();
+        let (tail_tid, tail_block) = tail_after(&st, done);
+        (done, tail_tid, tail_block, freed)
     };
     shared.write_tail(tail_tid, tail_block)?;
     let mut st = shared.state.lock();
-    let done = st.txns.pop_front().expect("the checkpointed transaction is still first");
-    assert_eq!(done.tid, tid, "checkpointed out of order");
+    let first = st.txns.front().expect("the checkpointed transaction is still first").tid;
+    assert_eq!(first, tid, "checkpointed out of order");
+    st.txns.drain(..done);
     st.log.release(freed);
     drop(st);
-    stats::add(&shared.counters.checkpoints, 1);
+    stats::add(&shared.counters.checkpoints, done as u64);
     stats::add(&shared.counters.checkpoint_blocks, pending.len() as u64);
     stats::add_time(&shared.counters.ns_checkpoint, started.elapsed());
     shared.changed.notify_all();
     Ok(true)
 }
 
-/// Picks the versions to write home and marks them as being written.
+/// The superblock tail once the first `done` transactions are gone: the next transaction's
+/// first block (or the head, where the next one will be allocated).
+fn tail_after(st: &State, done: usize) -> (Tid, u32) {
+    match st.txns.get(done) {
+        Some(next) => (next.tid, next.log_start.unwrap_or(st.log.head())),
+        None => (st.next_tid, st.log.head()),
+    }
+}
+
+/// Whether `txn` owns no pending home write (its blocks are home or superseded).
+fn checkpoint_done(txn: &Transaction, last_durable: Tid) -> bool {
+    txn.buffers.iter().all(|buffer| {
+        let mut inner = buffer.lock();
+        match &inner.checkpoint {
+            Some((version_tid, _)) if *version_tid == txn.tid => {
+                if revoked_durably(inner.revoked_by, *version_tid, last_durable) {
+                    inner.checkpoint = None;
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => true,
+        }
+    })
+}
+
+fn revoked_durably(revoked_by: Option<Tid>, version_tid: Tid, last_durable: Tid) -> bool {
+    revoked_by.is_some_and(|r| r.is_at_or_after(version_tid) && last_durable.is_at_or_after(r))
+}
+
+/// Picks the versions `tid` owns and marks them as being written.
 fn checkpoint_collect(
+    tid: Tid,
     buffers: &[Arc<Buffer>],
     last_durable: Tid,
-) -> Vec<(Arc<Buffer>, Tid, BlockData)> {
+) -> Vec<(Arc<Buffer>, BlockData)> {
     let mut pending = Vec::new();
     for buffer in buffers {
         let mut inner = buffer.lock();
         let Some((version_tid, data)) = inner.checkpoint.clone() else { continue };
-        let revoked_durably = inner
-            .revoked_by
-            .is_some_and(|r| r.is_at_or_after(version_tid) && last_durable.is_at_or_after(r));
-        if revoked_durably {
+        if version_tid != tid {
+            continue; // a newer durable transaction owns this block's home write
+        }
+        if revoked_durably(inner.revoked_by, version_tid, last_durable) {
             inner.checkpoint = None;
             continue;
         }
         inner.checkpoint_writing = true;
-        pending.push((buffer.clone(), version_tid, data));
+        pending.push((buffer.clone(), data));
     }
     pending
 }
 
-fn checkpoint_write_home(shared: &Shared, pending: &[(Arc<Buffer>, Tid, BlockData)]) -> Result<()> {
+fn checkpoint_write_home(shared: &Shared, pending: &[(Arc<Buffer>, BlockData)]) -> Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
     let writes: Vec<Write<'_>> = pending
         .iter()
-        .map(|(buffer, _, data)| Write {
+        .map(|(buffer, data)| Write {
             offset: shared.home_offset(buffer.block()),
             data: data.as_slice(),
             fua: false,
@@ -113,6 +156,6 @@ fn checkpoint_write_home(shared: &Shared, pending: &[(Arc<Buffer>, Tid, BlockDat
         .collect();
     shared.dev.write_batch(&writes).map_err(|e| shared.abort_on("checkpoint write", e))?;
     shared.dev.flush().map_err(|e| shared.abort_on("checkpoint flush", e))?;
-    stats::add(&shared.counters.flushes, 1);
+    stats::add(&shared.counters.checkpoint_flushes, 1);
     Ok(())
 }

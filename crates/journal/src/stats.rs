@@ -16,6 +16,7 @@ pub(crate) struct Counters {
     pub conflicts: AtomicU64,
     pub coalesce_rounds: AtomicU64,
     pub flushes: AtomicU64,
+    pub checkpoint_flushes: AtomicU64,
     pub fua_writes: AtomicU64,
     pub checkpoints: AtomicU64,
     pub checkpoint_blocks: AtomicU64,
@@ -55,8 +56,12 @@ pub struct JournalStats {
     pub conflicts: u64,
     /// Times a transaction stayed Running because of conflicts (opportunistic coalescing).
     pub coalesce_rounds: u64,
+    /// Device flushes issued to make transactions durable (compound flush shares one).
     pub flushes: u64,
+    /// Device flushes issued by checkpoints before the tail moves.
+    pub checkpoint_flushes: u64,
     pub fua_writes: u64,
+    /// Transactions checkpointed (freed from the log).
     pub checkpoints: u64,
     pub checkpoint_blocks: u64,
     /// Handles that waited for a frozen copy's log write (JBD2's shadow wait).
@@ -108,6 +113,7 @@ impl Counters {
             conflicts: self.conflicts.load(Relaxed),
             coalesce_rounds: self.coalesce_rounds.load(Relaxed),
             flushes: self.flushes.load(Relaxed),
+            checkpoint_flushes: self.checkpoint_flushes.load(Relaxed),
             fua_writes: self.fua_writes.load(Relaxed),
             checkpoints: self.checkpoints.load(Relaxed),
             checkpoint_blocks: self.checkpoint_blocks.load(Relaxed),

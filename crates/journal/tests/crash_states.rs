@@ -27,7 +27,7 @@ fn explore(preset: &str, seed: u64) {
     let layout = StampLayout { threads: 4, shared_blocks: 6 };
     // Enough handles that the 1024-block log checkpoints and wraps during the run.
     let history =
-        run_stamp_workload(&journal, &layout, 120, 2, &|tid| recording.mark(tid.0 as u64));
+        run_stamp_workload(&journal, &layout, 250, 2, &|tid| recording.mark(tid.0 as u64));
     let stats = journal.stats();
     journal.abandon();
     assert!(

@@ -122,10 +122,26 @@ fn eio_on_a_flush_aborts_the_journal() {
 }
 
 #[test]
-fn eio_on_a_checkpoint_write_aborts_the_journal() {
-    run_with_fault(
-        "classic",
-        Fault::new(FaultOn::Write).in_range(home_range()),
-        "checkpoint write",
-    );
+fn eio_on_a_checkpoint_write_aborts_the_journal_and_recovery_still_has_every_transaction() {
+    let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let faulty = Arc::new(FaultDevice::new(mem.clone()));
+    let journal = open(faulty.clone(), &loc, JournalConfig::classic());
+    // Distinct blocks, so no later transaction supersedes them and the checkpoint must write.
+    for block in 20..80u64 {
+        let buffer = journal.read_buffer(block).unwrap();
+        let mut h = journal.start(1).unwrap();
+        h.modify(&buffer, |b| b.fill(block as u8)).unwrap();
+        let tid = h.stop().unwrap();
+        journal.commit_and_wait(tid).unwrap();
+    }
+    faulty.inject(Fault::new(FaultOn::Write).in_range(home_range()).after(3));
+    let err = journal.checkpoint_all().expect_err("the checkpoint write fails");
+    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{err}");
+    assert!(matches!(journal.start(1), Err(JournalError::Aborted { .. })));
+    journal.abandon();
+    let image = Arc::new(MemDevice::from_bytes(mem.snapshot()));
+    recover(&*image, &loc, 1).unwrap();
+    for block in 20..80u64 {
+        assert_eq!(read_block(&*image, block), vec![block as u8; 1024], "block {block}");
+    }
 }
