@@ -17,8 +17,7 @@ pub struct DumpArgs {
 }
 
 pub fn run(args: DumpArgs) -> Result<()> {
-    let dev = FileDevice::open(&args.image, FileOptions { read_only: true, direct: false })
-        .with_context(|| format!("cannot open {}", args.image.display()))?;
+    let dev = FileDevice::open(&args.image, FileOptions { read_only: true, direct: false })?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     let image = Ext4Image::open(dev.clone())
         .with_context(|| format!("{} is not a usable ext4 image", args.image.display()))?;

@@ -43,9 +43,17 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            // One line: the error and its causes.
-            let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
-            eprintln!("quill: {}", chain.join(": "));
+            // One line: the error and those of its causes it does not already spell out.
+            let mut line = String::new();
+            for cause in err.chain().map(|c| c.to_string()) {
+                if !line.contains(&cause) {
+                    if !line.is_empty() {
+                        line.push_str(": ");
+                    }
+                    line.push_str(&cause);
+                }
+            }
+            eprintln!("quill: {line}");
             ExitCode::FAILURE
         }
     }

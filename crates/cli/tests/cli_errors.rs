@@ -1,0 +1,44 @@
+//! Bad input to `quill recover` and `quill journal dump`: one line on stderr, exit code 1, and
+//! the image is never touched.
+
+mod common;
+
+use common::*;
+
+fn assert_one_line_failure(args: &[&str], image: &std::path::Path, what: &str) {
+    let before = std::fs::read(image).ok();
+    let o = run(quill().args(args).arg(image));
+    assert_eq!(o.status.code(), Some(1), "{what}: {}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{what}: one line: {stderr}");
+    assert!(stderr.starts_with("quill: "), "{what}: {stderr}");
+    assert_eq!(std::fs::read(image).ok(), before, "{what}: the image was modified");
+}
+
+#[test]
+fn recover_and_dump_refuse_missing_and_foreign_images_without_touching_them() {
+    let scratch = Scratch::new("cli-errors");
+    let missing = scratch.path("missing.img");
+    let junk = scratch.path("junk.img");
+    std::fs::write(
+        &junk,
+        (0..1 << 20).map(|i: u32| (i.wrapping_mul(7919) >> 3) as u8).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    for command in [&["recover"][..], &["journal", "dump"][..]] {
+        assert_one_line_failure(command, &missing, "missing image");
+        assert_one_line_failure(command, &junk, "not an ext4 image");
+    }
+}
+
+#[test]
+fn recover_refuses_an_image_without_a_journal() {
+    let test = "recover_refuses_an_image_without_a_journal";
+    if !have("mkfs.ext4", test) {
+        return;
+    }
+    let scratch = Scratch::new("cli-nojournal");
+    let image = scratch.path("nojournal.img");
+    mkfs(&image, "16M", &["-O", "^has_journal"]);
+    assert_one_line_failure(&["recover"], &image, "no journal");
+}
