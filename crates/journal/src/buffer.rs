@@ -14,10 +14,13 @@
 //! - `shadow`: a log write of a frozen version is in progress (JBD2's BJ_Shadow; with one
 //!   version allowed, a writer waits it out as JBD2 does);
 //! - `checkpoint`: the newest durable version not yet written to its home location;
-//! - `revoked_by`: the newest transaction that revoked this block.
+//! - `checkpoint_writing`: a checkpoint is writing that version home right now;
+//! - `revoked_durable`: the newest transaction whose revoke of this block is durable (set by
+//!   the flush stage once the commit block is durable, never by a revoke still in flight).
 //!
 //! Lock order: the journal state lock may be held while taking a buffer lock, never the
-//! reverse. No buffer lock is held across I/O.
+//! reverse; a buffer lock may be held while taking a cache shard lock (`evict_clean` only
+//! tries buffer locks under a shard lock). No buffer lock is held across I/O.
 
 use ondisk::Tid;
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -41,10 +44,7 @@ pub(crate) struct BufferInner {
     pub shadow: bool,
     pub checkpoint: Option<(Tid, BlockData)>,
     pub checkpoint_writing: bool,
-    pub revoked_by: Option<Tid>,
-    /// `revoked_by` before a revoke in the running transaction, restored if that revoke is
-    /// cancelled by journaling the block again in the same transaction.
-    pub revoked_before: Option<Tid>,
+    pub revoked_durable: Option<Tid>,
 }
 
 impl Buffer {
@@ -59,8 +59,7 @@ impl Buffer {
                 shadow: false,
                 checkpoint: None,
                 checkpoint_writing: false,
-                revoked_by: None,
-                revoked_before: None,
+                revoked_durable: None,
             }),
             io_done: Condvar::new(),
         }
@@ -97,6 +96,38 @@ impl Buffer {
             self.block
         );
         f(Arc::make_mut(&mut inner.data).as_mut_slice())
+    }
+}
+
+/// Clears a per-buffer I/O flag (`shadow`, `checkpoint_writing`) on every listed buffer and
+/// wakes its waiters when dropped, so the flag cannot outlive the I/O even if that I/O fails
+/// or panics.
+pub(crate) struct IoFlagGuard<'a> {
+    buffers: Vec<&'a Buffer>,
+    clear: fn(&mut BufferInner),
+}
+
+impl<'a> IoFlagGuard<'a> {
+    /// Sets the flag with `set` on each buffer now; `clear` undoes it on drop.
+    pub fn new(
+        buffers: impl IntoIterator<Item = &'a Buffer>,
+        set: fn(&mut BufferInner),
+        clear: fn(&mut BufferInner),
+    ) -> Self {
+        let buffers: Vec<&Buffer> = buffers.into_iter().collect();
+        for buffer in &buffers {
+            set(&mut buffer.lock());
+        }
+        IoFlagGuard { buffers, clear }
+    }
+}
+
+impl Drop for IoFlagGuard<'_> {
+    fn drop(&mut self) {
+        for buffer in &self.buffers {
+            (self.clear)(&mut buffer.lock());
+            buffer.io_done.notify_all();
+        }
     }
 }
 
@@ -151,11 +182,13 @@ impl BufferCache {
                 if Arc::strong_count(buffer) > 1 {
                     return true;
                 }
-                let inner = buffer.inner.lock();
+                // The lock order puts buffers before shards, so only try: a buffer somebody
+                // holds is busy anyway.
+                let Some(inner) = buffer.inner.try_lock() else { return true };
                 let busy = inner.listed.is_some()
                     || !inner.versions.is_empty()
                     || inner.checkpoint.is_some()
-                    || inner.revoked_by.is_some();
+                    || inner.checkpoint_writing;
                 if !busy {
                     evicted += 1;
                 }

@@ -23,7 +23,7 @@
 //! | from T | yes, revoke durable | drop it: the block may already hold new data |
 //! | from T | yes, revoke not durable | write it home (a crash would replay it anyway; the caller does not reuse the block before the revoke is durable) |
 
-use crate::buffer::{BlockData, Buffer};
+use crate::buffer::{BlockData, Buffer, IoFlagGuard};
 use crate::error::Result;
 use crate::journal::{Shared, State};
 use crate::stats;
@@ -38,27 +38,31 @@ use std::time::Instant;
 pub(crate) fn checkpoint_oldest(shared: &Shared) -> Result<bool> {
     let _one_at_a_time = shared.checkpoint_lock.lock();
     let started = Instant::now();
-    let (tid, buffers, last_durable) = {
+    let (tid, buffers) = {
         let st = shared.state.lock();
         st.aborted()?;
         match st.txns.front() {
-            Some(t) if t.state == TxnState::Durable => (t.tid, t.buffers.clone(), st.last_durable),
+            Some(t) if t.state == TxnState::Durable => (t.tid, t.buffers.clone()),
             _ => return Ok(false),
         }
     };
 
-    let pending = checkpoint_collect(tid, &buffers, last_durable);
-    let result = checkpoint_write_home(shared, &pending);
-    for (buffer, _) in &pending {
-        let mut inner = buffer.lock();
-        inner.checkpoint_writing = false;
-        if result.is_ok() && inner.checkpoint.as_ref().is_some_and(|(t, _)| *t == tid) {
-            inner.checkpoint = None;
+    let pending = checkpoint_collect(tid, &buffers);
+    {
+        // Marked by checkpoint_collect under each buffer's lock; cleared however the write ends.
+        let _writing = IoFlagGuard::new(
+            pending.iter().map(|(b, _)| &**b),
+            |_| {},
+            |inner| inner.checkpoint_writing = false,
+        );
+        checkpoint_write_home(shared, &pending)?;
+        for (buffer, _) in &pending {
+            let mut inner = buffer.lock();
+            if inner.checkpoint.as_ref().is_some_and(|(t, _)| *t == tid) {
+                inner.checkpoint = None;
+            }
         }
-        drop(inner);
-        buffer.io_done.notify_all();
     }
-    result?;
 
     // Home locations are durable: move the tail past every finished transaction, durably,
     // then free their log.
@@ -67,7 +71,7 @@ pub(crate) fn checkpoint_oldest(shared: &Shared) -> Result<bool> {
         let done = st
             .txns
             .iter()
-            .take_while(|t| t.state == TxnState::Durable && checkpoint_done(t, st.last_durable))
+            .take_while(|t| t.state == TxnState::Durable && checkpoint_done(t))
             .count();
         assert!(done >= 1, "{tid:?} still owns pending versions after its checkpoint");
         let freed: u32 = st.txns.iter().take(done).map(|t| t.log_blocks).sum();
@@ -98,12 +102,12 @@ fn tail_after(st: &State, done: usize) -> (Tid, u32) {
 }
 
 /// Whether `txn` owns no pending home write (its blocks are home or superseded).
-fn checkpoint_done(txn: &Transaction, last_durable: Tid) -> bool {
+fn checkpoint_done(txn: &Transaction) -> bool {
     txn.buffers.iter().all(|buffer| {
         let mut inner = buffer.lock();
         match &inner.checkpoint {
             Some((version_tid, _)) if *version_tid == txn.tid => {
-                if revoked_durably(inner.revoked_by, *version_tid, last_durable) {
+                if revoked_durably(inner.revoked_durable, *version_tid) {
                     inner.checkpoint = None;
                     true
                 } else {
@@ -115,16 +119,17 @@ fn checkpoint_done(txn: &Transaction, last_durable: Tid) -> bool {
     })
 }
 
-fn revoked_durably(revoked_by: Option<Tid>, version_tid: Tid, last_durable: Tid) -> bool {
-    revoked_by.is_some_and(|r| r.is_at_or_after(version_tid) && last_durable.is_at_or_after(r))
+/// A durable revoke at or after the version's transaction: the block may hold new data now,
+/// and recovery will not replay the version, so it must never be written home.
+fn revoked_durably(revoked_durable: Option<Tid>, version_tid: Tid) -> bool {
+    revoked_durable.is_some_and(|r| r.is_at_or_after(version_tid))
 }
 
 /// Picks the versions `tid` owns and marks them as being written.
-fn checkpoint_collect(
-    tid: Tid,
-    buffers: &[Arc<Buffer>],
-    last_durable: Tid,
-) -> Vec<(Arc<Buffer>, BlockData)> {
+/// The decision and the `checkpoint_writing` mark are made under the buffer lock, and the
+/// flush stage publishes a durable revoke under that lock after waiting out the mark: so either
+/// the revoke is seen here, or the write completes before the revoking fsync returns.
+fn checkpoint_collect(tid: Tid, buffers: &[Arc<Buffer>]) -> Vec<(Arc<Buffer>, BlockData)> {
     let mut pending = Vec::new();
     for buffer in buffers {
         let mut inner = buffer.lock();
@@ -132,7 +137,7 @@ fn checkpoint_collect(
         if version_tid != tid {
             continue; // a newer durable transaction owns this block's home write
         }
-        if revoked_durably(inner.revoked_by, version_tid, last_durable) {
+        if revoked_durably(inner.revoked_durable, version_tid) {
             inner.checkpoint = None;
             continue;
         }

@@ -13,7 +13,7 @@
 //! 5. The transaction is Written and goes to the flush stage (`flush.rs`), or, with
 //!    `committing_max == 1`, is made durable right here as JBD2 does.
 
-use crate::buffer::BlockData;
+use crate::buffer::{BlockData, IoFlagGuard};
 use crate::error::{JournalError, Result};
 use crate::flush;
 use crate::journal::{Shared, State};
@@ -249,9 +249,11 @@ fn commit_write_log_blocks(
         let st = shared.state.lock();
         st.txn(tid).expect("the committing transaction exists").buffers.clone()
     };
-    for buffer in &shadowed {
-        buffer.lock().shadow = true;
-    }
+    let _shadow = IoFlagGuard::new(
+        shadowed.iter().map(|b| &**b),
+        |inner| inner.shadow = true,
+        |inner| inner.shadow = false,
+    );
     let st = shared.state.lock();
     let offsets: Vec<u64> =
         (0..blocks.len() as u32).map(|i| shared.log_offset(st.log.advance(start, i))).collect();
@@ -261,12 +263,7 @@ fn commit_write_log_blocks(
         .zip(&offsets)
         .map(|(data, &offset)| Write { offset, data: data.as_slice(), fua: false })
         .collect();
-    let result = shared.dev.write_batch(&writes);
-    for buffer in &shadowed {
-        buffer.lock().shadow = false;
-        buffer.io_done.notify_all();
-    }
-    result.map_err(JournalError::from)
+    shared.dev.write_batch(&writes).map_err(JournalError::from)
 }
 
 /// The log block holding `tid`'s commit block.

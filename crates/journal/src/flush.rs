@@ -3,8 +3,8 @@
 //! Userspace has no cache-barrier command, so a commit block may be written only after a flush
 //! has made its transaction's log blocks durable:
 //!
-//! `log blocks of T1..Tk (written) → one flush → commit blocks of T1..Tk with FUA →
-//! T1..Tk durable, fsync waiters wake`
+//! `log blocks of T1..Tk (written) → one flush → commit blocks of T1..Tk, each with FUA, in tid
+//! order → T1..Tk durable, fsync waiters wake`
 //!
 //! k is at most `flush_batch_max` (compound flush); the group is whatever Written transactions
 //! are waiting, so a lone transaction is flushed at once. Stock recovery stops at the first
@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::journal::Shared;
 use crate::stats;
 use crate::transaction::TxnState;
-use blockdev::Write;
 use ondisk::jbd2::encode_commit_block;
 use ondisk::Tid;
 use std::sync::Arc;
@@ -73,14 +72,20 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
             })
             .collect()
     };
-    // FUA, not another flush: a group of k transactions costs one flush and k FUA writes,
-    // submitted together so the device serves them in parallel.
-    let writes: Vec<Write<'_>> =
-        commits.iter().map(|(offset, data)| Write { offset: *offset, data, fua: true }).collect();
-    shared.dev.write_batch(&writes).map_err(|e| shared.abort_on("writing commit blocks", e))?;
+    // FUA, in tid order, one after the other: a commit block is written only once every
+    // earlier one is durable. So no crash leaves a valid commit block past the end recovery
+    // finds, and a tid reused after recovery can never meet a stale commit block of its own
+    // (JBD2 has the same guarantee with one committing transaction). The group still shares
+    // its single flush.
+    for (offset, block) in &commits {
+        shared
+            .dev
+            .write_fua_at(*offset, block)
+            .map_err(|e| shared.abort_on("writing a commit block", e))?;
+    }
     stats::add(&shared.counters.fua_writes, commits.len() as u64);
     stats::add(&shared.counters.log_blocks_written, commits.len() as u64);
-    wait_for_revoked_checkpoint_writes(shared, group);
+    publish_durable_revokes(shared, group);
 
     let mut st = shared.state.lock();
     for &tid in group {
@@ -110,21 +115,26 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     Ok(())
 }
 
-/// A checkpoint may be writing an old version of a block these transactions revoke. Once the
-/// revoke is durable the caller may reuse the block, so that write must land first.
-fn wait_for_revoked_checkpoint_writes(shared: &Shared, group: &[Tid]) {
-    let revoked: Vec<u64> = {
+/// The group's revokes are durable: record it on the revoked buffers, so no checkpoint writes
+/// an older version home from now on. A checkpoint already writing one is waited out first,
+/// because once the revoking fsync returns the caller may reuse the block.
+fn publish_durable_revokes(shared: &Shared, group: &[Tid]) {
+    let revoked: Vec<(Tid, u64)> = {
         let st = shared.state.lock();
         group
             .iter()
-            .flat_map(|&tid| st.txn(tid).into_iter().flat_map(|t| t.revokes.iter().copied()))
+            .filter_map(|&tid| st.txn(tid).map(|t| (tid, t)))
+            .flat_map(|(tid, t)| t.revokes.iter().map(move |&block| (tid, block)))
             .collect()
     };
-    for block in revoked {
+    for (tid, block) in revoked {
         if let Some(buffer) = shared.cache.get(block) {
             let mut inner = buffer.lock();
             while inner.checkpoint_writing {
                 buffer.io_done.wait(&mut inner);
+            }
+            if inner.revoked_durable.is_none_or(|r| tid.is_after(r)) {
+                inner.revoked_durable = Some(tid);
             }
         }
     }

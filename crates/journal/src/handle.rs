@@ -86,6 +86,7 @@ impl Handle {
     /// write access and changed the contents through [`Handle::modify`] or
     /// [`Handle::write_buffer`].
     pub fn dirty_metadata(&mut self, buffer: &Arc<Buffer>) -> Result<()> {
+        self.check_block_fits(buffer.block())?;
         let mut st = self.shared.state.lock();
         st.aborted()?;
         let txn = st.txn_mut(self.tid).expect("a handle's transaction is open");
@@ -101,11 +102,19 @@ impl Handle {
         self.used += 1;
         inner.listed = Some(self.tid);
         // Journaling a block again in the transaction that revoked it cancels that revoke.
-        if txn.revokes.remove(&buffer.block()) {
-            inner.revoked_by = inner.revoked_before.take();
-        }
+        txn.revokes.remove(&buffer.block());
         drop(inner);
         txn.buffers.push(buffer.clone());
+        Ok(())
+    }
+
+    /// A journal without INCOMPAT_64BIT records 32-bit block numbers only.
+    fn check_block_fits(&self, block: u64) -> Result<()> {
+        if !self.shared.format.is_64bit && block > u64::from(u32::MAX) {
+            return Err(JournalError::Invalid(format!(
+                "block {block} does not fit a journal without the 64bit feature"
+            )));
+        }
         Ok(())
     }
 
@@ -126,6 +135,7 @@ impl Handle {
     /// and no older version is written home once the revoke is durable. The caller must not
     /// reuse the block for unjournaled data until this transaction is durable.
     pub fn revoke(&mut self, block: u64) -> Result<()> {
+        self.check_block_fits(block)?;
         if self.used == self.credits {
             return Err(JournalError::CreditsExhausted { tid: self.tid, credits: self.credits });
         }
@@ -144,8 +154,6 @@ impl Handle {
                 inner.listed = None;
                 txn.buffers.retain(|b| !Arc::ptr_eq(b, &buffer));
             }
-            inner.revoked_before = inner.revoked_by;
-            inner.revoked_by = Some(self.tid);
         }
         Ok(())
     }

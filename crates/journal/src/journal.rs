@@ -40,6 +40,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+/// errno reported when a stage thread panics: the journal can no longer promise durability.
+const EIO: i32 = 5;
+
 pub(crate) struct State {
     pub txns: VecDeque<Transaction>,
     pub next_tid: Tid,
@@ -208,6 +211,12 @@ impl Journal {
         // JBD2 journal_reset: the first tid is one past the clean superblock's sequence; the
         // log starts over at s_first; the superblock now names that tid and block, so a crash
         // from here on is recovered from this point.
+        let capacity = sb.log_end() - sb.first;
+        if capacity < 16 {
+            return Err(JournalError::Invalid(format!(
+                "log area of {capacity} blocks is too small"
+            )));
+        }
         let next_tid = sb.sequence.next();
         sb.feature_incompat |= feature::INCOMPAT_REVOKE;
         sb.sequence = next_tid;
@@ -215,18 +224,12 @@ impl Journal {
         write_superblock(&*dev, &location, &sb)?;
 
         let format = sb.format();
-        let capacity = sb.log_end() - sb.first;
         let max_txn_credits = {
             // JBD2 caps a transaction at a quarter of the journal; leave room for descriptors.
             let quarter = capacity / 4;
             let per_descriptor = format.tags_per_descriptor() as u32;
             quarter.saturating_sub(quarter.div_ceil(per_descriptor) + 2).max(1)
         };
-        if capacity < 16 {
-            return Err(JournalError::Invalid(format!(
-                "log area of {capacity} blocks is too small"
-            )));
-        }
         let state = State {
             txns: VecDeque::new(),
             next_tid,
@@ -252,26 +255,13 @@ impl Journal {
             counters: Counters::default(),
             max_txn_credits,
         });
-        let mut threads = Vec::new();
-        let commit_shared = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("quill-commit".into())
-                .spawn(move || commit::commit_stage(&commit_shared))
-                .map_err(|e| JournalError::Invalid(format!("spawning the commit thread: {e}")))?,
-        );
-        if shared.config.committing_max > 1 {
-            let flush_shared = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("quill-flush".into())
-                    .spawn(move || flush::flush_stage(&flush_shared))
-                    .map_err(|e| {
-                        JournalError::Invalid(format!("spawning the flush thread: {e}"))
-                    })?,
-            );
+        // A failed spawn drops `journal`, which stops the threads already running.
+        let mut journal = Journal { shared, threads: Vec::new() };
+        journal.spawn_stage("commit", commit::commit_stage)?;
+        if journal.shared.config.committing_max > 1 {
+            journal.spawn_stage("flush", flush::flush_stage)?;
         }
-        Ok(Journal { shared, threads })
+        Ok(journal)
     }
 
     /// JBD2's `jbd2_journal_load`: replays the log if it needs it, then attaches.
@@ -414,13 +404,36 @@ impl Journal {
         self.stop_threads();
     }
 
+    /// Runs a stage on its own thread. A panic in it aborts the journal (so fsync waiters and
+    /// shutdown get an error instead of waiting forever) rather than vanishing with the thread.
+    fn spawn_stage(&mut self, name: &'static str, stage: fn(&Arc<Shared>)) -> Result<()> {
+        let shared = self.shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("quill-{name}"))
+            .spawn(move || {
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage(&shared)));
+                if let Err(payload) = outcome {
+                    let what = payload
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| payload.downcast_ref::<&str>().copied())
+                        .unwrap_or("unknown panic");
+                    shared.abort(format!("the {name} stage panicked: {what}"), EIO);
+                }
+            })
+            .map_err(|e| JournalError::Invalid(format!("spawning the {name} thread: {e}")))?;
+        self.threads.push(thread);
+        Ok(())
+    }
+
     fn stop_threads(&mut self) {
         self.shared.state.lock().stop_threads = true;
         self.shared.commit_wake.notify_all();
         self.shared.flush_wake.notify_all();
         self.shared.changed.notify_all();
         for t in self.threads.drain(..) {
-            // A panicking stage already aborted the journal; its payload adds nothing.
+            // Stages catch their own panics (and abort the journal), so join cannot fail.
             let _ = t.join();
         }
     }

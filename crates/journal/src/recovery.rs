@@ -163,6 +163,7 @@ pub fn scan_log(dev: &dyn BlockDevice, location: &JournalLocation) -> Result<Log
     let mut need_check_commit_time = false;
     let mut last_commit_time = 0u64;
     let mut v1_crc = !0u32;
+    let mut v1_checksum_seen = false;
     let mut blocks_in_transaction = 0u32;
     let mut block = vec![0u8; format.block_size as usize];
     let mut data = vec![0u8; format.block_size as usize];
@@ -245,7 +246,19 @@ pub fn scan_log(dev: &dyn BlockDevice, location: &JournalLocation) -> Result<Log
                     if end_tid.is_some() {
                         break (format!("transaction {next_commit} follows a failed commit"), here);
                     }
-                    checksum_ok = commit.v1_checksum_matches(v1_crc);
+                    // do_one_pass: a commit without a checksum passes only until one with a
+                    // checksum has been seen.
+                    let matches = commit.checksum == v1_crc
+                        && commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM
+                        && commit.chksum_size == jbd2::JBD2_CRC32_CHKSUM_SIZE;
+                    let unused = commit.chksum_type == 0
+                        && commit.chksum_size == 0
+                        && commit.checksum == 0
+                        && !v1_checksum_seen;
+                    checksum_ok = matches || unused;
+                    if commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM {
+                        v1_checksum_seen = true;
+                    }
                     v1_crc = !0;
                 }
                 // Recent kernels also accept a checksum over the 64-byte header only.

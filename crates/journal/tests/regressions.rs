@@ -1,0 +1,154 @@
+//! Regression tests for bugs found in review: a checkpoint racing a revoke's commit, a durable
+//! revoke hidden by a later one, and a panicking stage thread hanging fsync.
+
+mod common;
+
+use blockdev::memory::MemDevice;
+use blockdev::BlockDevice;
+use common::*;
+use journal::{recover, superblock, JournalConfig};
+use ondisk::jbd2::ChecksumVersion;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn fill(byte: u8) -> impl FnOnce(&mut [u8]) {
+    move |bytes: &mut [u8]| bytes.fill(byte)
+}
+
+/// checkpoint_oldest snapshots `last_durable`, then collects buffer by buffer without the state
+/// lock; the flush stage's wait_for_revoked_checkpoint_writes runs before the collect marks the
+/// revoked buffer, so the stale snapshot writes the old version home after fsync returned.
+#[test]
+fn a_checkpoint_racing_a_revoke_commit_does_not_overwrite_the_reused_block() {
+    let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
+    let journal = Arc::new(open(dev.clone(), &loc, JournalConfig::classic()));
+    let a = journal.read_buffer(40).unwrap();
+    let b = journal.read_buffer(41).unwrap();
+    let mut h = journal.start(2).unwrap();
+    h.modify(&a, fill(1)).unwrap();
+    h.modify(&b, fill(2)).unwrap();
+    let t1 = h.stop().unwrap();
+    journal.commit_and_wait(t1).unwrap();
+    let mut h = journal.start(1).unwrap();
+    h.revoke(41).unwrap();
+    let t2 = h.stop().unwrap();
+
+    // Holding buffer 40's lock stalls the checkpoint between its snapshot and its collect.
+    let checkpoint = a.read(|_| {
+        let j = journal.clone();
+        let checkpoint = std::thread::spawn(move || j.checkpoint_all());
+        std::thread::sleep(Duration::from_millis(300));
+        journal.commit_and_wait(t2).unwrap(); // the revoke is durable
+        dev.write_at(41 * 1024, &[0xEE; 1024]).unwrap(); // so the caller reuses the block
+        checkpoint
+    });
+    checkpoint.join().unwrap().unwrap();
+    assert_eq!(read_block(&*dev, 41)[0], 0xEE, "checkpoint wrote the revoked T1 copy home");
+}
+
+/// `revoked_by` keeps only the newest revoker: a second revoke that is not yet durable hides
+/// the first one that is, and the checkpoint writes the revoked copy home.
+#[test]
+fn a_durable_revoke_still_counts_after_the_block_is_revoked_again() {
+    let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
+    let journal = open(dev.clone(), &loc, JournalConfig::classic());
+    let b = journal.read_buffer(41).unwrap();
+    let mut h = journal.start(1).unwrap();
+    h.modify(&b, fill(2)).unwrap();
+    let t1 = h.stop().unwrap();
+    journal.commit_and_wait(t1).unwrap();
+    let mut h = journal.start(1).unwrap();
+    h.revoke(41).unwrap();
+    let t2 = h.stop().unwrap();
+    journal.commit_and_wait(t2).unwrap();
+    dev.write_at(41 * 1024, &[0xEE; 1024]).unwrap(); // reused after the revoke is durable
+    let mut h = journal.start(1).unwrap();
+    h.revoke(41).unwrap(); // freed again; not committed yet
+    h.stop().unwrap();
+    journal.checkpoint_all().unwrap();
+    let home = read_block(&*dev, 41)[0];
+    journal.abandon(); // crash: the second revoke never commits
+    recover(&*dev, &loc, 1).unwrap();
+    assert_eq!(home, 0xEE, "checkpoint wrote the revoked T1 copy home");
+    assert_eq!(read_block(&*dev, 41)[0], 0xEE);
+}
+
+#[test]
+fn a_block_beyond_32_bits_is_refused_by_a_journal_without_64bit() {
+    let dev = Arc::new(MemDevice::new(device_bytes(1024)));
+    let loc = location(1024);
+    let options = superblock::FormatOptions {
+        checksum: ChecksumVersion::V3,
+        is_64bit: false,
+        ..Default::default()
+    };
+    superblock::format(&*dev, &loc, options).unwrap();
+    let journal = open(dev.clone(), &loc, JournalConfig::classic());
+    let mut h = journal.start(2).unwrap();
+    assert!(matches!(h.revoke(1 << 33), Err(journal::JournalError::Invalid(_))));
+    let far = journal.new_buffer(1 << 33);
+    assert!(h.modify(&far, |b| b[0] = 1).is_err());
+    drop(h);
+    journal.shutdown().unwrap();
+}
+
+/// A device whose batched writes panic once armed: a bug deep in the commit stage.
+struct PanickingDevice {
+    inner: MemDevice,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl BlockDevice for PanickingDevice {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.write_at(offset, data)
+    }
+    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.write_fua_at(offset, data)
+    }
+    fn flush(&self) -> Result<(), blockdev::DeviceError> {
+        self.inner.flush()
+    }
+    fn write_batch(&self, writes: &[blockdev::Write<'_>]) -> Result<(), blockdev::DeviceError> {
+        assert!(!self.armed.load(std::sync::atomic::Ordering::SeqCst), "injected panic");
+        for w in writes {
+            self.inner.write_at(w.offset, w.data)?;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panicking_commit_stage_aborts_the_journal_instead_of_hanging_fsync() {
+    let (mem, loc) = formatted_mem(1024, ChecksumVersion::V3);
+    let dev = Arc::new(PanickingDevice {
+        inner: MemDevice::from_bytes(mem.snapshot()),
+        armed: std::sync::atomic::AtomicBool::new(false),
+    });
+    let journal = Arc::new(open(dev.clone(), &loc, JournalConfig::classic()));
+    let buffer = journal.read_buffer(5).unwrap();
+    let mut h = journal.start(1).unwrap();
+    h.modify(&buffer, fill(1)).unwrap();
+    let tid = h.stop().unwrap();
+    dev.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let j = journal.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(j.commit_and_wait(tid));
+    });
+    let outcome =
+        rx.recv_timeout(Duration::from_secs(30)).expect("fsync returned instead of hanging");
+    match outcome {
+        Err(journal::JournalError::Aborted { cause, .. }) => {
+            assert!(cause.contains("panicked"), "{cause}")
+        }
+        other => panic!("expected an abort, got {other:?}"),
+    }
+    // Sticky: every later call reports the abort.
+    assert!(matches!(journal.start(1), Err(journal::JournalError::Aborted { .. })));
+}
