@@ -11,10 +11,6 @@ use ondisk::jbd2::{ChecksumVersion, JBD2_MAGIC};
 use ondisk::Tid;
 use std::sync::Arc;
 
-fn fill(byte: u8) -> impl FnOnce(&mut [u8]) {
-    move |bytes: &mut [u8]| bytes.fill(byte)
-}
-
 #[test]
 fn committed_transaction_is_replayed_after_a_crash_and_not_before_commit() {
     let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
@@ -96,26 +92,11 @@ fn log_wraps_around_many_times_and_recovery_follows_the_wrap() {
 fn recovery_skips_block_revoked_by_later_transaction() {
     let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
     let journal = open(dev.clone(), &loc, JournalConfig::classic());
-    let a = journal.read_buffer(50).unwrap();
-    let b = journal.read_buffer(51).unwrap();
-    let mut h = journal.start(2).unwrap();
-    h.modify(&a, fill(1)).unwrap();
-    h.modify(&b, fill(2)).unwrap();
-    let t1 = h.stop().unwrap();
-    journal.commit_and_wait(t1).unwrap();
-    let mut h = journal.start(1).unwrap();
-    h.revoke(50).unwrap();
-    let t2 = h.stop().unwrap();
-    journal.commit_and_wait(t2).unwrap();
+    commit_fills(&journal, &[(50, 1), (51, 2)]);
+    commit_revoke(&journal, 50, true);
     // Block 51 is revoked and then journaled again in a later transaction: that copy counts.
-    let mut h = journal.start(1).unwrap();
-    h.revoke(51).unwrap();
-    let t3 = h.stop().unwrap();
-    journal.commit_and_wait(t3).unwrap();
-    let mut h = journal.start(1).unwrap();
-    h.modify(&b, fill(3)).unwrap();
-    let t4 = h.stop().unwrap();
-    journal.commit_and_wait(t4).unwrap();
+    commit_revoke(&journal, 51, true);
+    commit_fills(&journal, &[(51, 3)]);
     journal.abandon();
 
     let report = recover(&*dev, &loc, 1).unwrap();

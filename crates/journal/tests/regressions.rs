@@ -11,27 +11,15 @@ use ondisk::jbd2::ChecksumVersion;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn fill(byte: u8) -> impl FnOnce(&mut [u8]) {
-    move |bytes: &mut [u8]| bytes.fill(byte)
-}
-
-/// checkpoint_oldest snapshots `last_durable`, then collects buffer by buffer without the state
-/// lock; the flush stage's wait_for_revoked_checkpoint_writes runs before the collect marks the
-/// revoked buffer, so the stale snapshot writes the old version home after fsync returned.
+/// A checkpoint stalled between choosing its transaction and marking its buffers must not write
+/// home a block whose revoke became durable (and which the caller reused) in the meantime.
 #[test]
 fn a_checkpoint_racing_a_revoke_commit_does_not_overwrite_the_reused_block() {
     let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
     let journal = Arc::new(open(dev.clone(), &loc, JournalConfig::classic()));
     let a = journal.read_buffer(40).unwrap();
-    let b = journal.read_buffer(41).unwrap();
-    let mut h = journal.start(2).unwrap();
-    h.modify(&a, fill(1)).unwrap();
-    h.modify(&b, fill(2)).unwrap();
-    let t1 = h.stop().unwrap();
-    journal.commit_and_wait(t1).unwrap();
-    let mut h = journal.start(1).unwrap();
-    h.revoke(41).unwrap();
-    let t2 = h.stop().unwrap();
+    commit_fills(&journal, &[(40, 1), (41, 2)]);
+    let t2 = commit_revoke(&journal, 41, false);
 
     // Holding buffer 40's lock stalls the checkpoint between its snapshot and its collect.
     let checkpoint = a.read(|_| {
@@ -46,21 +34,14 @@ fn a_checkpoint_racing_a_revoke_commit_does_not_overwrite_the_reused_block() {
     assert_eq!(read_block(&*dev, 41)[0], 0xEE, "checkpoint wrote the revoked T1 copy home");
 }
 
-/// `revoked_by` keeps only the newest revoker: a second revoke that is not yet durable hides
-/// the first one that is, and the checkpoint writes the revoked copy home.
+/// A second revoke that is not yet durable must not hide the first one that is: the
+/// checkpoint must not write the revoked copy home.
 #[test]
 fn a_durable_revoke_still_counts_after_the_block_is_revoked_again() {
     let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
     let journal = open(dev.clone(), &loc, JournalConfig::classic());
-    let b = journal.read_buffer(41).unwrap();
-    let mut h = journal.start(1).unwrap();
-    h.modify(&b, fill(2)).unwrap();
-    let t1 = h.stop().unwrap();
-    journal.commit_and_wait(t1).unwrap();
-    let mut h = journal.start(1).unwrap();
-    h.revoke(41).unwrap();
-    let t2 = h.stop().unwrap();
-    journal.commit_and_wait(t2).unwrap();
+    commit_fills(&journal, &[(41, 2)]);
+    commit_revoke(&journal, 41, true);
     dev.write_at(41 * 1024, &[0xEE; 1024]).unwrap(); // reused after the revoke is durable
     let mut h = journal.start(1).unwrap();
     h.revoke(41).unwrap(); // freed again; not committed yet

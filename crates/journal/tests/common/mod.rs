@@ -225,6 +225,34 @@ pub fn run_stamp_workload(
     StampHistory { tids }
 }
 
+/// A closure filling a whole block with `byte`.
+pub fn fill(byte: u8) -> impl FnOnce(&mut [u8]) {
+    move |bytes: &mut [u8]| bytes.fill(byte)
+}
+
+/// One transaction filling each `(block, byte)`, committed and waited for; returns its tid.
+pub fn commit_fills(journal: &Journal, fills: &[(u64, u8)]) -> Tid {
+    let mut handle = journal.start(fills.len() as u32).unwrap();
+    for &(block, byte) in fills {
+        let buffer = journal.read_buffer(block).unwrap();
+        handle.modify(&buffer, fill(byte)).unwrap();
+    }
+    let tid = handle.stop().unwrap();
+    journal.commit_and_wait(tid).unwrap();
+    tid
+}
+
+/// One transaction revoking `block`; committed and waited for when `wait`. Returns its tid.
+pub fn commit_revoke(journal: &Journal, block: u64, wait: bool) -> Tid {
+    let mut handle = journal.start(1).unwrap();
+    handle.revoke(block).unwrap();
+    let tid = handle.stop().unwrap();
+    if wait {
+        journal.commit_and_wait(tid).unwrap();
+    }
+    tid
+}
+
 /// A small deterministic PRNG for tests (xorshift64*), so no seed is ever lost.
 pub struct Rng(u64);
 
