@@ -96,7 +96,7 @@ pub trait BlockDevice: Send + Sync {
 /// Checks that an I/O of `len` bytes at `offset` is sector-aligned and inside a device of `size`
 /// bytes. Every device calls this first so that all of them reject the same requests.
 pub fn check_range(op: Op, offset: u64, len: usize, size: u64) -> Result<(), DeviceError> {
-    if offset % SECTOR_SIZE != 0 || len as u64 % SECTOR_SIZE != 0 {
+    if !offset.is_multiple_of(SECTOR_SIZE) || !(len as u64).is_multiple_of(SECTOR_SIZE) {
         return Err(DeviceError::Misaligned { op, offset, len });
     }
     match offset.checked_add(len as u64) {

@@ -8,7 +8,7 @@ use bench::journal_bench::{
 use bench::percentile::median;
 use blockdev::simssd::SimSsdConfig;
 use journal::config::PRESETS;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -42,10 +42,10 @@ pub struct BenchArgs {
     json: Option<PathBuf>,
 }
 
-fn device(name: &str, file: &PathBuf) -> Result<BenchDevice> {
+fn device(name: &str, file: &Path) -> Result<BenchDevice> {
     Ok(match name {
-        "file" => BenchDevice::File { path: file.clone(), direct: false },
-        "file-direct" => BenchDevice::File { path: file.clone(), direct: true },
+        "file" => BenchDevice::File { path: file.to_path_buf(), direct: false },
+        "file-direct" => BenchDevice::File { path: file.to_path_buf(), direct: true },
         "simssd" => BenchDevice::SimSsd(SimSsdConfig::default()),
         "memory" => BenchDevice::Memory,
         other => bail!("unknown device {other}; expected file, file-direct, simssd or memory"),
@@ -53,7 +53,7 @@ fn device(name: &str, file: &PathBuf) -> Result<BenchDevice> {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    if args.repeat == 0 || !(args.seconds > 0.0) {
+    if args.repeat == 0 || args.seconds.is_nan() || args.seconds <= 0.0 {
         bail!("--repeat and --seconds must be positive");
     }
     let mut configs = Vec::new();

@@ -74,7 +74,7 @@ fn write_crashed_journal(image: &Path, case: &Case) -> (BTreeMap<u64, Vec<u8>>, 
             }
             commit_round(&journal, &mut expected, round);
             round += 1;
-            if round % 50 == 0 {
+            if round.is_multiple_of(50) {
                 journal.checkpoint_all().unwrap();
             }
         }

@@ -452,21 +452,19 @@ fn flipped_journal_inode_byte_is_a_checksum_error() {
     }
 }
 
-/// xorshift64*, seeded from QUILL_TEST_SEED or the clock; the seed is printed for replay.
+/// xorshift64*, seeded from QUILL_SEED or the clock; the seed is printed for replay.
 struct Rng(u64);
 
 impl Rng {
     fn from_env_or_clock() -> Rng {
-        let seed = std::env::var("QUILL_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
+        let seed =
+            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_nanos() as u64)
                     .unwrap_or(1)
             });
-        println!("seed: {seed} (replay with QUILL_TEST_SEED={seed})");
+        println!("seed: {seed} (replay with QUILL_SEED={seed})");
         Rng(seed | 1)
     }
     fn next(&mut self) -> u64 {

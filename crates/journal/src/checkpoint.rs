@@ -8,6 +8,7 @@
 //! 2. moves the superblock's tail (one FUA write) past every leading durable transaction that
 //!    owns no pending version any more — often many, since later transactions superseded their
 //!    blocks — and frees their log blocks.
+//!
 //! A crash at any point leaves the tail at or before every transaction whose blocks are not yet
 //! home, so recovery replays them again (replay is idempotent).
 //!

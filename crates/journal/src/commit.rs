@@ -13,7 +13,7 @@
 //! 5. The transaction is Written and goes to the flush stage (`flush.rs`), or, with
 //!    `committing_max == 1`, is made durable right here as JBD2 does.
 
-use crate::buffer::{BlockData, IoFlagGuard};
+use crate::buffer::{BlockData, Buffer, IoFlagGuard};
 use crate::error::{JournalError, Result};
 use crate::flush;
 use crate::journal::{Shared, State};
@@ -124,7 +124,8 @@ fn commit_lock_up<'a>(
 
 /// What the commit stage needs after the state lock is dropped.
 pub(crate) struct Committing {
-    buffers: Vec<(u64, BlockData)>,
+    /// Each buffer with the version frozen for this transaction.
+    buffers: Vec<(Arc<Buffer>, BlockData)>,
     revokes: Vec<u64>,
     ordered: Vec<Arc<dyn crate::ordered::OrderedData>>,
     log_blocks: u32,
@@ -146,7 +147,7 @@ fn commit_freeze(shared: &Shared, mut st: MutexGuard<'_, State>, tid: Tid) -> Co
         if inner.access == Some(tid) {
             inner.access = None;
         }
-        buffers.push((buffer.block(), version));
+        buffers.push((buffer.clone(), version));
     }
     let mut revokes: Vec<u64> = txn.revokes.iter().copied().collect();
     revokes.sort_unstable();
@@ -170,7 +171,9 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
     for item in &committing.ordered {
         item.write_out().map_err(JournalError::from)?;
     }
-    let start = {
+    // Allocate, and map the transaction's log blocks (all but the commit block) to device
+    // offsets while the log geometry is at hand.
+    let offsets: Vec<u64> = {
         let mut st = shared.state.lock();
         st.aborted()?;
         let start = st.log.allocate(committing.log_blocks);
@@ -178,11 +181,13 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
         txn.log_start = Some(start);
         txn.log_blocks = committing.log_blocks;
         txn.log_reserved = 0;
-        start
+        (0..committing.log_blocks - 1)
+            .map(|i| shared.log_offset(st.log.advance(start, i)))
+            .collect()
     };
     let (blocks, v1_crc) = commit_build_log_blocks(shared, tid, &committing);
-    assert_eq!(blocks.len() as u32 + 1, committing.log_blocks, "{tid:?}: log size mismatch");
-    let result = commit_write_log_blocks(shared, tid, start, &blocks);
+    assert_eq!(blocks.len(), offsets.len(), "{tid:?}: log size mismatch");
+    let result = commit_write_log_blocks(shared, &committing, &offsets, &blocks);
     let mut st = shared.state.lock();
     result?;
     let txn = st.txn_mut(tid).expect("the committing transaction exists");
@@ -211,15 +216,16 @@ fn commit_build_log_blocks(
     for chunk in c.buffers.chunks(format.tags_per_descriptor()) {
         let mut descriptor = DescriptorBuilder::new(format, tid);
         let mut images = Vec::with_capacity(chunk.len());
-        for (block, version) in chunk {
+        for (buffer, version) in chunk {
+            let block = buffer.block();
             let image = if version.get(..4) == Some(&JBD2_MAGIC.to_be_bytes()[..]) {
                 // The block would look like a journal header: log an escaped copy.
                 let mut escaped = version.to_vec();
-                let was_escaped = descriptor.push(*block, &mut escaped);
+                let was_escaped = descriptor.push(block, &mut escaped);
                 debug_assert!(was_escaped);
                 Arc::new(escaped)
             } else {
-                descriptor.push_unescaped(*block, version);
+                descriptor.push_unescaped(block, version);
                 version.clone()
             };
             images.push(image);
@@ -241,26 +247,18 @@ fn commit_build_log_blocks(
 /// with `versions_max == 1` a writer waits as in JBD2.
 fn commit_write_log_blocks(
     shared: &Shared,
-    tid: Tid,
-    start: u32,
+    committing: &Committing,
+    offsets: &[u64],
     blocks: &[BlockData],
 ) -> Result<()> {
-    let shadowed: Vec<_> = {
-        let st = shared.state.lock();
-        st.txn(tid).expect("the committing transaction exists").buffers.clone()
-    };
     let _shadow = IoFlagGuard::new(
-        shadowed.iter().map(|b| &**b),
+        committing.buffers.iter().map(|(buffer, _)| &**buffer),
         |inner| inner.shadow = true,
         |inner| inner.shadow = false,
     );
-    let st = shared.state.lock();
-    let offsets: Vec<u64> =
-        (0..blocks.len() as u32).map(|i| shared.log_offset(st.log.advance(start, i))).collect();
-    drop(st);
     let writes: Vec<Write<'_>> = blocks
         .iter()
-        .zip(&offsets)
+        .zip(offsets)
         .map(|(data, &offset)| Write { offset, data: data.as_slice(), fua: false })
         .collect();
     shared.dev.write_batch(&writes).map_err(JournalError::from)

@@ -180,13 +180,9 @@ impl Handle {
         self.stopped = true;
         let mut st = self.shared.state.lock();
         let unused = self.credits - self.used;
-        let bound = {
-            let txn = st.txn(self.tid).expect("a handle's transaction is open");
-            self.shared.log_blocks_bound(txn.credits - unused)
-        };
         let txn = st.txn_mut(self.tid).expect("a handle's transaction is open");
         txn.credits -= unused;
-        txn.log_reserved = bound;
+        txn.log_reserved = self.shared.log_blocks_bound(txn.credits);
         txn.updates -= 1;
         let last_out = txn.updates == 0;
         drop(st);

@@ -5,6 +5,7 @@
 //! - PASS_REVOKE builds the revoke table from the committed transactions;
 //! - PASS_REPLAY writes every logged block that is not revoked and whose tag checksum holds,
 //!   in log order (later copies overwrite earlier ones).
+//!
 //! Our scan reads every control block once and keeps what the later passes need, so REVOKE and
 //! REPLAY read only data blocks. With `threads > 1` the replay is partitioned by home block:
 //! each block's newest valid copy wins, which is the state the in-order replay leaves.
@@ -403,6 +404,9 @@ fn pass_replay(
     finish_replay(outcome)
 }
 
+/// One logged copy of a block: its transaction, where it sits in the log, and its tag.
+type LoggedCopy = (Tid, u32, DescriptorTag);
+
 /// PASS_REPLAY partitioned by home block over `threads` threads: each block's newest copy
 /// whose checksum holds is written once.
 fn pass_replay_parallel(
@@ -415,7 +419,7 @@ fn pass_replay_parallel(
     let format = scan.superblock.format();
     let mut outcome = ReplayOutcome::default();
     // Every copy of each block, newest last.
-    let mut copies: HashMap<u64, Vec<(Tid, u32, DescriptorTag)>> = HashMap::new();
+    let mut copies: HashMap<u64, Vec<LoggedCopy>> = HashMap::new();
     for txn in &scan.transactions {
         for (log_block, tag) in &txn.tags {
             if revokes.is_revoked(tag.block, txn.tid) {
@@ -426,10 +430,12 @@ fn pass_replay_parallel(
             copies.entry(tag.block).or_default().push((txn.tid, *log_block, *tag));
         }
     }
-    let mut blocks: Vec<&Vec<(Tid, u32, DescriptorTag)>> = copies.values().collect();
+    let mut blocks: Vec<&Vec<LoggedCopy>> = copies.values().collect();
     blocks.sort_by_key(|c| c[0].2.block);
     let chunk = blocks.len().div_ceil(threads.max(1)).max(1);
-    let results: Vec<Result<(Vec<u64>, Vec<(u32, u64)>)>> = std::thread::scope(|scope| {
+    // Per worker: the home blocks written, and (log block, home block) of failed checksums.
+    type WorkerOutcome = Result<(Vec<u64>, Vec<(u32, u64)>)>;
+    let results: Vec<WorkerOutcome> = std::thread::scope(|scope| {
         let workers: Vec<_> = blocks
             .chunks(chunk)
             .map(|part| {

@@ -68,19 +68,17 @@ mod hostile_input_tests {
         }
     }
 
-    /// The seed comes from QUILL_TEST_SEED when set (to replay a failure), else from the clock;
+    /// The seed comes from QUILL_SEED when set (to replay a failure), else from the clock;
     /// it is printed so a failing run can be repeated.
     fn seed() -> u64 {
-        let seed = std::env::var("QUILL_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
+        let seed =
+            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_nanos() as u64)
                     .unwrap_or(1)
             });
-        println!("hostile input seed: {seed} (replay with QUILL_TEST_SEED={seed})");
+        println!("hostile input seed: {seed} (replay with QUILL_SEED={seed})");
         seed | 1
     }
 
