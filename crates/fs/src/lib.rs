@@ -1,5 +1,4 @@
-//! quill's ext4 file-system layer. For now: opening an image read-only, reading inodes and
-//! extent trees, locating the internal journal, and toggling the needs_recovery flag.
+//! quill's ext4 file-system layer.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -11,8 +10,13 @@
 //! }
 //! ```
 
+pub mod dir;
 pub mod error;
+pub mod extent_tree;
 pub mod image;
+pub mod meta_io;
+pub mod mkfs;
+pub mod xattr;
 
 pub use error::FsError;
 pub use image::Ext4Image;

@@ -18,11 +18,14 @@
 //! [`OnDiskError::Corrupted`]: crate::OnDiskError::Corrupted
 
 mod bytes;
+pub mod dir;
 mod extent;
 pub mod feature;
 mod group_desc;
+pub mod htree;
 mod inode;
 mod superblock;
+pub mod xattr;
 
 pub use extent::{
     extent_block_checksum_ok, parse_extent_node, Extent, ExtentEntries, ExtentHeader, ExtentIndex,
