@@ -11,7 +11,7 @@
 //! | gdt_csum       | crc16 (Linux `crc16`, poly 0x8005 reflected), uuid first | 0xFFFF     |
 //! | neither        | none                                             |                    |
 
-use super::bytes::{le16, le32};
+use super::bytes::{le16, le32, put_le16, put_le32};
 use super::superblock::{Superblock, DESC_SIZE_MAX, DESC_SIZE_MIN, DESC_SIZE_MIN_64BIT};
 use crate::crc::crc32c_raw;
 use crate::OnDiskError;
@@ -31,6 +31,8 @@ mod off {
     pub const FREE_INODES_LO: usize = 0xE;
     pub const USED_DIRS_LO: usize = 0x10;
     pub const FLAGS: usize = 0x12;
+    pub const BLOCK_BITMAP_CSUM_LO: usize = 0x18;
+    pub const INODE_BITMAP_CSUM_LO: usize = 0x1A;
     pub const ITABLE_UNUSED_LO: usize = 0x1C;
     pub const CHECKSUM: usize = 0x1E;
     pub const BLOCK_BITMAP_HI: usize = 0x20;
@@ -40,6 +42,8 @@ mod off {
     pub const FREE_INODES_HI: usize = 0x2E;
     pub const USED_DIRS_HI: usize = 0x30;
     pub const ITABLE_UNUSED_HI: usize = 0x32;
+    pub const BLOCK_BITMAP_CSUM_HI: usize = 0x38;
+    pub const INODE_BITMAP_CSUM_HI: usize = 0x3A;
 }
 
 /// One decoded group descriptor; `_hi` halves are included when the descriptor has them.
@@ -56,6 +60,10 @@ pub struct GroupDesc {
     pub itable_unused: u32,
     pub flags: u16,
     pub checksum: u16,
+    /// crc32c of the block bitmap (metadata_csum); only the low 16 bits on 32-byte descriptors.
+    pub block_bitmap_csum: u32,
+    /// crc32c of the inode bitmap (metadata_csum); only the low 16 bits on 32-byte descriptors.
+    pub inode_bitmap_csum: u32,
 }
 
 impl GroupDesc {
@@ -94,7 +102,80 @@ impl GroupDesc {
             itable_unused: join16(off::ITABLE_UNUSED_LO, off::ITABLE_UNUSED_HI),
             flags: le16(b, off::FLAGS),
             checksum: le16(b, off::CHECKSUM),
+            block_bitmap_csum: join16(off::BLOCK_BITMAP_CSUM_LO, off::BLOCK_BITMAP_CSUM_HI),
+            inode_bitmap_csum: join16(off::INODE_BITMAP_CSUM_LO, off::INODE_BITMAP_CSUM_HI),
         })
+    }
+
+    /// Writes every field over the first `desc_size` bytes of `raw` (the high halves only when
+    /// the descriptor is 64 bytes or more). The checksum field is written as stored in `self`;
+    /// call [`set_group_desc_checksum`] afterwards.
+    pub fn encode_into(&self, raw: &mut [u8], desc_size: usize) {
+        assert!(raw.len() >= desc_size && desc_size >= usize::from(DESC_SIZE_MIN));
+        let wide = desc_size >= usize::from(DESC_SIZE_MIN_64BIT);
+        let mut put64 = |lo: usize, hi: usize, v: u64| {
+            put_le32(raw, lo, v as u32);
+            if wide {
+                put_le32(raw, hi, (v >> 32) as u32);
+            }
+        };
+        put64(off::BLOCK_BITMAP_LO, off::BLOCK_BITMAP_HI, self.block_bitmap);
+        put64(off::INODE_BITMAP_LO, off::INODE_BITMAP_HI, self.inode_bitmap);
+        put64(off::INODE_TABLE_LO, off::INODE_TABLE_HI, self.inode_table);
+        let mut put32 = |lo: usize, hi: usize, v: u32| {
+            put_le16(raw, lo, v as u16);
+            if wide {
+                put_le16(raw, hi, (v >> 16) as u16);
+            }
+        };
+        put32(off::FREE_BLOCKS_LO, off::FREE_BLOCKS_HI, self.free_blocks);
+        put32(off::FREE_INODES_LO, off::FREE_INODES_HI, self.free_inodes);
+        put32(off::USED_DIRS_LO, off::USED_DIRS_HI, self.used_dirs);
+        put32(off::ITABLE_UNUSED_LO, off::ITABLE_UNUSED_HI, self.itable_unused);
+        put32(off::BLOCK_BITMAP_CSUM_LO, off::BLOCK_BITMAP_CSUM_HI, self.block_bitmap_csum);
+        put32(off::INODE_BITMAP_CSUM_LO, off::INODE_BITMAP_CSUM_HI, self.inode_bitmap_csum);
+        put_le16(raw, off::FLAGS, self.flags);
+        put_le16(raw, off::CHECKSUM, self.checksum);
+    }
+}
+
+/// The checksum a bitmap carries in its group descriptor (`ext4_block_bitmap_csum_set`,
+/// `ext4_inode_bitmap_csum_set`): crc32c seeded with the file system's seed over the bitmap's
+/// meaningful bytes (`blocks_per_group / 8` or `inodes_per_group / 8`). Only the low 16 bits
+/// are stored on 32-byte descriptors.
+pub fn bitmap_checksum(sb: &Superblock, bitmap: &[u8]) -> u32 {
+    crc32c_raw(sb.csum_seed(), bitmap)
+}
+
+/// The descriptor checksum of `desc` for group `group`, or `None` when the file system
+/// defines none (`ext4_group_desc_csum`).
+pub fn group_desc_checksum(sb: &Superblock, group: u32, desc: &[u8]) -> Option<u16> {
+    let desc = desc.get(..sb.desc_size())?;
+    let le_group = group.to_le_bytes();
+    let after_checksum = off::CHECKSUM + 2;
+    if sb.has_metadata_csum() {
+        let mut crc = crc32c_raw(sb.csum_seed(), &le_group);
+        crc = crc32c_raw(crc, &desc[..off::CHECKSUM]);
+        crc = crc32c_raw(crc, &[0, 0]);
+        crc = crc32c_raw(crc, &desc[after_checksum..]);
+        return Some(crc as u16);
+    }
+    if sb.has_gdt_csum() {
+        let mut crc = crc16(!0, &sb.uuid);
+        crc = crc16(crc, &le_group);
+        crc = crc16(crc, &desc[..off::CHECKSUM]);
+        if sb.is_64bit() {
+            crc = crc16(crc, &desc[after_checksum..]);
+        }
+        return Some(crc);
+    }
+    None
+}
+
+/// Stores the descriptor checksum of group `group` into `desc` (no-op without one).
+pub fn set_group_desc_checksum(sb: &Superblock, group: u32, desc: &mut [u8]) {
+    if let Some(crc) = group_desc_checksum(sb, group, desc) {
+        put_le16(desc, off::CHECKSUM, crc);
     }
 }
 
@@ -105,26 +186,7 @@ pub fn group_desc_checksum_ok(sb: &Superblock, group: u32, raw_desc: &[u8]) -> b
     let Some(desc) = raw_desc.get(..sb.desc_size()) else {
         return false;
     };
-    let stored = le16(desc, off::CHECKSUM);
-    let le_group = group.to_le_bytes();
-    let after_checksum = off::CHECKSUM + 2;
-    if sb.has_metadata_csum() {
-        let mut crc = crc32c_raw(sb.csum_seed(), &le_group);
-        crc = crc32c_raw(crc, &desc[..off::CHECKSUM]);
-        crc = crc32c_raw(crc, &[0, 0]);
-        crc = crc32c_raw(crc, &desc[after_checksum..]);
-        return stored == crc as u16;
-    }
-    if sb.has_gdt_csum() {
-        let mut crc = crc16(!0, &sb.uuid);
-        crc = crc16(crc, &le_group);
-        crc = crc16(crc, &desc[..off::CHECKSUM]);
-        if sb.is_64bit() {
-            crc = crc16(crc, &desc[after_checksum..]);
-        }
-        return stored == crc;
-    }
-    true
+    group_desc_checksum(sb, group, desc).is_none_or(|crc| crc == le16(desc, off::CHECKSUM))
 }
 
 const fn crc16_table() -> [u16; 256] {
@@ -192,6 +254,17 @@ mod tests {
         assert_eq!(narrow.free_blocks, 100);
         assert!(GroupDesc::parse(&d, 48).is_err());
         assert!(GroupDesc::parse(&d[..40], 64).is_err());
+    }
+
+    #[test]
+    fn encoded_descriptor_round_trips_and_seals() {
+        let sb = sample();
+        let desc = GroupDesc::parse(&sample_desc(), 64).unwrap();
+        let mut raw = vec![0u8; 64];
+        desc.encode_into(&mut raw, 64);
+        assert_eq!(GroupDesc::parse(&raw, 64).unwrap(), desc);
+        set_group_desc_checksum(&sb, 3, &mut raw);
+        assert!(group_desc_checksum_ok(&sb, 3, &raw));
     }
 
     #[test]

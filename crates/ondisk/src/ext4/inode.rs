@@ -16,7 +16,7 @@
 //!
 //! With `i_checksum_hi` present (extra_isize >= 4) all 32 bits are compared, else the low 16.
 
-use super::bytes::{le16, le32};
+use super::bytes::{le16, le32, put_le16, put_le32};
 use super::superblock::{Superblock, CREATOR_OS_LINUX, INODE_SIZE_MIN};
 use crate::crc::crc32c_raw;
 use crate::OnDiskError;
@@ -25,6 +25,12 @@ use crate::OnDiskError;
 pub const EXTENTS_FL: u32 = 0x0008_0000;
 /// `i_flags`: the file's data lives in the inode (inline_data).
 pub const INLINE_DATA_FL: u32 = 0x1000_0000;
+/// `i_flags`: a directory with an htree index (dir_index).
+pub const INDEX_FL: u32 = 0x0000_1000;
+/// `i_flags`: `i_blocks` counts file-system blocks instead of 512-byte sectors (huge_file).
+pub const HUGE_FILE_FL: u32 = 0x0004_0000;
+/// `i_flags`: the inode has large extended-attribute values in inodes (ea_inode).
+pub const EA_INODE_FL: u32 = 0x0020_0000;
 /// The root directory.
 pub const ROOT_INO: u32 = 2;
 /// The journal inode of an internal journal.
@@ -32,6 +38,12 @@ pub const JOURNAL_INO: u32 = 8;
 /// `i_mode` file-type bits and the regular-file type.
 pub const MODE_TYPE_MASK: u16 = 0xF000;
 pub const MODE_REGULAR: u16 = 0x8000;
+pub const MODE_DIR: u16 = 0x4000;
+pub const MODE_SYMLINK: u16 = 0xA000;
+pub const MODE_CHRDEV: u16 = 0x2000;
+pub const MODE_BLKDEV: u16 = 0x6000;
+pub const MODE_FIFO: u16 = 0x1000;
+pub const MODE_SOCKET: u16 = 0xC000;
 /// Size of `i_block`: 15 32-bit words, the extent-tree root for extent inodes.
 pub const INODE_BLOCK_SIZE: usize = 60;
 
@@ -41,36 +53,114 @@ mod off {
     pub const MODE: usize = 0x0;
     pub const UID_LO: usize = 0x2;
     pub const SIZE_LO: usize = 0x4;
+    pub const ATIME: usize = 0x8;
+    pub const CTIME: usize = 0xC;
+    pub const MTIME: usize = 0x10;
+    pub const DTIME: usize = 0x14;
     pub const GID_LO: usize = 0x18;
     pub const LINKS_COUNT: usize = 0x1A;
+    pub const BLOCKS_LO: usize = 0x1C;
     pub const FLAGS: usize = 0x20;
     pub const BLOCK: usize = 0x28;
     pub const GENERATION: usize = 0x64;
+    pub const FILE_ACL_LO: usize = 0x68;
     pub const SIZE_HIGH: usize = 0x6C;
+    pub const BLOCKS_HIGH: usize = 0x74;
+    pub const FILE_ACL_HIGH: usize = 0x76;
     pub const UID_HIGH: usize = 0x78;
     pub const GID_HIGH: usize = 0x7A;
     pub const CHECKSUM_LO: usize = 0x7C;
     pub const EXTRA_ISIZE: usize = 0x80;
     pub const CHECKSUM_HI: usize = 0x82;
+    pub const CTIME_EXTRA: usize = 0x84;
+    pub const MTIME_EXTRA: usize = 0x88;
+    pub const ATIME_EXTRA: usize = 0x8C;
+    pub const CRTIME: usize = 0x90;
+    pub const CRTIME_EXTRA: usize = 0x94;
+}
+
+/// A timestamp as ext4 stores it: seconds since the epoch (a signed 32-bit field extended by
+/// two epoch bits in the `_extra` word) and nanoseconds (also in the `_extra` word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Timestamp {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timestamp {
+    /// Decodes `(i_xtime, i_xtime_extra)`; `extra` is `None` when the record has no such field.
+    fn decode(base: u32, extra: Option<u32>) -> Self {
+        let mut sec = i64::from(base as i32);
+        let mut nsec = 0;
+        if let Some(extra) = extra {
+            // ext4_decode_extra_time: the two epoch bits extend the signed 32-bit seconds.
+            sec += i64::from(extra & 3) << 32;
+            nsec = (extra >> 2).min(999_999_999);
+        }
+        Timestamp { sec, nsec }
+    }
+
+    /// Encodes into `(i_xtime, i_xtime_extra)` as `ext4_encode_extra_time` does.
+    fn encode(self) -> (u32, u32) {
+        let epoch = ((self.sec - i64::from(self.sec as i32)) >> 32) as u32 & 3;
+        (self.sec as u32, epoch | (self.nsec.min(999_999_999) << 2))
+    }
 }
 
 const _: () = assert!(off::BLOCK + INODE_BLOCK_SIZE == off::GENERATION);
 const _: () = assert!(off::CHECKSUM_LO + 4 == BASE_SIZE);
 
-/// The fields of an inode quill uses so far.
+/// The fields of an inode quill reads and writes. Fields it does not model (`i_version`,
+/// `i_projid`, the in-inode xattr area) are preserved by [`Inode::encode_into`], which writes
+/// over the record it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
     pub mode: u16,
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
+    pub atime: Timestamp,
+    pub ctime: Timestamp,
+    pub mtime: Timestamp,
+    /// Creation time; zero when the record has no room for `i_crtime`.
+    pub crtime: Timestamp,
+    /// Deletion time, or the next inode of the orphan list while the inode is an orphan.
+    pub dtime: u32,
     pub links_count: u16,
+    /// `i_blocks_lo | l_i_blocks_high << 32`, in the unit the flags say (see
+    /// [`Inode::blocks_512`]).
+    pub blocks_raw: u64,
     pub flags: u32,
     pub generation: u32,
+    /// `i_file_acl`: the extended-attribute block, 0 for none.
+    pub file_acl: u64,
     /// `i_block`: an extent-tree root, block map, inline data or symlink target.
     pub block: [u8; INODE_BLOCK_SIZE],
     /// `i_extra_isize`; 0 for 128-byte records.
     pub extra_isize: u16,
+}
+
+impl Default for Inode {
+    fn default() -> Self {
+        Inode {
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            crtime: Timestamp::default(),
+            dtime: 0,
+            links_count: 0,
+            blocks_raw: 0,
+            flags: 0,
+            generation: 0,
+            file_acl: 0,
+            block: [0; INODE_BLOCK_SIZE],
+            extra_isize: 0,
+        }
+    }
 }
 
 impl Inode {
@@ -92,7 +182,20 @@ impl Inode {
         }
         let mut block = [0u8; INODE_BLOCK_SIZE];
         block.copy_from_slice(&raw[off::BLOCK..off::BLOCK + INODE_BLOCK_SIZE]);
+        let extra_end = BASE_SIZE + usize::from(extra_isize);
+        let extra = |field: usize| (field + 4 <= extra_end).then(|| le32(raw, field));
         Ok(Inode {
+            atime: Timestamp::decode(le32(raw, off::ATIME), extra(off::ATIME_EXTRA)),
+            ctime: Timestamp::decode(le32(raw, off::CTIME), extra(off::CTIME_EXTRA)),
+            mtime: Timestamp::decode(le32(raw, off::MTIME), extra(off::MTIME_EXTRA)),
+            crtime: extra(off::CRTIME)
+                .map(|base| Timestamp::decode(base, extra(off::CRTIME_EXTRA)))
+                .unwrap_or_default(),
+            dtime: le32(raw, off::DTIME),
+            blocks_raw: u64::from(le32(raw, off::BLOCKS_LO))
+                | (u64::from(le16(raw, off::BLOCKS_HIGH)) << 32),
+            file_acl: u64::from(le32(raw, off::FILE_ACL_LO))
+                | (u64::from(le16(raw, off::FILE_ACL_HIGH)) << 32),
             mode: le16(raw, off::MODE),
             uid: u32::from(le16(raw, off::UID_LO)) | (u32::from(le16(raw, off::UID_HIGH)) << 16),
             gid: u32::from(le16(raw, off::GID_LO)) | (u32::from(le16(raw, off::GID_HIGH)) << 16),
@@ -105,8 +208,85 @@ impl Inode {
         })
     }
 
+    /// Writes every modelled field over `raw` (an existing record of `s_inode_size` bytes, or
+    /// zeros for a new inode), leaving the bytes it does not model alone. Fields the record has
+    /// no room for (extra times when `i_extra_isize` is small) are dropped. The checksum is not
+    /// updated: call [`set_inode_checksum`] afterwards.
+    pub fn encode_into(&self, raw: &mut [u8]) {
+        assert!(raw.len() >= BASE_SIZE, "inode record of {} bytes", raw.len());
+        let extra_isize = if raw.len() > BASE_SIZE { self.extra_isize } else { 0 };
+        assert!(BASE_SIZE + usize::from(extra_isize) <= raw.len(), "extra_isize overflows");
+        put_le16(raw, off::MODE, self.mode);
+        put_le16(raw, off::UID_LO, self.uid as u16);
+        put_le16(raw, off::UID_HIGH, (self.uid >> 16) as u16);
+        put_le16(raw, off::GID_LO, self.gid as u16);
+        put_le16(raw, off::GID_HIGH, (self.gid >> 16) as u16);
+        put_le32(raw, off::SIZE_LO, self.size as u32);
+        put_le32(raw, off::SIZE_HIGH, (self.size >> 32) as u32);
+        put_le32(raw, off::DTIME, self.dtime);
+        put_le16(raw, off::LINKS_COUNT, self.links_count);
+        put_le32(raw, off::BLOCKS_LO, self.blocks_raw as u32);
+        put_le16(raw, off::BLOCKS_HIGH, (self.blocks_raw >> 32) as u16);
+        put_le32(raw, off::FLAGS, self.flags);
+        raw[off::BLOCK..off::BLOCK + INODE_BLOCK_SIZE].copy_from_slice(&self.block);
+        put_le32(raw, off::GENERATION, self.generation);
+        put_le32(raw, off::FILE_ACL_LO, self.file_acl as u32);
+        put_le16(raw, off::FILE_ACL_HIGH, (self.file_acl >> 32) as u16);
+        let extra_end = BASE_SIZE + usize::from(extra_isize);
+        if raw.len() > BASE_SIZE {
+            put_le16(raw, off::EXTRA_ISIZE, extra_isize);
+        }
+        let times = [
+            (off::ATIME, off::ATIME_EXTRA, self.atime),
+            (off::CTIME, off::CTIME_EXTRA, self.ctime),
+            (off::MTIME, off::MTIME_EXTRA, self.mtime),
+        ];
+        for (base, extra, time) in times {
+            let (sec, extra_word) = time.encode();
+            put_le32(raw, base, sec);
+            if extra + 4 <= extra_end {
+                put_le32(raw, extra, extra_word);
+            }
+        }
+        if off::CRTIME + 4 <= extra_end {
+            let (sec, extra_word) = self.crtime.encode();
+            put_le32(raw, off::CRTIME, sec);
+            if off::CRTIME_EXTRA + 4 <= extra_end {
+                put_le32(raw, off::CRTIME_EXTRA, extra_word);
+            }
+        }
+    }
+
+    /// The in-inode extended-attribute area of `raw`: from the end of the extra fields to the
+    /// end of the record (empty for 128-byte records).
+    pub fn xattr_area_range(&self, inode_size: usize) -> std::ops::Range<usize> {
+        let start = (BASE_SIZE + usize::from(self.extra_isize)).min(inode_size);
+        start..inode_size
+    }
+
+    /// `i_blocks` in 512-byte sectors, whatever unit the record uses.
+    pub fn blocks_512(&self, block_size: u32) -> u64 {
+        if self.flags & HUGE_FILE_FL != 0 {
+            self.blocks_raw.saturating_mul(u64::from(block_size / 512))
+        } else {
+            self.blocks_raw
+        }
+    }
+
     pub fn uses_extents(&self) -> bool {
         self.flags & EXTENTS_FL != 0
+    }
+
+    pub fn file_type(&self) -> u16 {
+        self.mode & MODE_TYPE_MASK
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.file_type() == MODE_DIR
+    }
+
+    pub fn is_symlink(&self) -> bool {
+        self.file_type() == MODE_SYMLINK
     }
 
     pub fn is_regular(&self) -> bool {
@@ -154,6 +334,28 @@ pub fn inode_checksum_ok(sb: &Superblock, ino: u32, raw: &[u8]) -> bool {
         le16(raw, off::CHECKSUM_LO) == crc as u16
     };
     matches || raw[..BASE_SIZE].iter().all(|&b| b == 0)
+}
+
+/// Writes the checksum of record `raw` of inode `ino` (`ext4_inode_csum_set`); does nothing
+/// when metadata_csum is off or the creator OS is not Linux.
+pub fn set_inode_checksum(sb: &Superblock, ino: u32, raw: &mut [u8]) {
+    if !sb.has_metadata_csum() || sb.creator_os != CREATOR_OS_LINUX {
+        return;
+    }
+    let size = usize::from(sb.inode_size).min(raw.len());
+    let raw = &mut raw[..size];
+    let has_hi = size >= off::CHECKSUM_HI + 2
+        && BASE_SIZE + usize::from(le16(raw, off::EXTRA_ISIZE)) >= off::CHECKSUM_HI + 2;
+    put_le16(raw, off::CHECKSUM_LO, 0);
+    if has_hi {
+        put_le16(raw, off::CHECKSUM_HI, 0);
+    }
+    let seed = inode_csum_seed(sb, ino, le32(raw, off::GENERATION));
+    let crc = crc32c_raw(seed, raw);
+    put_le16(raw, off::CHECKSUM_LO, crc as u16);
+    if has_hi {
+        put_le16(raw, off::CHECKSUM_HI, (crc >> 16) as u16);
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +431,41 @@ pub(crate) mod tests {
         assert!(inode_checksum_ok(&sb, 8, &raw));
         raw[off::CHECKSUM_HI] ^= 1;
         assert!(!inode_checksum_ok(&sb, 8, &raw));
+    }
+
+    #[test]
+    fn encoded_inode_round_trips_with_nanosecond_times_and_a_valid_checksum() {
+        let sb = sample();
+        let mut raw = sample_raw(&sb, 8);
+        let mut inode = Inode::parse(&raw).unwrap();
+        inode.atime = Timestamp { sec: -5, nsec: 7 };
+        inode.mtime = Timestamp { sec: (1 << 33) + 12, nsec: 999_999_999 };
+        inode.ctime = Timestamp { sec: 1_700_000_000, nsec: 123_456_789 };
+        inode.crtime = Timestamp { sec: 1, nsec: 2 };
+        inode.file_acl = (3 << 32) | 77;
+        inode.blocks_raw = (5 << 32) | 9;
+        inode.dtime = 42;
+        inode.encode_into(&mut raw);
+        set_inode_checksum(&sb, 8, &mut raw);
+        assert!(inode_checksum_ok(&sb, 8, &raw));
+        assert_eq!(Inode::parse(&raw).unwrap(), inode);
+    }
+
+    #[test]
+    fn small_records_drop_the_extra_times() {
+        let sb = sample();
+        let mut raw = vec![0u8; 128];
+        let inode = Inode {
+            mode: MODE_DIR | 0o755,
+            mtime: Timestamp { sec: 10, nsec: 5 },
+            extra_isize: 32,
+            ..Inode::default()
+        };
+        inode.encode_into(&mut raw);
+        let back = Inode::parse(&raw).unwrap();
+        assert_eq!(back.mtime, Timestamp { sec: 10, nsec: 0 });
+        assert!(back.is_dir());
+        let _ = sb;
     }
 
     #[test]

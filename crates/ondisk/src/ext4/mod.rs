@@ -33,11 +33,14 @@ pub use extent::{
     EXTENT_TAIL_SIZE,
 };
 pub use group_desc::{
-    crc16, group_desc_checksum_ok, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
+    bitmap_checksum, crc16, group_desc_checksum, group_desc_checksum_ok, set_group_desc_checksum,
+    GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
 };
 pub use inode::{
-    inode_checksum_ok, inode_csum_seed, Inode, EXTENTS_FL, INLINE_DATA_FL, INODE_BLOCK_SIZE,
-    JOURNAL_INO, MODE_REGULAR, MODE_TYPE_MASK, ROOT_INO,
+    inode_checksum_ok, inode_csum_seed, set_inode_checksum, Inode, Timestamp, EA_INODE_FL,
+    EXTENTS_FL, HUGE_FILE_FL, INDEX_FL, INLINE_DATA_FL, INODE_BLOCK_SIZE, JOURNAL_INO, MODE_BLKDEV,
+    MODE_CHRDEV, MODE_DIR, MODE_FIFO, MODE_REGULAR, MODE_SOCKET, MODE_SYMLINK, MODE_TYPE_MASK,
+    ROOT_INO,
 };
 pub use superblock::{
     Superblock, CHECKSUM_TYPE_CRC32C, CREATOR_OS_LINUX, DESC_SIZE_MAX, DESC_SIZE_MIN,

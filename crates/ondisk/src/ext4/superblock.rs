@@ -45,6 +45,22 @@ pub const FIRST_INO_MIN: u32 = 11;
 mod off {
     pub const INODES_COUNT: usize = 0x0;
     pub const BLOCKS_COUNT_LO: usize = 0x4;
+    pub const R_BLOCKS_COUNT_LO: usize = 0x8;
+    pub const FREE_BLOCKS_COUNT_LO: usize = 0xC;
+    pub const FREE_INODES_COUNT: usize = 0x10;
+    pub const MTIME: usize = 0x2C;
+    pub const WTIME: usize = 0x30;
+    pub const MNT_COUNT: usize = 0x34;
+    pub const ERRORS: usize = 0x3C;
+    pub const LAST_ORPHAN: usize = 0xE8;
+    pub const HASH_SEED: usize = 0xEC;
+    pub const DEF_HASH_VERSION: usize = 0xFC;
+    pub const MIN_EXTRA_ISIZE: usize = 0x15C;
+    pub const FLAGS: usize = 0x160;
+    pub const KBYTES_WRITTEN: usize = 0x178;
+    pub const R_BLOCKS_COUNT_HI: usize = 0x154;
+    pub const FREE_BLOCKS_COUNT_HI: usize = 0x158;
+    pub const ORPHAN_FILE_INUM: usize = 0x280;
     pub const FIRST_DATA_BLOCK: usize = 0x14;
     pub const LOG_BLOCK_SIZE: usize = 0x18;
     pub const BLOCKS_PER_GROUP: usize = 0x20;
@@ -107,6 +123,31 @@ pub struct Superblock {
     /// `s_backup_bgs`: the only groups holding backups when sparse_super2 is on.
     pub backup_bgs: [u32; 2],
     pub checksum_seed: u32,
+    /// `s_r_blocks_count` (with the high half under 64bit): blocks reserved for root.
+    pub r_blocks_count: u64,
+    /// `s_free_blocks_count`; the kernel keeps it only approximately up to date on disk.
+    pub free_blocks_count: u64,
+    pub free_inodes_count: u32,
+    /// Last mount and last write time (low 32 bits; quill leaves the `_hi` bytes alone).
+    pub mtime: u32,
+    pub wtime: u32,
+    pub mnt_count: u16,
+    /// `s_errors`: 1 continue, 2 remount read-only, 3 panic.
+    pub errors: u16,
+    /// `s_last_orphan`: head of the orphan inode list (0 = empty).
+    pub last_orphan: u32,
+    /// `s_hash_seed`: the htree hash seed (four little-endian words).
+    pub hash_seed: [u32; 4],
+    /// `s_def_hash_version`: htree hash of new directories (0 legacy, 1 half_md4, 2 tea).
+    pub def_hash_version: u8,
+    /// `s_min_extra_isize`: the extra inode space new inodes should reserve.
+    pub min_extra_isize: u16,
+    /// `s_flags`: 0x1 signed hash, 0x2 unsigned hash, 0x4 test filesystem.
+    pub flags: u32,
+    /// `s_kbytes_written`: lifetime KiB written.
+    pub kbytes_written: u64,
+    /// `s_orphan_file_inum`: the orphan file (orphan_file feature), 0 for none.
+    pub orphan_file_inum: u32,
     raw: [u8; SUPERBLOCK_SIZE],
 }
 
@@ -131,7 +172,8 @@ impl Superblock {
     fn decode(raw: [u8; SUPERBLOCK_SIZE]) -> Self {
         let b = &raw;
         let feature_incompat = le32(b, off::FEATURE_INCOMPAT);
-        let blocks_hi = if feature_incompat & feature::INCOMPAT_64BIT != 0 {
+        let blocks_hi_on = feature_incompat & feature::INCOMPAT_64BIT != 0;
+        let blocks_hi = if blocks_hi_on {
             u64::from(le32(b, off::BLOCKS_COUNT_HI))
         } else {
             0
@@ -170,6 +212,29 @@ impl Superblock {
             checksum_type: b[off::CHECKSUM_TYPE],
             backup_bgs: [le32(b, off::BACKUP_BGS), le32(b, off::BACKUP_BGS + 4)],
             checksum_seed: le32(b, off::CHECKSUM_SEED),
+            r_blocks_count: u64::from(le32(b, off::R_BLOCKS_COUNT_LO))
+                | (u64::from(if blocks_hi_on { le32(b, off::R_BLOCKS_COUNT_HI) } else { 0 }) << 32),
+            free_blocks_count: u64::from(le32(b, off::FREE_BLOCKS_COUNT_LO))
+                | (u64::from(if blocks_hi_on { le32(b, off::FREE_BLOCKS_COUNT_HI) } else { 0 })
+                    << 32),
+            free_inodes_count: le32(b, off::FREE_INODES_COUNT),
+            mtime: le32(b, off::MTIME),
+            wtime: le32(b, off::WTIME),
+            mnt_count: le16(b, off::MNT_COUNT),
+            errors: le16(b, off::ERRORS),
+            last_orphan: le32(b, off::LAST_ORPHAN),
+            hash_seed: [
+                le32(b, off::HASH_SEED),
+                le32(b, off::HASH_SEED + 4),
+                le32(b, off::HASH_SEED + 8),
+                le32(b, off::HASH_SEED + 12),
+            ],
+            def_hash_version: b[off::DEF_HASH_VERSION],
+            min_extra_isize: le16(b, off::MIN_EXTRA_ISIZE),
+            flags: le32(b, off::FLAGS),
+            kbytes_written: u64::from(le32(b, off::KBYTES_WRITTEN))
+                | (u64::from(le32(b, off::KBYTES_WRITTEN + 4)) << 32),
+            orphan_file_inum: le32(b, off::ORPHAN_FILE_INUM),
             raw,
         }
     }
@@ -322,6 +387,17 @@ impl Superblock {
         }
     }
 
+    /// The htree hash version new directory entries use: `s_def_hash_version`, moved to its
+    /// unsigned variant (+3) when `s_flags` says chars are unsigned (EXT2_FLAGS_UNSIGNED_HASH).
+    pub fn effective_hash_version(&self) -> u8 {
+        const FLAGS_UNSIGNED_HASH: u32 = 0x2;
+        if self.flags & FLAGS_UNSIGNED_HASH != 0 && self.def_hash_version <= 2 {
+            self.def_hash_version + 3
+        } else {
+            self.def_hash_version
+        }
+    }
+
     pub fn needs_recovery(&self) -> bool {
         self.feature_incompat & feature::INCOMPAT_RECOVER != 0
     }
@@ -436,6 +512,27 @@ impl Superblock {
         put_le32(b, off::BACKUP_BGS, self.backup_bgs[0]);
         put_le32(b, off::BACKUP_BGS + 4, self.backup_bgs[1]);
         put_le32(b, off::CHECKSUM_SEED, self.checksum_seed);
+        put_le32(b, off::R_BLOCKS_COUNT_LO, self.r_blocks_count as u32);
+        put_le32(b, off::FREE_BLOCKS_COUNT_LO, self.free_blocks_count as u32);
+        if self.is_64bit() {
+            put_le32(b, off::R_BLOCKS_COUNT_HI, (self.r_blocks_count >> 32) as u32);
+            put_le32(b, off::FREE_BLOCKS_COUNT_HI, (self.free_blocks_count >> 32) as u32);
+        }
+        put_le32(b, off::FREE_INODES_COUNT, self.free_inodes_count);
+        put_le32(b, off::MTIME, self.mtime);
+        put_le32(b, off::WTIME, self.wtime);
+        put_le16(b, off::MNT_COUNT, self.mnt_count);
+        put_le16(b, off::ERRORS, self.errors);
+        put_le32(b, off::LAST_ORPHAN, self.last_orphan);
+        for (i, word) in self.hash_seed.iter().enumerate() {
+            put_le32(b, off::HASH_SEED + 4 * i, *word);
+        }
+        b[off::DEF_HASH_VERSION] = self.def_hash_version;
+        put_le16(b, off::MIN_EXTRA_ISIZE, self.min_extra_isize);
+        put_le32(b, off::FLAGS, self.flags);
+        put_le32(b, off::KBYTES_WRITTEN, self.kbytes_written as u32);
+        put_le32(b, off::KBYTES_WRITTEN + 4, (self.kbytes_written >> 32) as u32);
+        put_le32(b, off::ORPHAN_FILE_INUM, self.orphan_file_inum);
         if self.has_metadata_csum() {
             let checksum = raw_checksum(b);
             put_le32(b, off::CHECKSUM, checksum);
