@@ -122,17 +122,7 @@ impl Ext4Image {
         let location = self.inode_location(ino)?;
         let inode_size = usize::from(self.superblock.inode_size);
         if location.uninitialized {
-            return Ok(Inode {
-                mode: 0,
-                uid: 0,
-                gid: 0,
-                size: 0,
-                links_count: 0,
-                flags: 0,
-                generation: 0,
-                block: [0; ext4::INODE_BLOCK_SIZE],
-                extra_isize: 0,
-            });
+            return Ok(Inode::default());
         }
         let data = self.read_block(location.block)?;
         // inode_size is a power of two <= block size, so records never straddle blocks.
