@@ -81,6 +81,23 @@ impl Buffer {
         self.read(|d| d.to_vec())
     }
 
+    /// Fills a buffer that holds only zeros and that no transaction has touched with contents
+    /// computed in memory (a lazily initialized bitmap the file system builds instead of
+    /// reading). Returns whether it did; a buffer already in use keeps its contents.
+    pub fn init_if_zero(&self, image: &[u8]) -> bool {
+        let mut inner = self.inner.lock();
+        let untouched = inner.access.is_none()
+            && inner.listed.is_none()
+            && inner.versions.is_empty()
+            && inner.checkpoint.is_none()
+            && inner.data.len() == image.len()
+            && inner.data.iter().all(|&b| b == 0);
+        if untouched {
+            Arc::make_mut(&mut inner.data).copy_from_slice(image);
+        }
+        untouched
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, BufferInner> {
         self.inner.lock()
     }

@@ -330,6 +330,13 @@ impl Journal {
         self.shared.state.lock().last_durable
     }
 
+    /// Aborts the journal on the file system's behalf (ext4_handle_error with errors=remount-ro):
+    /// the running transaction and everything after it never commit, so metadata an operation
+    /// left half-changed is not made durable. Returns the sticky error.
+    pub fn abort(&self, cause: String, errno: i32) -> JournalError {
+        self.shared.abort(cause, errno)
+    }
+
     /// The sticky error, if the journal aborted.
     pub fn check_aborted(&self) -> Result<()> {
         self.shared.state.lock().aborted()

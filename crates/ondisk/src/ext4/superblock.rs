@@ -56,6 +56,7 @@ mod off {
     pub const HASH_SEED: usize = 0xEC;
     pub const DEF_HASH_VERSION: usize = 0xFC;
     pub const MIN_EXTRA_ISIZE: usize = 0x15C;
+    pub const RESERVED_GDT_BLOCKS: usize = 0xCE;
     pub const FLAGS: usize = 0x160;
     pub const KBYTES_WRITTEN: usize = 0x178;
     pub const R_BLOCKS_COUNT_HI: usize = 0x154;
@@ -148,6 +149,8 @@ pub struct Superblock {
     pub kbytes_written: u64,
     /// `s_orphan_file_inum`: the orphan file (orphan_file feature), 0 for none.
     pub orphan_file_inum: u32,
+    /// `s_reserved_gdt_blocks`: descriptor blocks reserved after the table for online resize.
+    pub reserved_gdt_blocks: u16,
     raw: [u8; SUPERBLOCK_SIZE],
 }
 
@@ -235,6 +238,7 @@ impl Superblock {
             kbytes_written: u64::from(le32(b, off::KBYTES_WRITTEN))
                 | (u64::from(le32(b, off::KBYTES_WRITTEN + 4)) << 32),
             orphan_file_inum: le32(b, off::ORPHAN_FILE_INUM),
+            reserved_gdt_blocks: le16(b, off::RESERVED_GDT_BLOCKS),
             raw,
         }
     }
@@ -533,6 +537,7 @@ impl Superblock {
         put_le32(b, off::KBYTES_WRITTEN, self.kbytes_written as u32);
         put_le32(b, off::KBYTES_WRITTEN + 4, (self.kbytes_written >> 32) as u32);
         put_le32(b, off::ORPHAN_FILE_INUM, self.orphan_file_inum);
+        put_le16(b, off::RESERVED_GDT_BLOCKS, self.reserved_gdt_blocks);
         if self.has_metadata_csum() {
             let checksum = raw_checksum(b);
             put_le32(b, off::CHECKSUM, checksum);

@@ -1,0 +1,152 @@
+//! Adapters that let the structure modules work on a live inode: [`ReadIo`] (a [`MetaIo`]
+//! for lookups outside any transaction) and [`DirAccess`] (a [`DirIo`] over a directory
+//! inode's extent tree).
+
+use crate::dir::{DirCtx, DirIo};
+use crate::error::{FsError, Result};
+use crate::extent_tree::{self, ExtentCtx, Lookup};
+use crate::filesystem::Filesystem;
+use crate::inodes::InodeData;
+use crate::meta_io::MetaIo;
+use ondisk::ext4;
+
+/// Metadata reads through the journal's buffer cache, for operations that change nothing.
+pub(crate) struct ReadIo<'a> {
+    pub fs: &'a Filesystem,
+}
+
+impl MetaIo for ReadIo<'_> {
+    fn block_size(&self) -> usize {
+        self.fs.block_size() as usize
+    }
+
+    fn blocks_count(&self) -> u64 {
+        self.fs.params.blocks_count
+    }
+
+    fn read_meta(&mut self, block: u64) -> Result<Vec<u8>> {
+        let blocks_count = self.fs.params.blocks_count;
+        if block == 0 || block >= blocks_count {
+            return Err(FsError::BlockOutOfRange { block, blocks_count });
+        }
+        Ok(self.fs.journal.read_buffer(block)?.to_vec())
+    }
+
+    fn write_meta(&mut self, block: u64, _: &[u8]) -> Result<()> {
+        Err(read_only_misuse(block))
+    }
+
+    fn alloc_meta_block(&mut self, _: u64) -> Result<u64> {
+        Err(read_only_misuse(0))
+    }
+
+    fn free_meta_block(&mut self, block: u64) -> Result<()> {
+        Err(read_only_misuse(block))
+    }
+
+    fn free_data_blocks(&mut self, start: u64, _: u64) -> Result<()> {
+        Err(read_only_misuse(start))
+    }
+}
+
+fn read_only_misuse(block: u64) -> FsError {
+    FsError::Invalid(format!("a read-only operation tried to change block {block}"))
+}
+
+/// The extent context of an inode: its checksum seed and an allocation goal in its group.
+pub(crate) fn extent_ctx(fs: &Filesystem, ino: u32, data: &InodeData) -> ExtentCtx {
+    let geo = &fs.groups.geo;
+    let group = geo.group_of_inode(ino);
+    ExtentCtx {
+        ino,
+        inode_block: fs.inode_table_location_pub(ino).map_or(0, |(block, _)| block),
+        csum_seed: fs.inode_csum_seed(ino, data.inode.generation),
+        goal: geo.group_first_block(group),
+    }
+}
+
+/// The directory context of directory `ino`.
+pub(crate) fn dir_ctx(fs: &Filesystem, ino: u32, data: &InodeData) -> DirCtx {
+    let sb = &fs.params;
+    DirCtx {
+        ino,
+        csum_seed: fs.inode_csum_seed(ino, data.inode.generation),
+        dir_index: sb.feature_compat & ext4::feature::COMPAT_DIR_INDEX != 0,
+        hash_version: sb.effective_hash_version(),
+        hash_seed: sb.hash_seed,
+    }
+}
+
+/// A directory inode's blocks as the directory module sees them. Appending a block allocates
+/// it, maps it in the extent tree, and grows `i_size`; the caller writes the inode afterwards.
+pub(crate) struct DirAccess<'a, M: MetaIo> {
+    pub io: &'a mut M,
+    pub data: &'a mut InodeData,
+    pub ectx: ExtentCtx,
+    pub block_size: u32,
+    /// Whether anything in the inode (size, flags, extent root) changed.
+    pub inode_changed: bool,
+}
+
+impl<M: MetaIo> DirAccess<'_, M> {
+    fn map(&mut self, lblk: u32) -> Result<u64> {
+        match extent_tree::lookup(self.io, &self.ectx, &self.data.inode.block, lblk)? {
+            Lookup::Mapped { pblk, .. } => Ok(pblk),
+            Lookup::Hole { .. } => Err(FsError::corrupted(
+                0,
+                format!("directory block {lblk} is not mapped (a hole inside a directory)"),
+            )),
+        }
+    }
+}
+
+impl<M: MetaIo> DirIo for DirAccess<'_, M> {
+    fn block_size(&self) -> usize {
+        self.block_size as usize
+    }
+
+    fn dir_blocks(&self) -> u32 {
+        (self.data.inode.size / u64::from(self.block_size)).min(u64::from(u32::MAX)) as u32
+    }
+
+    fn read_dir_block(&mut self, lblk: u32) -> Result<Vec<u8>> {
+        let pblk = self.map(lblk)?;
+        self.io.read_meta(pblk)
+    }
+
+    fn write_dir_block(&mut self, lblk: u32, data: &[u8]) -> Result<()> {
+        let pblk = self.map(lblk)?;
+        self.io.write_meta(pblk, data)
+    }
+
+    fn append_dir_block(&mut self) -> Result<u32> {
+        let lblk = self.dir_blocks();
+        let goal = match lblk.checked_sub(1) {
+            Some(last) => self.map(last)? + 1,
+            None => self.ectx.goal,
+        };
+        let pblk = self.io.alloc_meta_block(goal)?;
+        let ectx = ExtentCtx { goal: pblk, ..self.ectx };
+        extent_tree::insert(self.io, &ectx, &mut self.data.inode.block, lblk, pblk, 1, false)?;
+        self.data.inode.size += u64::from(self.block_size);
+        self.inode_changed = true;
+        Ok(lblk)
+    }
+
+    fn physical_block(&mut self, lblk: u32) -> u64 {
+        self.map(lblk).unwrap_or(0)
+    }
+
+    fn indexed(&self) -> bool {
+        self.data.inode.flags & ext4::INDEX_FL != 0
+    }
+
+    fn set_indexed(&mut self, on: bool) {
+        if on {
+            self.data.inode.flags |= ext4::INDEX_FL;
+        } else {
+            self.data.inode.flags &= !ext4::INDEX_FL;
+        }
+        self.inode_changed = true;
+    }
+}

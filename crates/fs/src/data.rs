@@ -1,0 +1,546 @@
+//! The data path: read, write, truncate, fallocate.
+//!
+//! Writes go through in bounded steps, each its own handle: a step maps at most
+//! [`STEP_BLOCKS_MAX`] blocks, writes their data, and updates the inode (size, mtime, i_blocks)
+//! before its handle stops, so every committed transaction describes a file whose mapped
+//! blocks already hold their data.
+//!
+//! Ordering (data=ordered, the default): data of newly allocated blocks is written to the
+//! device before the step's handle stops, so it is on the device before the commit's flush
+//! and therefore durable before the commit block that maps it. Blocks freed by a transaction
+//! are not reused until it is durable (`groups.rs`), so in-place data never lands in a block
+//! the last durable state still gives to another file. data=writeback gives no more than that
+//! here (it is accepted as an option and behaves like ordered). data=journal logs file data
+//! in the journal like metadata.
+//!
+//! The tail of the block holding EOF is kept zero on disk (zeroed when a file shrinks and
+//! before it grows), so bytes past an old EOF read back as zeros, as POSIX requires.
+
+use ondisk::ext4;
+
+use crate::adapters::{extent_ctx, ReadIo};
+use crate::error::{FsError, Result};
+use crate::extent_tree::{self, ExtentCtx, Lookup};
+use crate::filesystem::{now, DataMode, Filesystem};
+use crate::inodes::InodeData;
+use crate::meta_io::MetaIo;
+use crate::ops::{add_blocks, txn_write_inode};
+
+/// Most blocks one write step maps (bounds a handle's credits and reservation).
+const STEP_BLOCKS_MAX: u32 = 256;
+/// Most extents one truncate step removes.
+const TRUNCATE_EXTENTS_MAX: usize = 32;
+/// The largest logical block an extent can map (ext4: 2^32 blocks).
+const LBLK_LIMIT: u64 = 1 << 32;
+
+/// fallocate modes quill implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallocateMode {
+    /// Allocate (as unwritten extents) and grow the size.
+    Allocate,
+    /// Allocate without changing the size (FALLOC_FL_KEEP_SIZE).
+    KeepSize,
+    /// Deallocate the range, which then reads as zeros (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE).
+    PunchHole,
+}
+
+impl Filesystem {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at or past EOF).
+    pub fn read(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let slot = self.inodes.slot(ino);
+        let guard = self.lock_live(&slot)?;
+        let data = guard.as_ref().expect("loaded");
+        if data.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let size = data.inode.size;
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = buf.len().min((size - offset) as usize);
+        let bs = u64::from(self.block_size());
+        let ectx = extent_ctx(self, ino, data);
+        let mut io = ReadIo { fs: self };
+        let mut done = 0usize;
+        while done < len {
+            let pos = offset + done as u64;
+            let lblk = (pos / bs) as u32;
+            let in_block = (pos % bs) as usize;
+            let lookup = extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?;
+            let (run_blocks, pblk) = match lookup {
+                Lookup::Mapped { pblk, len: run, unwritten: false } => (u64::from(run), Some(pblk)),
+                Lookup::Mapped { len: run, unwritten: true, .. } => (u64::from(run), None),
+                Lookup::Hole { len_to_next } => {
+                    (u64::from(len_to_next.unwrap_or(u32::MAX)).max(1), None)
+                }
+            };
+            let run_bytes = (run_blocks * bs - in_block as u64).min((len - done) as u64) as usize;
+            let out = &mut buf[done..done + run_bytes];
+            match pblk {
+                Some(pblk) => self.read_data(pblk, in_block, out)?,
+                None => out.fill(0),
+            }
+            done += run_bytes;
+        }
+        Ok(len)
+    }
+
+    /// Reads data starting `in_block` bytes into block `pblk`, across contiguous blocks.
+    fn read_data(&self, pblk: u64, in_block: usize, out: &mut [u8]) -> Result<()> {
+        let bs = self.block_size() as usize;
+        let blocks = (in_block + out.len()).div_ceil(bs) as u64;
+        if pblk.checked_add(blocks).is_none_or(|end| end > self.params.blocks_count) {
+            return Err(FsError::corrupted(pblk, "file data mapped outside the file system"));
+        }
+        if self.options.data == DataMode::Journal {
+            let mut done = 0;
+            let mut block = pblk;
+            let mut skip = in_block;
+            while done < out.len() {
+                let n = (bs - skip).min(out.len() - done);
+                let buffer = self.journal.read_buffer(block)?;
+                buffer.read(|b| out[done..done + n].copy_from_slice(&b[skip..skip + n]));
+                done += n;
+                skip = 0;
+                block += 1;
+            }
+            return Ok(());
+        }
+        // The device wants 512-byte aligned I/O: read whole blocks.
+        let mut tmp = vec![0u8; blocks as usize * bs];
+        self.dev.read_at(pblk * bs as u64, &mut tmp)?;
+        out.copy_from_slice(&tmp[in_block..in_block + out.len()]);
+        Ok(())
+    }
+
+    /// Writes `bytes` at `offset`; returns how many were written (all, or fewer when the file
+    /// system filled up after some were written; ENOSPC if none could be).
+    pub fn write(&self, ino: u32, offset: u64, bytes: &[u8]) -> Result<usize> {
+        self.check_writable()?;
+        let bs = u64::from(self.block_size());
+        let end = offset.checked_add(bytes.len() as u64).ok_or(FsError::FileTooLarge)?;
+        if end.div_ceil(bs) > LBLK_LIMIT {
+            return Err(FsError::FileTooLarge);
+        }
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if data.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if bytes.is_empty() {
+            return Ok(0);
+        }
+        let mut done = 0usize;
+        while done < bytes.len() {
+            match self.write_step(ino, data, offset + done as u64, &bytes[done..]) {
+                Ok(n) => done += n,
+                Err(FsError::NoSpace) if done > 0 => break,
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(done)
+    }
+
+    /// One step of a write: at most STEP_BLOCKS_MAX blocks in one handle.
+    fn write_step(&self, ino: u32, data: &mut InodeData, offset: u64, bytes: &[u8]) -> Result<usize> {
+        let bs = u64::from(self.block_size());
+        let first_lblk = offset / bs;
+        let last_lblk = (offset + bytes.len() as u64 - 1) / bs;
+        let step_blocks = (last_lblk - first_lblk + 1).min(u64::from(STEP_BLOCKS_MAX)) as u32;
+        let step_end = ((first_lblk + u64::from(step_blocks)) * bs).min(offset + bytes.len() as u64);
+        let step_len = (step_end - offset) as usize;
+        let depth = u32::from(extent_tree::depth(&data.inode.block));
+        let per_extent = extent_tree::worst_case_blocks_touched(depth as u16) + 6;
+        let reserve = u64::from(step_blocks) + u64::from(depth + 2) * 4;
+        let mut txn = self.begin(per_extent * 8 + 8, reserve)?;
+        let result = (|| {
+            self.zero_tail_before_growth(ino, data, offset)?;
+            let mut ectx = extent_ctx(self, ino, data);
+            let mut pos = offset;
+            while pos < step_end {
+                if txn.handle.credits_left() < per_extent + 2 {
+                    break;
+                }
+                let lblk = (pos / bs) as u32;
+                let run_end_lblk = ((step_end - 1) / bs) as u32;
+                let lookup = extent_tree::lookup(&mut txn, &ectx, &data.inode.block, lblk)?;
+                let (pblk, run, fresh) = match lookup {
+                    Lookup::Mapped { pblk, len, unwritten } => {
+                        let run = len.min(run_end_lblk - lblk + 1);
+                        if unwritten {
+                            extent_tree::mark_written(&mut txn, &ectx, &mut data.inode.block, lblk, run)?;
+                        }
+                        (pblk, run, unwritten)
+                    }
+                    Lookup::Hole { len_to_next } => {
+                        let want = (run_end_lblk - lblk + 1).min(len_to_next.unwrap_or(u32::MAX));
+                        let goal = self.data_goal(&mut txn, &ectx, data, lblk)?;
+                        let (pblk, got) = txn.alloc_data(goal, want)?;
+                        ectx.goal = pblk + u64::from(got);
+                        (pblk, got, true)
+                    }
+                };
+                let run_bytes_end = ((u64::from(lblk) + u64::from(run)) * bs).min(step_end);
+                let chunk = &bytes[(pos - offset) as usize..(run_bytes_end - offset) as usize];
+                self.write_data(&mut txn, pblk, (pos % bs) as usize, chunk, fresh)?;
+                if matches!(lookup, Lookup::Hole { .. }) {
+                    extent_tree::insert(&mut txn, &ectx, &mut data.inode.block, lblk, pblk, run, false)?;
+                }
+                pos = run_bytes_end;
+            }
+            let delta = txn.take_blocks_delta();
+            add_blocks(&mut data.inode, delta, self.block_size());
+            if pos > data.inode.size {
+                data.inode.size = pos;
+            }
+            let t = now();
+            data.inode.mtime = t;
+            data.inode.ctime = t;
+            txn_write_inode(self, &mut txn, ino, data, true)?;
+            Ok((pos - offset) as usize)
+        })();
+        let written = match result {
+            Err(FsError::NoSpace) => {
+                // Nothing was changed: the reservation covered every allocation.
+                txn.stop()?;
+                return Err(FsError::NoSpace);
+            }
+            other => self.finish(other, txn)?,
+        };
+        let _ = step_len;
+        Ok(written)
+    }
+
+    /// Where to allocate block `lblk` of a file: right after the block before it when that is
+    /// mapped (keeps files contiguous), else the inode's group.
+    fn data_goal(
+        &self,
+        io: &mut dyn MetaIo,
+        ectx: &ExtentCtx,
+        data: &InodeData,
+        lblk: u32,
+    ) -> Result<u64> {
+        if let Some(prev) = lblk.checked_sub(1) {
+            if let Lookup::Mapped { pblk, .. } =
+                extent_tree::lookup(io, ectx, &data.inode.block, prev)?
+            {
+                return Ok(pblk + 1);
+            }
+        }
+        Ok(ectx.goal)
+    }
+
+    /// Writes `chunk` starting `in_block` bytes into block `pblk` (contiguous blocks). `fresh`
+    /// blocks (new or unwritten) have no old contents to keep: the rest of a partial block is
+    /// zeros. Blocks holding data already are read, patched and written back.
+    fn write_data(
+        &self,
+        txn: &mut crate::filesystem::Txn<'_>,
+        pblk: u64,
+        in_block: usize,
+        chunk: &[u8],
+        fresh: bool,
+    ) -> Result<()> {
+        let bs = self.block_size() as usize;
+        let blocks = (in_block + chunk.len()).div_ceil(bs);
+        let mut image = vec![0u8; blocks * bs];
+        let head_partial = in_block != 0;
+        let tail_partial = (in_block + chunk.len()) % bs != 0;
+        if !fresh && (head_partial || tail_partial) {
+            if head_partial {
+                self.read_data(pblk, 0, &mut image[..bs])?;
+            }
+            if tail_partial && (blocks > 1 || !head_partial) {
+                let last = blocks - 1;
+                self.read_data(pblk + last as u64, 0, &mut image[last * bs..])?;
+            }
+        }
+        image[in_block..in_block + chunk.len()].copy_from_slice(chunk);
+        if self.options.data == DataMode::Journal {
+            for (i, block_bytes) in image.chunks(bs).enumerate() {
+                let block = pblk + i as u64;
+                let buffer = if fresh {
+                    self.journal.new_buffer(block)
+                } else {
+                    self.journal.read_buffer(block)?
+                };
+                txn.handle.modify(&buffer, |b| b.copy_from_slice(block_bytes))?;
+            }
+            return Ok(());
+        }
+        self.dev.write_at(pblk * bs as u64, &image)?;
+        Ok(())
+    }
+
+    /// Before a write or truncate moves EOF from inside a block, zero the rest of that block on
+    /// disk so the gap reads as zeros.
+    fn zero_tail_before_growth(&self, ino: u32, data: &InodeData, new_pos: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let size = data.inode.size;
+        if new_pos <= size || size % bs == 0 {
+            return Ok(());
+        }
+        let lblk = (size / bs) as u32;
+        let ectx = extent_ctx(self, ino, data);
+        let mut io = ReadIo { fs: self };
+        if let Lookup::Mapped { pblk, unwritten: false, .. } =
+            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?
+        {
+            let mut block = vec![0u8; bs as usize];
+            self.read_data(pblk, 0, &mut block)?;
+            let from = (size % bs) as usize;
+            if block[from..].iter().any(|&b| b != 0) {
+                block[from..].fill(0);
+                if self.options.data == DataMode::Journal {
+                    return Err(FsError::NotSupported(
+                        "growing a file with a dirty tail block in data=journal".into(),
+                    ));
+                }
+                self.dev.write_at(pblk * bs, &block)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the size of `ino` (truncate or extend).
+    pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
+        self.check_writable()?;
+        let bs = u64::from(self.block_size());
+        if size.div_ceil(bs) > LBLK_LIMIT {
+            return Err(FsError::FileTooLarge);
+        }
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if data.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if size >= data.inode.size {
+            self.zero_tail_before_growth(ino, data, size)?;
+            let mut txn = self.begin(4, 0)?;
+            data.inode.size = size;
+            let t = now();
+            data.inode.mtime = t;
+            data.inode.ctime = t;
+            let result = txn_write_inode(self, &mut txn, ino, data, true);
+            return self.finish(result, txn);
+        }
+        // Shrinking: zero the new last block's tail, then free blocks from the end in steps,
+        // with the inode on the orphan list so a crash part way finishes the job at mount.
+        self.zero_partial_block(ino, data, size)?;
+        let mut txn = self.begin(8, 0)?;
+        let result = (|| {
+            crate::orphan::add(self, &mut txn, ino, data)?;
+            data.inode.size = size;
+            let t = now();
+            data.inode.mtime = t;
+            data.inode.ctime = t;
+            txn_write_inode(self, &mut txn, ino, data, true)
+        })();
+        self.finish(result, txn)?;
+        self.truncate_blocks(ino, data, size)?;
+        let mut txn = self.begin(8, 0)?;
+        let result = crate::orphan::remove(self, &mut txn, ino, data)
+            .and_then(|()| txn_write_inode(self, &mut txn, ino, data, true));
+        self.finish(result, txn)
+    }
+
+    /// Zeroes the bytes of the block holding `size` from `size` on (in place).
+    fn zero_partial_block(&self, ino: u32, data: &InodeData, size: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        if size % bs == 0 {
+            return Ok(());
+        }
+        let lblk = (size / bs) as u32;
+        let ectx = extent_ctx(self, ino, data);
+        let mut io = ReadIo { fs: self };
+        if let Lookup::Mapped { pblk, unwritten: false, .. } =
+            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?
+        {
+            let mut block = vec![0u8; bs as usize];
+            self.read_data(pblk, 0, &mut block)?;
+            block[(size % bs) as usize..].fill(0);
+            if self.options.data == DataMode::Journal {
+                let mut txn = self.begin(2, 0)?;
+                let buffer = self.journal.read_buffer(pblk)?;
+                let result = txn.handle.modify(&buffer, |b| b.copy_from_slice(&block));
+                return self.finish(result.map_err(FsError::from), txn);
+            }
+            self.dev.write_at(pblk * bs, &block)?;
+        }
+        Ok(())
+    }
+
+    /// Frees every block of `ino` at or past the block holding byte `size` (rounded up), in
+    /// steps of at most TRUNCATE_EXTENTS_MAX extents per handle. Fast symlinks and device
+    /// inodes map nothing.
+    pub(crate) fn truncate_blocks(&self, ino: u32, data: &mut InodeData, size: u64) -> Result<()> {
+        if data.inode.flags & ext4::EXTENTS_FL == 0 {
+            if data.inode.blocks_raw != 0 && !data.inode.is_symlink() {
+                return Err(FsError::Unsupported(format!(
+                    "inode {ino} maps blocks indirectly (no extents); quill cannot free them"
+                )));
+            }
+            return Ok(());
+        }
+        let bs = u64::from(self.block_size());
+        let first_gone = size.div_ceil(bs);
+        loop {
+            let ectx = extent_ctx(self, ino, data);
+            let extents =
+                extent_tree::extents(&mut ReadIo { fs: self }, &ectx, &data.inode.block)?;
+            let tail: Vec<_> =
+                extents.iter().filter(|e| e.logical_end() > first_gone).collect();
+            if tail.is_empty() {
+                return Ok(());
+            }
+            let from = tail
+                .iter()
+                .rev()
+                .nth(TRUNCATE_EXTENTS_MAX - 1)
+                .map_or(first_gone, |e| u64::from(e.logical).max(first_gone));
+            let depth = extent_tree::depth(&data.inode.block);
+            let credits =
+                TRUNCATE_EXTENTS_MAX as u32 * 4 + extent_tree::worst_case_blocks_touched(depth) * 4;
+            let mut txn = self.begin(credits, 4)?;
+            let result = (|| {
+                txn.take_blocks_delta();
+                extent_tree::remove_range(&mut txn, &ectx, &mut data.inode.block, from as u32, LBLK_LIMIT)?;
+                let delta = txn.take_blocks_delta();
+                add_blocks(&mut data.inode, delta, self.block_size());
+                txn_write_inode(self, &mut txn, ino, data, true)
+            })();
+            self.finish(result, txn)?;
+            if from == first_gone {
+                return Ok(());
+            }
+        }
+    }
+
+    /// fallocate: allocate (as unwritten extents) or punch a hole in `[offset, offset + len)`.
+    pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
+        self.check_writable()?;
+        let bs = u64::from(self.block_size());
+        let end = offset.checked_add(len).ok_or(FsError::FileTooLarge)?;
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of length 0".into()));
+        }
+        if end.div_ceil(bs) > LBLK_LIMIT {
+            return Err(FsError::FileTooLarge);
+        }
+        match mode {
+            FallocateMode::PunchHole => self.punch_hole(ino, offset, end),
+            FallocateMode::Allocate | FallocateMode::KeepSize => {
+                self.allocate_range(ino, offset, end, mode == FallocateMode::KeepSize)
+            }
+        }
+    }
+
+    fn allocate_range(&self, ino: u32, offset: u64, end: u64, keep_size: bool) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if data.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let mut lblk = offset / bs;
+        let last = end.div_ceil(bs);
+        while lblk < last {
+            let step = (last - lblk).min(u64::from(STEP_BLOCKS_MAX)) as u32;
+            let depth = extent_tree::depth(&data.inode.block);
+            let per_extent = extent_tree::worst_case_blocks_touched(depth) + 6;
+            let mut txn = self.begin(per_extent * 8 + 8, u64::from(step) + u64::from(depth + 2) * 4)?;
+            let result = (|| {
+                let mut ectx = extent_ctx(self, ino, data);
+                let step_end = lblk + u64::from(step);
+                while lblk < step_end && txn.handle.credits_left() >= per_extent + 2 {
+                    let l = lblk as u32;
+                    match extent_tree::lookup(&mut txn, &ectx, &data.inode.block, l)? {
+                        Lookup::Mapped { len, .. } => lblk += u64::from(len),
+                        Lookup::Hole { len_to_next } => {
+                            let want = ((step_end - lblk) as u32)
+                                .min(len_to_next.unwrap_or(u32::MAX))
+                                .min(ext4::EXTENT_LEN_INIT_MAX - 1);
+                            let goal = self.data_goal(&mut txn, &ectx, data, l)?;
+                            let (pblk, got) = txn.alloc_data(goal, want)?;
+                            ectx.goal = pblk + u64::from(got);
+                            extent_tree::insert(&mut txn, &ectx, &mut data.inode.block, l, pblk, got, true)?;
+                            lblk += u64::from(got);
+                        }
+                    }
+                }
+                let delta = txn.take_blocks_delta();
+                add_blocks(&mut data.inode, delta, self.block_size());
+                let covered = (lblk * bs).min(end);
+                if !keep_size && covered > data.inode.size {
+                    data.inode.size = covered;
+                }
+                data.inode.ctime = now();
+                txn_write_inode(self, &mut txn, ino, data, true)
+            })();
+            match result {
+                Err(FsError::NoSpace) => {
+                    txn.stop()?;
+                    return Err(FsError::NoSpace);
+                }
+                other => self.finish(other, txn)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn punch_hole(&self, ino: u32, offset: u64, end: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if data.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let end = end.min(data.inode.size.max(offset));
+        // Partial blocks at either edge are zeroed in place; whole blocks are deallocated.
+        let first_whole = offset.div_ceil(bs);
+        let last_whole = end / bs;
+        for (from, to) in [(offset, end.min(first_whole * bs)), ((last_whole * bs).max(offset), end)] {
+            if from < to {
+                self.zero_range_in_place(ino, data, from, to)?;
+            }
+        }
+        if first_whole < last_whole {
+            let ectx = extent_ctx(self, ino, data);
+            let depth = extent_tree::depth(&data.inode.block);
+            let mut txn = self.begin(64 + extent_tree::worst_case_blocks_touched(depth) * 4, 4)?;
+            let result = (|| {
+                txn.take_blocks_delta();
+                extent_tree::remove_range(&mut txn, &ectx, &mut data.inode.block, first_whole as u32, last_whole)?;
+                let delta = txn.take_blocks_delta();
+                add_blocks(&mut data.inode, delta, self.block_size());
+                let t = now();
+                data.inode.mtime = t;
+                data.inode.ctime = t;
+                txn_write_inode(self, &mut txn, ino, data, true)
+            })();
+            self.finish(result, txn)?;
+        }
+        Ok(())
+    }
+
+    /// Zeroes `[from, to)` (inside one block) where it is mapped and written.
+    fn zero_range_in_place(&self, ino: u32, data: &InodeData, from: u64, to: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let lblk = (from / bs) as u32;
+        let ectx = extent_ctx(self, ino, data);
+        let mut io = ReadIo { fs: self };
+        if let Lookup::Mapped { pblk, unwritten: false, .. } =
+            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?
+        {
+            let mut block = vec![0u8; bs as usize];
+            self.read_data(pblk, 0, &mut block)?;
+            block[(from % bs) as usize..(to - u64::from(lblk) * bs) as usize].fill(0);
+            self.dev.write_at(pblk * bs, &block)?;
+        }
+        Ok(())
+    }
+}

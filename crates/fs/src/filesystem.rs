@@ -1,0 +1,483 @@
+//! A mounted ext4 file system: opening (feature checks, journal recovery, orphan cleanup),
+//! inode access, the per-operation context [`Txn`], and a clean unmount.
+//!
+//! # Lock order
+//! Taken top to bottom; a lock is never taken while one below it is held.
+//! 1. `rename_lock`: only renames that move an entry between two directories take it (as the
+//!    VFS's `s_vfs_rename_mutex`), so directory ancestry cannot change while they lock.
+//! 2. Directory inode locks: a parent before its child; two unrelated directories (only under
+//!    `rename_lock`) by inode number.
+//! 3. Non-directory inode locks, by inode number.
+//! 4. Starting a journal handle (`Journal::start` may wait for a commit, which never needs an
+//!    inode lock, so holding inode locks here cannot deadlock). Block reservations are taken
+//!    before the handle starts, because a reservation may wait for a commit.
+//! 5. `orphans` (the orphan list; then the superblock copy `sb`).
+//! 6. One group lock at a time (allocation; `groups.rs`).
+//! 7. The journal's internal locks (state, buffers, cache shards).
+//!
+//! # Errors
+//! An operation checks everything that can fail for ordinary reasons (ENOENT, EEXIST, ENOSPC
+//! through its reservation, …) before it changes metadata. An error after the first change
+//! (corruption found half way, an I/O error) cannot be rolled back, so it aborts the journal
+//! and the file system turns read-only (`errors=remount-ro`, as ext4's `ext4_handle_error`):
+//! the half-done change never commits, and nothing more is written.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use blockdev::BlockDevice;
+use journal::{Handle, Journal, JournalConfig};
+use ondisk::ext4::{self, feature, Superblock};
+use parking_lot::Mutex;
+
+use crate::error::{FsError, Result};
+use crate::groups::{Groups, Reservation};
+use crate::image::Ext4Image;
+use crate::inodes::{self, InodeCache, InodeData, InodeGuard, InodeSlot};
+use crate::meta_io::MetaIo;
+
+/// How file data is written, as ext4's `data=` mount option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataMode {
+    /// Data blocks a transaction exposes reach the disk before its commit block (default).
+    #[default]
+    Ordered,
+    /// Data goes through the journal like metadata.
+    Journal,
+    /// Data is written with no ordering against metadata.
+    Writeback,
+}
+
+/// How to open a file system.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    pub read_only: bool,
+    pub data: DataMode,
+    pub journal: JournalConfig,
+    /// Most inodes kept in the in-memory cache.
+    pub inode_cache_max: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            data: DataMode::Ordered,
+            journal: JournalConfig::classic(),
+            inode_cache_max: 65536,
+        }
+    }
+}
+
+/// INCOMPAT features quill writes correctly.
+const INCOMPAT_WRITABLE: u32 = feature::INCOMPAT_FILETYPE
+    | feature::INCOMPAT_RECOVER
+    | feature::INCOMPAT_EXTENTS
+    | feature::INCOMPAT_64BIT
+    | feature::INCOMPAT_FLEX_BG
+    | feature::INCOMPAT_CSUM_SEED;
+
+/// RO_COMPAT features quill writes correctly.
+const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
+    | feature::RO_COMPAT_LARGE_FILE
+    | feature::RO_COMPAT_HUGE_FILE
+    | feature::RO_COMPAT_GDT_CSUM
+    | feature::RO_COMPAT_DIR_NLINK
+    | feature::RO_COMPAT_EXTRA_ISIZE
+    | feature::RO_COMPAT_METADATA_CSUM;
+
+/// Names of the RO_COMPAT bits in `bits`.
+fn ro_compat_names(bits: u32) -> String {
+    const NAMES: &[(u32, &str)] = &[
+        (feature::RO_COMPAT_BTREE_DIR, "btree_dir"),
+        (feature::RO_COMPAT_HAS_SNAPSHOT, "snapshot"),
+        (feature::RO_COMPAT_QUOTA, "quota"),
+        (feature::RO_COMPAT_BIGALLOC, "bigalloc"),
+        (feature::RO_COMPAT_REPLICA, "replica"),
+        (feature::RO_COMPAT_READONLY, "read-only"),
+        (feature::RO_COMPAT_PROJECT, "project"),
+        (feature::RO_COMPAT_SHARED_BLOCKS, "shared_blocks"),
+        (feature::RO_COMPAT_VERITY, "verity"),
+        (feature::RO_COMPAT_ORPHAN_PRESENT, "orphan_present"),
+    ];
+    let mut names: Vec<String> =
+        NAMES.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, n)| n.to_string()).collect();
+    let known = NAMES.iter().fold(0, |acc, (bit, _)| acc | bit);
+    if bits & !known != 0 {
+        names.push(format!("{:#x}", bits & !known));
+    }
+    names.join(", ")
+}
+
+/// An open ext4 file system.
+pub struct Filesystem {
+    pub(crate) dev: Arc<dyn BlockDevice>,
+    /// The superblock as of the last write (free counts and the orphan head change).
+    pub(crate) sb: Mutex<Superblock>,
+    /// The superblock as opened: immutable parameters (checksum seed, geometry, features).
+    pub(crate) params: Superblock,
+    pub(crate) groups: Groups,
+    pub(crate) journal: Journal,
+    pub(crate) inodes: InodeCache,
+    pub(crate) options: MountOptions,
+    pub(crate) rename_lock: Mutex<()>,
+    /// The orphan list in order, head first (see `orphan.rs`).
+    pub(crate) orphans: Mutex<Vec<u32>>,
+    read_only: AtomicBool,
+    next_generation: AtomicU32,
+}
+
+impl std::fmt::Debug for Filesystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filesystem")
+            .field("blocks", &self.params.blocks_count)
+            .field("block_size", &self.params.block_size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Filesystem {
+    /// Opens the ext4 file system on `dev`: refuses features quill cannot honour (naming them),
+    /// replays the journal if it needs it, marks the file system in use, and cleans up the
+    /// orphan list left by a crash.
+    pub fn open(dev: Arc<dyn BlockDevice>, options: MountOptions) -> Result<Filesystem> {
+        let image = Ext4Image::open(dev.clone())?;
+        let sb = image.superblock().clone();
+        check_features(&sb, options.read_only)?;
+        let location = image.journal_location()?;
+        let needs_recovery = sb.needs_recovery();
+        drop(image);
+        let journal = if needs_recovery || !options.read_only {
+            Journal::recover_and_open(dev.clone(), location, options.journal.clone())?.0
+        } else {
+            Journal::open(dev.clone(), location, options.journal.clone())?
+        };
+        // Recovery may have replayed the superblock and descriptors: read them again.
+        let image = Ext4Image::open(dev.clone())?;
+        let mut sb = image.superblock().clone();
+        let groups = Groups::new(&sb, image.group_descs())?;
+        drop(image);
+        if !options.read_only {
+            // As ext4 does while mounted: the journal may hold transactions (RECOVER), and the
+            // file system is not known clean (VALID_FS off) until unmount.
+            sb.set_needs_recovery(true);
+            sb.state &= !ext4::STATE_VALID_FS;
+            sb.mnt_count = sb.mnt_count.wrapping_add(1);
+            sb.mtime = now().sec as u32;
+            dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
+            dev.flush()?;
+        }
+        let fs = Filesystem {
+            dev,
+            params: sb.clone(),
+            sb: Mutex::new(sb),
+            groups,
+            journal,
+            inodes: InodeCache::new(options.inode_cache_max),
+            read_only: AtomicBool::new(options.read_only),
+            options,
+            rename_lock: Mutex::new(()),
+            orphans: Mutex::new(Vec::new()),
+            next_generation: AtomicU32::new(now().nsec),
+        };
+        if !fs.options.read_only {
+            fs.process_orphans()?;
+        }
+        Ok(fs)
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.params.block_size()
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.is_read_only() {
+            return Err(FsError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// ext4_handle_error with errors=remount-ro: abort the journal (so a half-done operation
+    /// never commits) and refuse writes from now on. Returns `err` for the caller to report.
+    pub(crate) fn fail(&self, err: FsError) -> FsError {
+        if !self.read_only.swap(true, Ordering::AcqRel) {
+            let _ = self.journal.abort(format!("file system error: {err}"), err.errno());
+        }
+        err
+    }
+
+    /// Clean unmount: commits and checkpoints everything, writes the superblock with the free
+    /// counts and the clean state, and flushes.
+    pub fn unmount(self) -> Result<()> {
+        let read_only = self.options.read_only || self.is_read_only();
+        let Filesystem { dev, sb, groups, journal, .. } = self;
+        journal.shutdown()?;
+        if read_only {
+            return Ok(());
+        }
+        let mut sb = sb.into_inner();
+        let counters = &groups.counters;
+        sb.free_blocks_count = counters.free_blocks.load(Ordering::Acquire).max(0) as u64;
+        sb.free_inodes_count = counters.free_inodes.load(Ordering::Acquire).max(0) as u32;
+        // Everything is checkpointed: the home superblock is current except for what only
+        // the in-memory copy knows.
+        let mut raw = vec![0u8; ext4::SUPERBLOCK_SIZE];
+        dev.read_at(ext4::SUPERBLOCK_OFFSET, &mut raw)?;
+        let mut home = Superblock::parse(&raw)?;
+        home.free_blocks_count = sb.free_blocks_count;
+        home.free_inodes_count = sb.free_inodes_count;
+        home.set_needs_recovery(false);
+        home.state |= ext4::STATE_VALID_FS;
+        home.wtime = now().sec as u32;
+        dev.write_at(ext4::SUPERBLOCK_OFFSET, &home.encode())?;
+        dev.flush()?;
+        Ok(())
+    }
+
+    /// Leaves the device as a crash would (tests): nothing more is committed or written.
+    pub fn crash(self) {
+        self.journal.abandon();
+    }
+
+    /// Locks inode `slot`, loading its record on first use.
+    pub(crate) fn lock_inode<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
+        let mut guard = slot.state.lock();
+        if guard.is_none() {
+            *guard = Some(self.load_inode(slot.ino)?);
+        }
+        Ok(guard)
+    }
+
+    pub(crate) fn inode_table_location_pub(&self, ino: u32) -> Result<(u64, usize)> {
+        self.inode_table_location(ino)
+    }
+
+    fn inode_table_location(&self, ino: u32) -> Result<(u64, usize)> {
+        let geo = &self.groups.geo;
+        if ino == 0 || ino > geo.inodes_count {
+            return Err(FsError::NoSuchInode { ino, inodes_count: geo.inodes_count });
+        }
+        let group = geo.group_of_inode(ino);
+        Ok(geo.inode_location(self.groups.layouts[group as usize].inode_table, ino))
+    }
+
+    fn load_inode(&self, ino: u32) -> Result<InodeData> {
+        let (block, offset) = self.inode_table_location(ino)?;
+        let size = usize::from(self.params.inode_size);
+        let buffer = self.journal.read_buffer(block)?;
+        let raw = buffer.read(|b| b[offset..offset + size].to_vec());
+        if !ext4::inode_checksum_ok(&self.params, ino, &raw) {
+            return Err(FsError::corrupted(block, format!("inode {ino}: checksum mismatch")));
+        }
+        let inode = inodes::parse_record(block, &raw)?;
+        let orphan = self.orphans.lock().contains(&ino);
+        Ok(InodeData { inode, raw, last_tid: None, last_data_tid: None, orphan })
+    }
+
+    /// Writes `data`'s inode into the inode table under `handle`, with its checksum.
+    pub(crate) fn write_inode(
+        &self,
+        handle: &mut Handle,
+        ino: u32,
+        data: &mut InodeData,
+        data_change: bool,
+    ) -> Result<()> {
+        let (block, offset) = self.inode_table_location(ino)?;
+        let buffer = self.journal.read_buffer(block)?;
+        // An orphan's i_dtime is the orphan list's next pointer, which another inode's removal
+        // may have changed: take it from the list, under the list's lock (orphan.rs).
+        let orphans = data.orphan.then(|| self.orphans.lock());
+        if let Some(next) = orphans.as_ref().and_then(|list| crate::orphan::next_of(list, ino)) {
+            data.inode.dtime = next;
+        }
+        data.inode.encode_into(&mut data.raw);
+        ext4::set_inode_checksum(&self.params, ino, &mut data.raw);
+        handle.modify(&buffer, |b| b[offset..offset + data.raw.len()].copy_from_slice(&data.raw))?;
+        drop(orphans);
+        data.last_tid = Some(handle.tid());
+        if data_change {
+            data.last_data_tid = Some(handle.tid());
+        }
+        Ok(())
+    }
+
+    /// A generation number for a new inode.
+    pub(crate) fn new_generation(&self) -> u32 {
+        self.next_generation.fetch_add(0x9E37_79B9, Ordering::Relaxed)
+    }
+
+    /// Starts an operation: reserves `blocks` blocks, then starts a handle with `credits`.
+    pub(crate) fn begin(&self, credits: u32, blocks: u64) -> Result<Txn<'_>> {
+        self.check_writable()?;
+        let reservation = self.groups.reserve(&self.journal, blocks)?;
+        let credits = credits.min(self.journal.max_transaction_credits());
+        let handle = self.journal.start(credits)?;
+        Ok(Txn { fs: self, handle, reservation, blocks_delta: 0, fresh: HashSet::new() })
+    }
+
+    /// The inode's checksum seed for its extent, directory and xattr blocks.
+    pub(crate) fn inode_csum_seed(&self, ino: u32, generation: u32) -> Option<u32> {
+        self.params
+            .has_metadata_csum()
+            .then(|| ext4::inode_csum_seed(&self.params, ino, generation))
+    }
+
+    /// Writes the superblock (orphan head, counters) into its block under `handle`.
+    pub(crate) fn write_superblock(&self, handle: &mut Handle, sb: &Superblock) -> Result<()> {
+        let block_size = u64::from(self.block_size());
+        let block = ext4::SUPERBLOCK_OFFSET / block_size;
+        let offset = (ext4::SUPERBLOCK_OFFSET % block_size) as usize;
+        let buffer = self.journal.read_buffer(block)?;
+        let bytes = sb.encode();
+        handle.modify(&buffer, |b| b[offset..offset + bytes.len()].copy_from_slice(&bytes))?;
+        Ok(())
+    }
+
+    fn process_orphans(&self) -> Result<()> {
+        crate::orphan::process_orphan_list(self)
+    }
+}
+
+/// Refuses what quill cannot honour, naming the features.
+fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
+    let unreadable = sb.feature_incompat & feature::INCOMPAT_UNREADABLE;
+    if unreadable != 0 {
+        return Err(FsError::Unsupported(format!(
+            "incompatible features {}",
+            feature::incompat_names(unreadable)
+        )));
+    }
+    if read_only {
+        return Ok(());
+    }
+    let incompat = sb.feature_incompat & !INCOMPAT_WRITABLE;
+    if incompat != 0 {
+        return Err(FsError::Unsupported(format!(
+            "cannot write a file system with {} (open it read-only)",
+            feature::incompat_names(incompat)
+        )));
+    }
+    let ro_compat = sb.feature_ro_compat & !RO_COMPAT_WRITABLE;
+    if ro_compat != 0 {
+        return Err(FsError::Unsupported(format!(
+            "cannot write a file system with {} (open it read-only)",
+            ro_compat_names(ro_compat)
+        )));
+    }
+    if !sb.has_journal() {
+        return Err(FsError::Unsupported(
+            "cannot write a file system without a journal (has_journal is off)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The current time as an ext4 timestamp.
+pub(crate) fn now() -> ext4::Timestamp {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    ext4::Timestamp { sec: since.as_secs() as i64, nsec: since.subsec_nanos() }
+}
+
+/// One operation's journal handle, block reservation, and bookkeeping; implements [`MetaIo`]
+/// for the structure modules.
+pub(crate) struct Txn<'a> {
+    pub fs: &'a Filesystem,
+    pub handle: Handle,
+    pub reservation: Reservation,
+    /// Blocks allocated minus blocks freed through [`MetaIo`] since the last
+    /// [`Txn::take_blocks_delta`]: the i_blocks change of the inode being worked on.
+    pub blocks_delta: i64,
+    /// Blocks allocated in this operation (their old contents need not be read).
+    fresh: HashSet<u64>,
+}
+
+impl Txn<'_> {
+    pub fn take_blocks_delta(&mut self) -> i64 {
+        std::mem::take(&mut self.blocks_delta)
+    }
+
+    /// Allocates up to `want` contiguous data blocks near `goal`.
+    pub fn alloc_data(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        let fs = self.fs;
+        let (start, len) =
+            fs.groups.alloc_blocks(&fs.journal, &mut self.handle, &mut self.reservation, goal, want)?;
+        self.blocks_delta += i64::from(len);
+        Ok((start, len))
+    }
+
+    pub fn stop(self) -> Result<ondisk::Tid> {
+        Ok(self.handle.stop()?)
+    }
+}
+
+impl MetaIo for Txn<'_> {
+    fn block_size(&self) -> usize {
+        self.fs.block_size() as usize
+    }
+
+    fn blocks_count(&self) -> u64 {
+        self.fs.params.blocks_count
+    }
+
+    fn read_meta(&mut self, block: u64) -> Result<Vec<u8>> {
+        check_block(self.fs, block)?;
+        Ok(self.fs.journal.read_buffer(block)?.to_vec())
+    }
+
+    fn write_meta(&mut self, block: u64, data: &[u8]) -> Result<()> {
+        check_block(self.fs, block)?;
+        let buffer = if self.fresh.contains(&block) {
+            self.fs.journal.new_buffer(block)
+        } else {
+            self.fs.journal.read_buffer(block)?
+        };
+        self.handle.modify(&buffer, |b| b.copy_from_slice(data))?;
+        Ok(())
+    }
+
+    fn alloc_meta_block(&mut self, goal: u64) -> Result<u64> {
+        let (block, _) = self.alloc_data(goal, 1)?;
+        self.fresh.insert(block);
+        Ok(block)
+    }
+
+    fn free_meta_block(&mut self, block: u64) -> Result<()> {
+        self.handle.revoke(block)?;
+        let fs = self.fs;
+        fs.groups.free_blocks(&fs.journal, &mut self.handle, block, 1)?;
+        self.blocks_delta -= 1;
+        Ok(())
+    }
+
+    fn free_data_blocks(&mut self, start: u64, count: u64) -> Result<()> {
+        let fs = self.fs;
+        if fs.options.data == DataMode::Journal {
+            // Journaled data must not be replayed over the blocks' next owner.
+            for block in start..start + count {
+                self.handle.revoke(block)?;
+            }
+        }
+        fs.groups.free_blocks(&fs.journal, &mut self.handle, start, count)?;
+        self.blocks_delta -= count as i64;
+        Ok(())
+    }
+}
+
+fn check_block(fs: &Filesystem, block: u64) -> Result<()> {
+    let blocks_count = fs.params.blocks_count;
+    if block == 0 || block >= blocks_count {
+        return Err(FsError::BlockOutOfRange { block, blocks_count });
+    }
+    Ok(())
+}

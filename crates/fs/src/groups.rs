@@ -1,0 +1,646 @@
+//! Block groups: descriptors, bitmaps, and the block and inode allocators.
+//!
+//! Each group has its own lock ([`Groups::slots`]), so allocations in different groups run in
+//! parallel; a thread holds at most one group lock at a time, and takes it after any inode
+//! locks and before the journal's internal locks (see `filesystem.rs` for the whole order).
+//!
+//! Invariants:
+//! - A group's descriptor in memory (`GroupState::desc`) equals what the last handle that
+//!   changed it wrote into the descriptor table block; the table block, the bitmap and the
+//!   descriptor change in the same handle, so a committed transaction never shows one without
+//!   the other.
+//! - Freed blocks are cleared in the bitmap at once (in the transaction that stops using them),
+//!   but are not handed out again until that transaction is durable (`pending_free`). Otherwise
+//!   file data written straight to a reused block could overwrite what the last durable state
+//!   still owns, and a crash would show one file's data inside another.
+//! - The global counters (`free_blocks`, `pending_blocks`, `reserved_blocks`) satisfy
+//!   `reserved_blocks <= free_blocks - pending_blocks`, so a [`Reservation`] taken before a
+//!   handle starts guarantees the allocations it covers succeed (no ENOSPC half way through an
+//!   operation, which the journal could not roll back).
+//! - Lazily initialized groups (BLOCK_UNINIT / INODE_UNINIT) get their bitmap built as the
+//!   kernel's `ext4_init_block_bitmap` / `ext4_init_inode_bitmap` do the first time quill
+//!   allocates from them, and the flag is cleared in the same handle.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use journal::{Buffer, Handle, Journal};
+use ondisk::ext4::{self, GroupDesc, Superblock};
+use ondisk::Tid;
+use parking_lot::Mutex;
+
+use crate::error::{FsError, Result};
+
+/// The fixed shape of the file system, computed once from the superblock.
+#[derive(Debug, Clone)]
+pub(crate) struct Geometry {
+    pub block_size: u32,
+    pub blocks_count: u64,
+    pub first_data_block: u32,
+    pub blocks_per_group: u32,
+    pub inodes_per_group: u32,
+    pub inodes_count: u32,
+    pub inode_size: u16,
+    pub group_count: u32,
+    pub desc_size: usize,
+    pub descs_per_block: u32,
+    pub itable_blocks: u32,
+    /// Group descriptors carry checksums, so the UNINIT flags and itable_unused mean something.
+    pub uninit_flags: bool,
+    pub metadata_csum: bool,
+}
+
+impl Geometry {
+    pub fn new(sb: &Superblock) -> Self {
+        let block_size = sb.block_size();
+        let desc_size = sb.desc_size();
+        Geometry {
+            block_size,
+            blocks_count: sb.blocks_count,
+            first_data_block: sb.first_data_block,
+            blocks_per_group: sb.blocks_per_group,
+            inodes_per_group: sb.inodes_per_group,
+            inodes_count: sb.inodes_count,
+            inode_size: sb.inode_size,
+            group_count: sb.group_count(),
+            desc_size,
+            descs_per_block: (block_size as usize / desc_size) as u32,
+            itable_blocks: (u64::from(sb.inodes_per_group) * u64::from(sb.inode_size))
+                .div_ceil(u64::from(block_size)) as u32,
+            uninit_flags: sb.has_group_desc_csum(),
+            metadata_csum: sb.has_metadata_csum(),
+        }
+    }
+
+    pub fn group_first_block(&self, group: u32) -> u64 {
+        u64::from(self.first_data_block) + u64::from(group) * u64::from(self.blocks_per_group)
+    }
+
+    /// Blocks in `group` (the last group may be short).
+    pub fn blocks_in_group(&self, group: u32) -> u32 {
+        let first = self.group_first_block(group);
+        (self.blocks_count - first).min(u64::from(self.blocks_per_group)) as u32
+    }
+
+    pub fn group_of_block(&self, block: u64) -> u32 {
+        ((block - u64::from(self.first_data_block)) / u64::from(self.blocks_per_group)) as u32
+    }
+
+    pub fn group_of_inode(&self, ino: u32) -> u32 {
+        (ino - 1) / self.inodes_per_group
+    }
+
+    /// The inode table block and byte offset of inode `ino`'s record.
+    pub fn inode_location(&self, inode_table: u64, ino: u32) -> (u64, usize) {
+        let index = (ino - 1) % self.inodes_per_group;
+        let byte = u64::from(index) * u64::from(self.inode_size);
+        (inode_table + byte / u64::from(self.block_size), (byte % u64::from(self.block_size)) as usize)
+    }
+}
+
+/// Where a group's bitmaps and inode table are; fixed for the file system's life.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupLayout {
+    pub block_bitmap: u64,
+    pub inode_bitmap: u64,
+    pub inode_table: u64,
+}
+
+pub(crate) struct GroupState {
+    pub desc: GroupDesc,
+    /// Blocks freed by transactions that are not yet durable: group offset → (length, tid).
+    pending_free: BTreeMap<u32, (u32, Tid)>,
+}
+
+/// Blocks set aside for one operation before its handle starts; unused blocks return to the
+/// pool when it drops.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    counters: Arc<Counters>,
+    pub blocks: i64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.counters.reserved_blocks.fetch_sub(self.blocks, Ordering::AcqRel);
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub free_blocks: AtomicI64,
+    pub pending_blocks: AtomicI64,
+    pub reserved_blocks: AtomicI64,
+    pub free_inodes: AtomicI64,
+    pub used_dirs: AtomicI64,
+}
+
+pub(crate) struct Groups {
+    pub geo: Geometry,
+    /// The superblock as opened: checksum seed, uuid and features for descriptor checksums.
+    sb: Superblock,
+    /// Superblock backup + descriptor table + reserved descriptor blocks at the start of a
+    /// group that has a superblock backup.
+    base_meta_blocks: u32,
+    pub layouts: Vec<GroupLayout>,
+    slots: Vec<Mutex<GroupState>>,
+    /// Unlocked copies of each group's free counts, for choosing a group without locking all.
+    free_blocks_hint: Vec<AtomicU32>,
+    free_inodes_hint: Vec<AtomicU32>,
+    pub counters: Arc<Counters>,
+}
+
+impl Groups {
+    pub fn new(sb: &Superblock, descs: &[GroupDesc]) -> Result<Self> {
+        let geo = Geometry::new(sb);
+        let base_meta_blocks = 1 + sb.group_desc_blocks() + u32::from(sb.reserved_gdt_blocks);
+        let counters = Arc::new(Counters::default());
+        let mut free_blocks = 0i64;
+        let mut free_inodes = 0i64;
+        let mut used_dirs = 0i64;
+        for desc in descs {
+            free_blocks += i64::from(desc.free_blocks);
+            free_inodes += i64::from(desc.free_inodes);
+            used_dirs += i64::from(desc.used_dirs);
+        }
+        counters.free_blocks.store(free_blocks, Ordering::Release);
+        counters.free_inodes.store(free_inodes, Ordering::Release);
+        counters.used_dirs.store(used_dirs, Ordering::Release);
+        Ok(Groups {
+            layouts: descs
+                .iter()
+                .map(|d| GroupLayout {
+                    block_bitmap: d.block_bitmap,
+                    inode_bitmap: d.inode_bitmap,
+                    inode_table: d.inode_table,
+                })
+                .collect(),
+            free_blocks_hint: descs.iter().map(|d| AtomicU32::new(d.free_blocks)).collect(),
+            free_inodes_hint: descs.iter().map(|d| AtomicU32::new(d.free_inodes)).collect(),
+            slots: descs
+                .iter()
+                .map(|d| Mutex::new(GroupState { desc: *d, pending_free: BTreeMap::new() }))
+                .collect(),
+            geo,
+            sb: sb.clone(),
+            base_meta_blocks,
+            counters,
+        })
+    }
+
+    /// Sets aside `blocks` blocks for an operation, or fails with NoSpace. When only blocks
+    /// freed by not-yet-durable transactions stand in the way, waits for them to become durable
+    /// (the caller holds no handle) and tries again, as ext4_should_retry_alloc does.
+    pub fn reserve(&self, journal: &Journal, blocks: u64) -> Result<Reservation> {
+        let want = blocks as i64;
+        for attempt in 0..3 {
+            let c = &self.counters;
+            let mut reserved = c.reserved_blocks.load(Ordering::Acquire);
+            loop {
+                let available = c.free_blocks.load(Ordering::Acquire)
+                    - c.pending_blocks.load(Ordering::Acquire)
+                    - reserved;
+                if available < want {
+                    break;
+                }
+                match c.reserved_blocks.compare_exchange(
+                    reserved,
+                    reserved + want,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(Reservation { counters: c.clone(), blocks: want }),
+                    Err(now) => reserved = now,
+                }
+            }
+            if c.pending_blocks.load(Ordering::Acquire) == 0 || attempt == 2 {
+                break;
+            }
+            // Make the frees durable, then drop them from every group's pending set.
+            journal.commit_all()?;
+            let durable = journal.last_durable();
+            for slot in &self.slots {
+                let mut state = slot.lock();
+                self.sweep_pending(&mut state, durable);
+            }
+        }
+        Err(FsError::NoSpace)
+    }
+
+    fn sweep_pending(&self, state: &mut GroupState, durable: Tid) {
+        let before: u64 = state.pending_free.values().map(|(len, _)| u64::from(*len)).sum();
+        state.pending_free.retain(|_, (_, tid)| !durable.is_at_or_after(*tid));
+        let after: u64 = state.pending_free.values().map(|(len, _)| u64::from(*len)).sum();
+        self.counters.pending_blocks.fetch_sub((before - after) as i64, Ordering::AcqRel);
+    }
+
+    /// Allocates up to `want` contiguous blocks, preferring `goal`; returns (first, count).
+    /// Searches the goal's group from the goal, then the following groups.
+    pub fn alloc_blocks(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        reservation: &mut Reservation,
+        goal: u64,
+        want: u32,
+    ) -> Result<(u64, u32)> {
+        assert!(want > 0);
+        let geo = &self.geo;
+        let goal = if goal < u64::from(geo.first_data_block) || goal >= geo.blocks_count {
+            u64::from(geo.first_data_block)
+        } else {
+            goal
+        };
+        let goal_group = geo.group_of_block(goal);
+        let want = want.min(reservation.blocks.max(1) as u32);
+        for step in 0..geo.group_count {
+            let group = (goal_group + step) % geo.group_count;
+            if self.free_blocks_hint[group as usize].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let start = if step == 0 { (goal - geo.group_first_block(group)) as u32 } else { 0 };
+            if let Some((offset, len)) =
+                self.alloc_in_group(journal, handle, group, start, want)?
+            {
+                let consumed = i64::from(len).min(reservation.blocks);
+                reservation.blocks -= consumed;
+                self.counters.reserved_blocks.fetch_sub(consumed, Ordering::AcqRel);
+                return Ok((geo.group_first_block(group) + u64::from(offset), len));
+            }
+        }
+        Err(FsError::NoSpace)
+    }
+
+    fn alloc_in_group(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        group: u32,
+        start: u32,
+        want: u32,
+    ) -> Result<Option<(u32, u32)>> {
+        let mut state = self.slots[group as usize].lock();
+        if state.desc.free_blocks == 0 {
+            return Ok(None);
+        }
+        let durable = journal.last_durable();
+        if !state.pending_free.is_empty() {
+            self.sweep_pending(&mut state, durable);
+        }
+        let bitmap = self.block_bitmap(journal, group, &state.desc)?;
+        let limit = self.geo.blocks_in_group(group);
+        let found = bitmap.read(|bits| {
+            let is_free = |i: u32| {
+                bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && !pending_covers(&state, i)
+            };
+            let first = (start..limit).chain(0..start.min(limit)).find(|&i| is_free(i))?;
+            let mut len = 1;
+            while len < want && first + len < limit && is_free(first + len) {
+                len += 1;
+            }
+            Some((first, len))
+        });
+        let Some((offset, len)) = found else {
+            return Ok(None);
+        };
+        let csum = handle.modify(&bitmap, |bits| {
+            for i in offset..offset + len {
+                bits[(i / 8) as usize] |= 1 << (i % 8);
+            }
+            self.block_bitmap_csum(bits)
+        })?;
+        let desc = &mut state.desc;
+        desc.free_blocks -= len;
+        desc.block_bitmap_csum = csum;
+        desc.flags &= !ext4::BG_BLOCK_UNINIT;
+        self.write_desc(journal, handle, group, desc)?;
+        self.free_blocks_hint[group as usize].store(desc.free_blocks, Ordering::Relaxed);
+        self.counters.free_blocks.fetch_sub(i64::from(len), Ordering::AcqRel);
+        Ok(Some((offset, len)))
+    }
+
+    /// Frees `count` blocks from `start` (which may span groups) in `handle`'s transaction.
+    /// Freeing a block that is already free is corruption (a doubly owned block): the caller's
+    /// metadata and the bitmap disagree.
+    pub fn free_blocks(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        start: u64,
+        count: u64,
+    ) -> Result<()> {
+        let geo = &self.geo;
+        let end = start.checked_add(count).filter(|&e| e <= geo.blocks_count);
+        if start < u64::from(geo.first_data_block) || end.is_none() {
+            return Err(FsError::BlockOutOfRange { block: start, blocks_count: geo.blocks_count });
+        }
+        let mut block = start;
+        let end = start + count;
+        while block < end {
+            let group = geo.group_of_block(block);
+            let group_end = geo.group_first_block(group) + u64::from(geo.blocks_in_group(group));
+            let piece_end = end.min(group_end);
+            let offset = (block - geo.group_first_block(group)) as u32;
+            let len = (piece_end - block) as u32;
+            self.free_in_group(journal, handle, group, offset, len)?;
+            block = piece_end;
+        }
+        Ok(())
+    }
+
+    fn free_in_group(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        group: u32,
+        offset: u32,
+        len: u32,
+    ) -> Result<()> {
+        let mut state = self.slots[group as usize].lock();
+        let bitmap = self.block_bitmap(journal, group, &state.desc)?;
+        let all_set = bitmap.read(|bits| {
+            (offset..offset + len).all(|i| bits[(i / 8) as usize] & (1 << (i % 8)) != 0)
+        });
+        if !all_set {
+            return Err(FsError::corrupted(
+                bitmap.block(),
+                format!("group {group}: freeing blocks {offset}+{len} that are already free"),
+            ));
+        }
+        let csum = handle.modify(&bitmap, |bits| {
+            for i in offset..offset + len {
+                bits[(i / 8) as usize] &= !(1 << (i % 8));
+            }
+            self.block_bitmap_csum(bits)
+        })?;
+        let desc = &mut state.desc;
+        desc.free_blocks += len;
+        desc.block_bitmap_csum = csum;
+        self.write_desc(journal, handle, group, desc)?;
+        self.free_blocks_hint[group as usize].store(desc.free_blocks, Ordering::Relaxed);
+        state.pending_free.insert(offset, (len, handle.tid()));
+        self.counters.pending_blocks.fetch_add(i64::from(len), Ordering::AcqRel);
+        self.counters.free_blocks.fetch_add(i64::from(len), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Allocates an inode number. Directories go to the group with the most free inodes and
+    /// blocks among those with at least average free inodes (spreading the tree, as Orlov
+    /// does for top-level directories); files go to their parent's group or the next with room.
+    pub fn alloc_inode(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        parent_group: u32,
+        is_dir: bool,
+    ) -> Result<u32> {
+        let groups = self.geo.group_count;
+        let first = if is_dir { self.pick_dir_group(parent_group) } else { parent_group };
+        for step in 0..groups {
+            let group = (first + step) % groups;
+            if self.free_inodes_hint[group as usize].load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            if let Some(ino) = self.alloc_inode_in_group(journal, handle, group, is_dir)? {
+                return Ok(ino);
+            }
+        }
+        Err(FsError::NoSpace)
+    }
+
+    fn pick_dir_group(&self, parent_group: u32) -> u32 {
+        let groups = self.geo.group_count;
+        let avg_inodes = (self.counters.free_inodes.load(Ordering::Relaxed).max(0) as u64)
+            / u64::from(groups);
+        let mut best = parent_group;
+        let mut best_blocks = 0u32;
+        for step in 0..groups {
+            let group = (parent_group + step) % groups;
+            let inodes = self.free_inodes_hint[group as usize].load(Ordering::Relaxed);
+            let blocks = self.free_blocks_hint[group as usize].load(Ordering::Relaxed);
+            if u64::from(inodes) >= avg_inodes.max(1) && blocks > best_blocks {
+                best = group;
+                best_blocks = blocks;
+            }
+        }
+        best
+    }
+
+    fn alloc_inode_in_group(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        group: u32,
+        is_dir: bool,
+    ) -> Result<Option<u32>> {
+        let geo = &self.geo;
+        let mut state = self.slots[group as usize].lock();
+        if state.desc.free_inodes == 0 {
+            return Ok(None);
+        }
+        // Like ext4_new_inode: a group whose block bitmap was never built gets it now.
+        if geo.uninit_flags && state.desc.flags & ext4::BG_BLOCK_UNINIT != 0 {
+            let bitmap = self.block_bitmap(journal, group, &state.desc)?;
+            let csum = handle.modify(&bitmap, |bits| self.block_bitmap_csum(bits))?;
+            state.desc.block_bitmap_csum = csum;
+            state.desc.flags &= !ext4::BG_BLOCK_UNINIT;
+        }
+        let bitmap = self.inode_bitmap(journal, group, &state.desc)?;
+        // Reserved inodes (below s_first_ino) are never handed out.
+        let first_ino = self.sb.first_ino;
+        let base = group * geo.inodes_per_group;
+        let found = bitmap.read(|bits| {
+            (0..geo.inodes_per_group)
+                .find(|&i| bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && base + i + 1 >= first_ino)
+        });
+        let Some(index) = found else {
+            return Err(FsError::corrupted(
+                bitmap.block(),
+                format!("group {group}: descriptor says {} inodes free, bitmap none", state.desc.free_inodes),
+            ));
+        };
+        let csum = handle.modify(&bitmap, |bits| {
+            bits[(index / 8) as usize] |= 1 << (index % 8);
+            self.inode_bitmap_csum(bits)
+        })?;
+        let desc = &mut state.desc;
+        desc.free_inodes -= 1;
+        desc.inode_bitmap_csum = csum;
+        desc.flags &= !ext4::BG_INODE_UNINIT;
+        if is_dir {
+            desc.used_dirs += 1;
+        }
+        if geo.uninit_flags {
+            let used = geo.inodes_per_group - desc.itable_unused.min(geo.inodes_per_group);
+            if index + 1 > used {
+                desc.itable_unused = geo.inodes_per_group - (index + 1);
+            }
+        }
+        self.write_desc(journal, handle, group, desc)?;
+        self.free_inodes_hint[group as usize].store(desc.free_inodes, Ordering::Relaxed);
+        self.counters.free_inodes.fetch_sub(1, Ordering::AcqRel);
+        if is_dir {
+            self.counters.used_dirs.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(Some(base + index + 1))
+    }
+
+    pub fn free_inode(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        ino: u32,
+        is_dir: bool,
+    ) -> Result<()> {
+        let geo = &self.geo;
+        let group = geo.group_of_inode(ino);
+        let index = (ino - 1) % geo.inodes_per_group;
+        let mut state = self.slots[group as usize].lock();
+        let bitmap = self.inode_bitmap(journal, group, &state.desc)?;
+        let was_set = bitmap.read(|bits| bits[(index / 8) as usize] & (1 << (index % 8)) != 0);
+        if !was_set {
+            return Err(FsError::corrupted(
+                bitmap.block(),
+                format!("freeing inode {ino}, which the bitmap says is free"),
+            ));
+        }
+        let csum = handle.modify(&bitmap, |bits| {
+            bits[(index / 8) as usize] &= !(1 << (index % 8));
+            self.inode_bitmap_csum(bits)
+        })?;
+        let desc = &mut state.desc;
+        desc.free_inodes += 1;
+        desc.inode_bitmap_csum = csum;
+        if is_dir {
+            desc.used_dirs = desc.used_dirs.saturating_sub(1);
+            self.counters.used_dirs.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.write_desc(journal, handle, group, desc)?;
+        self.free_inodes_hint[group as usize].store(desc.free_inodes, Ordering::Relaxed);
+        self.counters.free_inodes.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The group's block bitmap buffer; built (not yet journaled) for a BLOCK_UNINIT group.
+    fn block_bitmap(&self, journal: &Journal, group: u32, desc: &GroupDesc) -> Result<Arc<Buffer>> {
+        let block = self.layouts[group as usize].block_bitmap;
+        if self.geo.uninit_flags && desc.flags & ext4::BG_BLOCK_UNINIT != 0 {
+            let buffer = journal.new_buffer(block);
+            let image = self.uninit_block_bitmap(group);
+            buffer.init_if_zero(&image);
+            return Ok(buffer);
+        }
+        let buffer = journal.read_buffer(block)?;
+        if self.geo.metadata_csum {
+            let ok = buffer.read(|bits| {
+                let crc = self.block_bitmap_csum(bits);
+                if self.geo.desc_size >= 64 { crc == desc.block_bitmap_csum } else { crc as u16 == desc.block_bitmap_csum as u16 }
+            });
+            if !ok {
+                return Err(FsError::corrupted(block, format!("group {group}: block bitmap checksum mismatch")));
+            }
+        }
+        Ok(buffer)
+    }
+
+    fn inode_bitmap(&self, journal: &Journal, group: u32, desc: &GroupDesc) -> Result<Arc<Buffer>> {
+        let block = self.layouts[group as usize].inode_bitmap;
+        if self.geo.uninit_flags && desc.flags & ext4::BG_INODE_UNINIT != 0 {
+            let buffer = journal.new_buffer(block);
+            let mut image = vec![0u8; self.geo.block_size as usize];
+            mark_bitmap_end(&mut image, self.geo.inodes_per_group);
+            buffer.init_if_zero(&image);
+            return Ok(buffer);
+        }
+        let buffer = journal.read_buffer(block)?;
+        if self.geo.metadata_csum {
+            let ok = buffer.read(|bits| {
+                let crc = self.inode_bitmap_csum(bits);
+                if self.geo.desc_size >= 64 { crc == desc.inode_bitmap_csum } else { crc as u16 == desc.inode_bitmap_csum as u16 }
+            });
+            if !ok {
+                return Err(FsError::corrupted(block, format!("group {group}: inode bitmap checksum mismatch")));
+            }
+        }
+        Ok(buffer)
+    }
+
+    fn block_bitmap_csum(&self, bits: &[u8]) -> u32 {
+        ext4::bitmap_checksum(&self.sb, &bits[..(self.geo.blocks_per_group / 8) as usize])
+    }
+
+    fn inode_bitmap_csum(&self, bits: &[u8]) -> u32 {
+        ext4::bitmap_checksum(&self.sb, &bits[..(self.geo.inodes_per_group / 8) as usize])
+    }
+
+    /// `ext4_init_block_bitmap`: the group's own superblock backup and descriptor blocks, every
+    /// group's bitmaps and inode table that live inside this group (flex_bg packs them), and the
+    /// bits past the end of a short last group.
+    fn uninit_block_bitmap(&self, group: u32) -> Vec<u8> {
+        let geo = &self.geo;
+        let mut bits = vec![0u8; geo.block_size as usize];
+        let first = geo.group_first_block(group);
+        let in_group = geo.blocks_in_group(group);
+        let mut mark = |block: u64, len: u64| {
+            for b in block..block + len {
+                if b >= first && b < first + u64::from(in_group) {
+                    let i = (b - first) as usize;
+                    bits[i / 8] |= 1 << (i % 8);
+                }
+            }
+        };
+        if self.sb.group_has_superblock(group) {
+            mark(first, u64::from(self.base_meta_blocks));
+        }
+        for layout in &self.layouts {
+            mark(layout.block_bitmap, 1);
+            mark(layout.inode_bitmap, 1);
+            mark(layout.inode_table, u64::from(geo.itable_blocks));
+        }
+        mark_bitmap_end(&mut bits, in_group);
+        bits
+    }
+
+    /// Writes `desc` into group `group`'s slot of the descriptor table, with its checksum.
+    pub fn write_desc(
+        &self,
+        journal: &Journal,
+        handle: &mut Handle,
+        group: u32,
+        desc: &GroupDesc,
+    ) -> Result<()> {
+        let geo = &self.geo;
+        let table_block = self.sb.group_desc_block(group / geo.descs_per_block);
+        let offset = (group % geo.descs_per_block) as usize * geo.desc_size;
+        let buffer = journal.read_buffer(table_block)?;
+        handle.modify(&buffer, |bytes| {
+            let raw = &mut bytes[offset..offset + geo.desc_size];
+            desc.encode_into(raw, geo.desc_size);
+            ext4::set_group_desc_checksum(&self.sb, group, raw);
+        })?;
+        Ok(())
+    }
+
+    /// Free blocks not held back for pending frees or reservations (what statfs reports).
+    pub fn available_blocks(&self) -> u64 {
+        let c = &self.counters;
+        (c.free_blocks.load(Ordering::Acquire) - c.pending_blocks.load(Ordering::Acquire)).max(0)
+            as u64
+    }
+}
+
+fn pending_covers(state: &GroupState, offset: u32) -> bool {
+    state
+        .pending_free
+        .range(..=offset)
+        .next_back()
+        .is_some_and(|(&start, &(len, _))| offset < start + len)
+}
+
+/// Sets the padding bits from `used` to the end of the bitmap block (`ext4_mark_bitmap_end`).
+fn mark_bitmap_end(bits: &mut [u8], used: u32) {
+    for i in used as usize..bits.len() * 8 {
+        bits[i / 8] |= 1 << (i % 8);
+    }
+}

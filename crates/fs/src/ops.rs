@@ -1,0 +1,871 @@
+//! Namespace operations: lookup, getattr, setattr, mknod/create, mkdir, symlink, link,
+//! unlink, rmdir, rename, readlink, readdir, statfs, sync, fsync, and extended attributes.
+//!
+//! Each changing operation follows one shape: lock the inodes involved (lock order in
+//! `filesystem.rs`), check everything that can fail for ordinary reasons, reserve blocks and
+//! start a handle ([`Filesystem::begin`]), change metadata, write the inodes, stop the handle.
+//! Errors after the first change go through [`Filesystem::fail`].
+
+use std::sync::Arc;
+
+use ondisk::ext4::{self, Inode, Timestamp};
+
+use crate::adapters::{dir_ctx, extent_ctx, DirAccess, ReadIo};
+use crate::dir;
+use crate::error::{FsError, Result};
+use crate::extent_tree;
+use crate::filesystem::{now, Filesystem, Txn};
+use crate::inodes::{self, InodeData, InodeGuard, InodeSlot};
+use crate::xattr::{self, SetMode, XattrCtx};
+
+/// The root directory's inode number.
+pub const ROOT_INO: u32 = ext4::ROOT_INO;
+/// ext4's link-count limit (EXT4_LINK_MAX); directories past it count 1 with dir_nlink.
+pub const LINK_MAX: u16 = 65000;
+/// Longest symlink target stored in `i_block` (a fast symlink).
+const FAST_SYMLINK_MAX: usize = ext4::INODE_BLOCK_SIZE - 1;
+/// Journal credits of a namespace operation: directory blocks (htree leaf and index splits),
+/// two extent-tree paths, inode table blocks, bitmaps, descriptors, superblock.
+const NAMESPACE_CREDITS: u32 = 96;
+/// Blocks a namespace operation may allocate: a directory block, htree splits, extent nodes.
+const NAMESPACE_BLOCKS: u64 = 16;
+
+/// An inode's attributes, as stat reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u32,
+    pub mode: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 512-byte sectors allocated.
+    pub blocks: u64,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub crtime: Timestamp,
+    /// Device number of a character or block special file.
+    pub rdev: u32,
+    pub generation: u32,
+    pub block_size: u32,
+}
+
+/// Which attributes setattr changes.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+/// One directory entry returned by readdir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u32,
+    pub file_type: u8,
+    /// Pass this to the next readdir call to continue after this entry.
+    pub next_cookie: u64,
+}
+
+/// rename flags (renameat2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+/// File-system statistics (statfs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub blocks_available: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+    pub name_max: u32,
+}
+
+impl Filesystem {
+    pub(crate) fn attr_of(&self, ino: u32, inode: &Inode) -> Attr {
+        let rdev = if matches!(inode.file_type(), ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
+            decode_rdev(&inode.block)
+        } else {
+            0
+        };
+        let dir_nlink_overflow = inode.is_dir() && inode.links_count == 1;
+        Attr {
+            ino,
+            mode: inode.mode,
+            nlink: if dir_nlink_overflow { 1 } else { u32::from(inode.links_count) },
+            uid: inode.uid,
+            gid: inode.gid,
+            size: inode.size,
+            blocks: inode.blocks_512(self.block_size()),
+            atime: inode.atime,
+            mtime: inode.mtime,
+            ctime: inode.ctime,
+            crtime: inode.crtime,
+            rdev,
+            generation: inode.generation,
+            block_size: self.block_size(),
+        }
+    }
+
+    /// A live (linked or open) inode's slot, locked. Inode numbers come from callers (FUSE)
+    /// and directory entries, so a free or out-of-range inode is an error, not a panic.
+    pub(crate) fn lock_live<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
+        let guard = self.lock_inode(slot)?;
+        let data = guard.as_ref().expect("loaded");
+        if data.inode.links_count == 0 && data.inode.mode == 0 {
+            return Err(FsError::NotFound);
+        }
+        Ok(guard)
+    }
+
+    pub fn getattr(&self, ino: u32) -> Result<Attr> {
+        let slot = self.inodes.slot(ino);
+        let guard = self.lock_live(&slot)?;
+        Ok(self.attr_of(ino, &guard.as_ref().expect("loaded").inode))
+    }
+
+    /// Looks `name` up in directory `parent`; returns the child's attributes.
+    pub fn lookup(&self, parent: u32, name: &[u8]) -> Result<Attr> {
+        let ino = self.lookup_ino(parent, name)?;
+        self.getattr(ino)
+    }
+
+    fn lookup_ino(&self, parent: u32, name: &[u8]) -> Result<u32> {
+        let slot = self.inodes.slot(parent);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        self.dir_lookup_locked(parent, data, name)?.map(|(ino, _)| ino).ok_or(FsError::NotFound)
+    }
+
+    pub(crate) fn dir_lookup_locked_pub(
+        &self,
+        dir_ino: u32,
+        data: &mut InodeData,
+        name: &[u8],
+    ) -> Result<Option<(u32, u8)>> {
+        self.dir_lookup_locked(dir_ino, data, name)
+    }
+
+    /// The parent of directory `dir` (its `..` entry).
+    pub(crate) fn lookup_dotdot(&self, dir: u32) -> Result<u32> {
+        let slot = self.inodes.slot(dir);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if !data.inode.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let ctx = dir_ctx(self, dir, data);
+        let ectx = extent_ctx(self, dir, data);
+        let mut io = ReadIo { fs: self };
+        let mut access =
+            DirAccess { io: &mut io, data, ectx, block_size: self.block_size(), inode_changed: false };
+        dir::lookup(&mut access, &ctx, b"..")?
+            .map(|(ino, _)| ino)
+            .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
+    }
+
+    fn dir_lookup_locked(
+        &self,
+        dir_ino: u32,
+        data: &mut InodeData,
+        name: &[u8],
+    ) -> Result<Option<(u32, u8)>> {
+        if !data.inode.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        check_name(name)?;
+        let ctx = dir_ctx(self, dir_ino, data);
+        let ectx = extent_ctx(self, dir_ino, data);
+        let mut io = ReadIo { fs: self };
+        let mut access = DirAccess {
+            io: &mut io,
+            data,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
+        dir::lookup(&mut access, &ctx, name)
+    }
+
+    /// Resolves an absolute path ("/a/b") to an inode number.
+    pub fn resolve(&self, path: &str) -> Result<u32> {
+        let mut ino = ROOT_INO;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            ino = self.lookup_ino(ino, part.as_bytes())?;
+        }
+        Ok(ino)
+    }
+
+    /// Reads up to `max` entries of directory `ino` after `cookie` (0 = from the start).
+    pub fn readdir(&self, ino: u32, cookie: u64, max: usize) -> Result<Vec<DirEntry>> {
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if !data.inode.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let ctx = dir_ctx(self, ino, data);
+        let ectx = extent_ctx(self, ino, data);
+        let mut io = ReadIo { fs: self };
+        let mut access =
+            DirAccess { io: &mut io, data, ectx, block_size: self.block_size(), inode_changed: false };
+        Ok(dir::read_dir(&mut access, &ctx, cookie, max)?
+            .into_iter()
+            .map(|e| DirEntry {
+                name: e.name,
+                ino: e.ino,
+                file_type: e.file_type,
+                next_cookie: e.next_cookie,
+            })
+            .collect())
+    }
+
+    pub fn readlink(&self, ino: u32) -> Result<Vec<u8>> {
+        let slot = self.inodes.slot(ino);
+        let guard = self.lock_live(&slot)?;
+        let data = guard.as_ref().expect("loaded");
+        if !data.inode.is_symlink() {
+            return Err(FsError::Invalid(format!("inode {ino} is not a symbolic link")));
+        }
+        let len = data.inode.size as usize;
+        if data.inode.flags & ext4::EXTENTS_FL == 0 && data.inode.blocks_raw == 0 {
+            // A fast symlink: the target lives in i_block.
+            if len > ext4::INODE_BLOCK_SIZE {
+                return Err(FsError::corrupted(0, format!("fast symlink {ino} of {len} bytes")));
+            }
+            return Ok(data.inode.block[..len].to_vec());
+        }
+        if len > self.block_size() as usize {
+            return Err(FsError::corrupted(0, format!("symlink {ino} of {len} bytes")));
+        }
+        let mut buf = vec![0u8; len];
+        drop(guard);
+        let n = self.read(ino, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let counters = &self.groups.counters;
+        let free = self.groups.available_blocks();
+        StatFs {
+            block_size: self.block_size(),
+            blocks: self.params.blocks_count,
+            blocks_free: free,
+            blocks_available: free.saturating_sub(self.params.r_blocks_count),
+            inodes: u64::from(self.params.inodes_count),
+            inodes_free: counters.free_inodes.load(std::sync::atomic::Ordering::Acquire).max(0)
+                as u64,
+            name_max: 255,
+        }
+    }
+
+    /// Makes everything done so far durable (syncfs).
+    pub fn sync(&self) -> Result<()> {
+        self.journal.commit_all()?;
+        self.dev.flush()?;
+        Ok(())
+    }
+
+    /// fsync / fdatasync: waits for the newest transaction that changed the inode (for
+    /// fdatasync, that changed its size or mappings) and flushes the device, so data written
+    /// in place is durable too. Like ext4, fsync of a new file also covers its directory entry:
+    /// the entry was added in the same transaction that created the inode, or an earlier one.
+    pub fn fsync(&self, ino: u32, datasync: bool) -> Result<()> {
+        let slot = self.inodes.slot(ino);
+        let tid = {
+            let guard = self.lock_live(&slot)?;
+            let data = guard.as_ref().expect("loaded");
+            if datasync {
+                data.last_data_tid
+            } else {
+                data.last_tid
+            }
+        };
+        match tid {
+            Some(tid) if !self.journal.last_durable().is_at_or_after(tid) => {
+                // The commit flushes the device before its commit block.
+                self.journal.commit_and_wait(tid)?;
+            }
+            _ => self.dev.flush()?,
+        }
+        self.journal.check_aborted()?;
+        Ok(())
+    }
+
+    pub fn setattr(&self, ino: u32, set: &SetAttr) -> Result<Attr> {
+        if let Some(size) = set.size {
+            self.truncate(ino, size)?;
+        }
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if set.mode.is_none()
+            && set.uid.is_none()
+            && set.gid.is_none()
+            && set.atime.is_none()
+            && set.mtime.is_none()
+        {
+            return Ok(self.attr_of(ino, &data.inode));
+        }
+        let mut txn = self.begin(4, 0)?;
+        let inode = &mut data.inode;
+        if let Some(mode) = set.mode {
+            inode.mode = (inode.mode & ext4::MODE_TYPE_MASK) | (mode & 0o7777);
+        }
+        if let Some(uid) = set.uid {
+            inode.uid = uid;
+        }
+        if let Some(gid) = set.gid {
+            inode.gid = gid;
+        }
+        if let Some(atime) = set.atime {
+            inode.atime = atime;
+        }
+        if let Some(mtime) = set.mtime {
+            inode.mtime = mtime;
+        }
+        inode.ctime = now();
+        self.finish(txn_write_inode(self, &mut txn, ino, data, false), txn)?;
+        Ok(self.attr_of(ino, &data.inode))
+    }
+
+    /// Creates a regular file.
+    pub fn create(&self, parent: u32, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
+        self.mknod(parent, name, ext4::MODE_REGULAR | (mode & 0o7777), 0, uid, gid)
+    }
+
+    /// Creates a file of any non-directory type (`mode` includes the type bits; `rdev` is the
+    /// device number of character and block special files).
+    pub fn mknod(
+        &self,
+        parent: u32,
+        name: &[u8],
+        mode: u16,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        let kind = mode & ext4::MODE_TYPE_MASK;
+        let kind = if kind == 0 { ext4::MODE_REGULAR } else { kind };
+        if kind == ext4::MODE_DIR {
+            return self.mkdir(parent, name, mode, uid, gid);
+        }
+        if !matches!(
+            kind,
+            ext4::MODE_REGULAR
+                | ext4::MODE_CHRDEV
+                | ext4::MODE_BLKDEV
+                | ext4::MODE_FIFO
+                | ext4::MODE_SOCKET
+                | ext4::MODE_SYMLINK
+        ) {
+            return Err(FsError::Invalid(format!("file type {kind:#o}")));
+        }
+        self.create_node(parent, name, kind | (mode & 0o7777), uid, gid, |_, inode| {
+            if matches!(kind, ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
+                inode.flags &= !ext4::EXTENTS_FL;
+                encode_rdev(&mut inode.block, rdev);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn mkdir(&self, parent: u32, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
+        self.create_node(parent, name, ext4::MODE_DIR | (mode & 0o7777), uid, gid, |_, _| Ok(()))
+    }
+
+    pub fn symlink(&self, parent: u32, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        if target.is_empty() || target.len() >= self.block_size() as usize || target.len() > 4095 {
+            return Err(FsError::NameTooLong);
+        }
+        let attr = self.create_node(parent, name, ext4::MODE_SYMLINK | 0o777, uid, gid, |_, inode| {
+            if target.len() <= FAST_SYMLINK_MAX {
+                inode.flags &= !ext4::EXTENTS_FL;
+                inode.block = [0; ext4::INODE_BLOCK_SIZE];
+                inode.block[..target.len()].copy_from_slice(target);
+                inode.size = target.len() as u64;
+            }
+            Ok(())
+        })?;
+        if target.len() > FAST_SYMLINK_MAX {
+            // A slow symlink: the target is the file's one data block.
+            self.write(attr.ino, 0, target)?;
+        }
+        self.getattr(attr.ino)
+    }
+
+    /// Creates an inode of `mode` and links it as `name` in `parent`. `init` finishes the new
+    /// inode (device numbers, fast symlink targets) before it is written.
+    fn create_node(
+        &self,
+        parent: u32,
+        name: &[u8],
+        mode: u16,
+        uid: u32,
+        gid: u32,
+        init: impl FnOnce(u32, &mut Inode) -> Result<()>,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        let is_dir = mode & ext4::MODE_TYPE_MASK == ext4::MODE_DIR;
+        let pslot = self.inodes.slot(parent);
+        let mut pguard = self.lock_live(&pslot)?;
+        let pdata = pguard.as_mut().expect("loaded");
+        if self.dir_lookup_locked(parent, pdata, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        if is_dir && pdata.inode.links_count >= LINK_MAX && !self.has_dir_nlink() {
+            return Err(FsError::TooManyLinks);
+        }
+        let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
+        let result = (|| {
+            let fs = self;
+            let parent_group = fs.groups.geo.group_of_inode(parent);
+            let ino = fs.groups.alloc_inode(&fs.journal, &mut txn.handle, parent_group, is_dir)?;
+            let extra = fs.params.min_extra_isize.max(32);
+            let (mut inode, raw) = inodes::new_inode_record(fs.params.inode_size, extra);
+            let t = now();
+            inode.mode = mode;
+            inode.uid = uid;
+            inode.gid = gid;
+            inode.atime = t;
+            inode.mtime = t;
+            inode.ctime = t;
+            inode.crtime = t;
+            inode.links_count = if is_dir { 2 } else { 1 };
+            inode.generation = fs.new_generation();
+            extent_tree::init_root(&mut inode.block);
+            init(ino, &mut inode)?;
+            let mut data =
+                InodeData { inode, raw, last_tid: None, last_data_tid: None, orphan: false };
+            if is_dir {
+                let ctx = dir_ctx(fs, ino, &data);
+                let ectx = extent_ctx(fs, ino, &data);
+                let mut access = DirAccess {
+                    io: &mut txn,
+                    data: &mut data,
+                    ectx,
+                    block_size: fs.block_size(),
+                    inode_changed: false,
+                };
+                dir::init_dir(&mut access, &ctx, ino, parent)?;
+                let delta = txn.take_blocks_delta();
+                add_blocks(&mut data.inode, delta, fs.block_size());
+            }
+            fs.write_inode(&mut txn.handle, ino, &mut data, true)?;
+            let file_type = dir::file_type_of_mode(mode);
+            fs.dir_add(&mut txn, parent, pdata, name, ino, file_type)?;
+            if is_dir {
+                inc_link(&mut pdata.inode, self.has_dir_nlink());
+            }
+            pdata.inode.mtime = t;
+            pdata.inode.ctime = t;
+            txn_write_inode(fs, &mut txn, parent, pdata, true)?;
+            // The new inode's slot starts out loaded (nobody else knows its number yet).
+            let slot = fs.inodes.slot(ino);
+            let attr = fs.attr_of(ino, &data.inode);
+            *slot.state.lock() = Some(data);
+            Ok(attr)
+        })();
+        let attr = self.finish(result, txn)?;
+        Ok(attr)
+    }
+
+    /// Adds `name → ino` to directory `dir` under `txn`, updating the directory's size and
+    /// i_blocks in `ddata` (the caller writes the inode).
+    pub(crate) fn dir_add(
+        &self,
+        txn: &mut Txn<'_>,
+        dir: u32,
+        ddata: &mut InodeData,
+        name: &[u8],
+        ino: u32,
+        file_type: u8,
+    ) -> Result<()> {
+        let ctx = dir_ctx(self, dir, ddata);
+        let ectx = extent_ctx(self, dir, ddata);
+        txn.take_blocks_delta();
+        let mut access =
+            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        dir::add_entry(&mut access, &ctx, name, ino, file_type)?;
+        let delta = txn.take_blocks_delta();
+        add_blocks(&mut ddata.inode, delta, self.block_size());
+        Ok(())
+    }
+
+    pub(crate) fn dir_remove_pub(
+        &self,
+        txn: &mut Txn<'_>,
+        dir: u32,
+        ddata: &mut InodeData,
+        name: &[u8],
+    ) -> Result<u32> {
+        self.dir_remove(txn, dir, ddata, name)
+    }
+
+    pub(crate) fn dir_is_empty_pub(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
+        self.dir_is_empty(dir, ddata)
+    }
+
+    fn dir_remove(
+        &self,
+        txn: &mut Txn<'_>,
+        dir: u32,
+        ddata: &mut InodeData,
+        name: &[u8],
+    ) -> Result<u32> {
+        let ctx = dir_ctx(self, dir, ddata);
+        let ectx = extent_ctx(self, dir, ddata);
+        let mut access =
+            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        dir::remove_entry(&mut access, &ctx, name)
+    }
+
+    fn dir_is_empty(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
+        let ctx = dir_ctx(self, dir, ddata);
+        let ectx = extent_ctx(self, dir, ddata);
+        let mut io = ReadIo { fs: self };
+        let mut access =
+            DirAccess { io: &mut io, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        dir::is_empty(&mut access, &ctx)
+    }
+
+    pub(crate) fn has_dir_nlink(&self) -> bool {
+        self.params.feature_ro_compat & ext4::feature::RO_COMPAT_DIR_NLINK != 0
+    }
+
+    /// Stops `txn` after `result`: on success returns the value; on an error after changes
+    /// began, turns the file system read-only (see the module docs).
+    pub(crate) fn finish<T>(&self, result: Result<T>, txn: Txn<'_>) -> Result<T> {
+        match result {
+            Ok(value) => {
+                txn.stop()?;
+                Ok(value)
+            }
+            Err(err) => {
+                let err = self.fail(err);
+                let _ = txn.stop();
+                Err(err)
+            }
+        }
+    }
+
+    /// Adds a hard link `new_parent/new_name` to inode `ino`.
+    pub fn link(&self, ino: u32, new_parent: u32, new_name: &[u8]) -> Result<Attr> {
+        check_name(new_name)?;
+        let pslot = self.inodes.slot(new_parent);
+        let mut pguard = self.lock_live(&pslot)?;
+        let pdata = pguard.as_mut().expect("loaded");
+        let slot = self.inodes.slot(ino);
+        if ino == new_parent {
+            return Err(FsError::IsDir);
+        }
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if data.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if data.inode.links_count >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        if data.inode.links_count == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.dir_lookup_locked(new_parent, pdata, new_name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
+        let result = (|| {
+            let file_type = dir::file_type_of_mode(data.inode.mode);
+            self.dir_add(&mut txn, new_parent, pdata, new_name, ino, file_type)?;
+            let t = now();
+            pdata.inode.mtime = t;
+            pdata.inode.ctime = t;
+            txn_write_inode(self, &mut txn, new_parent, pdata, true)?;
+            data.inode.links_count += 1;
+            data.inode.ctime = t;
+            txn_write_inode(self, &mut txn, ino, data, false)?;
+            Ok(self.attr_of(ino, &data.inode))
+        })();
+        self.finish(result, txn)
+    }
+
+    pub fn unlink(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove_name(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove_name(parent, name, true)
+    }
+
+    fn remove_name(&self, parent: u32, name: &[u8], want_dir: bool) -> Result<()> {
+        if name == b"." {
+            return Err(FsError::Invalid("cannot remove \".\"".into()));
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        let pslot = self.inodes.slot(parent);
+        let mut pguard = self.lock_live(&pslot)?;
+        let pdata = pguard.as_mut().expect("loaded");
+        let (ino, _) = self.dir_lookup_locked(parent, pdata, name)?.ok_or(FsError::NotFound)?;
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        let is_dir = data.inode.is_dir();
+        if want_dir && !is_dir {
+            return Err(FsError::NotDir);
+        }
+        if !want_dir && is_dir {
+            return Err(FsError::IsDir);
+        }
+        if is_dir && !self.dir_is_empty(ino, data)? {
+            return Err(FsError::NotEmpty);
+        }
+        let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
+        let result = (|| {
+            self.dir_remove(&mut txn, parent, pdata, name)?;
+            let t = now();
+            pdata.inode.mtime = t;
+            pdata.inode.ctime = t;
+            if is_dir {
+                dec_link(&mut pdata.inode);
+            }
+            txn_write_inode(self, &mut txn, parent, pdata, true)?;
+            data.inode.ctime = t;
+            self.drop_link(&mut txn, &slot, data, is_dir)
+        })();
+        let release = self.finish(result, txn)?;
+        if release {
+            self.release_inode(&slot, data)?;
+        }
+        Ok(())
+    }
+
+    /// Removes one link from `data` under `txn`. When none remain, the inode goes on the orphan
+    /// list; returns whether the caller should release it now (it is not open).
+    pub(crate) fn drop_link(
+        &self,
+        txn: &mut Txn<'_>,
+        slot: &InodeSlot,
+        data: &mut InodeData,
+        is_dir: bool,
+    ) -> Result<bool> {
+        let ino = slot.ino;
+        if is_dir {
+            data.inode.links_count = 0;
+        } else {
+            dec_link(&mut data.inode);
+        }
+        if data.inode.links_count > 0 {
+            txn_write_inode(self, txn, ino, data, false)?;
+            return Ok(false);
+        }
+        // Orphan first, so a crash before the blocks are freed still frees them at mount.
+        crate::orphan::add(self, txn, ino, data)?;
+        txn_write_inode(self, txn, ino, data, true)?;
+        Ok(slot.open_count.load(std::sync::atomic::Ordering::Acquire) == 0)
+    }
+
+    /// Frees an unlinked inode's blocks, xattr block and the inode itself, and takes it off
+    /// the orphan list. Runs in as many transactions as the file's size needs.
+    pub(crate) fn release_inode(&self, slot: &InodeSlot, data: &mut InodeData) -> Result<()> {
+        let ino = slot.ino;
+        self.truncate_blocks(ino, data, 0)?;
+        let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
+        let result = (|| {
+            let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+            let mut file_acl = data.inode.file_acl;
+            txn.take_blocks_delta();
+            xattr::release_block(&mut txn, &ctx, &mut file_acl)?;
+            data.inode.file_acl = file_acl;
+            let delta = txn.take_blocks_delta();
+            add_blocks(&mut data.inode, delta, self.block_size());
+            crate::orphan::remove(self, &mut txn, ino, data)?;
+            data.inode.dtime = now().sec as u32;
+            let is_dir = data.inode.is_dir();
+            data.inode.mode = 0;
+            txn_write_inode(self, &mut txn, ino, data, true)?;
+            self.groups.free_inode(&self.journal, &mut txn.handle, ino, is_dir)
+        })();
+        self.finish(result, txn)
+    }
+
+    pub(crate) fn fs_csum_seed(&self) -> Option<u32> {
+        self.params.has_metadata_csum().then(|| self.params.csum_seed())
+    }
+
+    /// Marks inode `ino` open (the FUSE open/release pair): an unlinked inode stays allocated
+    /// until its last close.
+    pub fn open_inode(&self, ino: u32) -> Result<Arc<InodeSlot>> {
+        let slot = self.inodes.slot(ino);
+        let _ = self.lock_live(&slot)?;
+        slot.open_count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(slot)
+    }
+
+    /// Closes what [`Filesystem::open_inode`] opened; frees the inode if it was unlinked.
+    pub fn close_inode(&self, slot: &Arc<InodeSlot>) -> Result<()> {
+        let before = slot.open_count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        assert!(before > 0, "inode {} closed more often than opened", slot.ino);
+        if before > 1 {
+            return Ok(());
+        }
+        let mut guard = self.lock_inode(slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if data.inode.links_count == 0 && data.inode.mode != 0 && !self.is_read_only() {
+            self.release_inode(slot, data)?;
+        }
+        Ok(())
+    }
+
+    pub fn getxattr(&self, ino: u32, name: &[u8]) -> Result<Vec<u8>> {
+        let slot = self.inodes.slot(ino);
+        let guard = self.lock_live(&slot)?;
+        let data = guard.as_ref().expect("loaded");
+        let area = data.inode.xattr_area_range(data.raw.len());
+        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+        xattr::get(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl, name)
+    }
+
+    pub fn listxattr(&self, ino: u32) -> Result<Vec<Vec<u8>>> {
+        let slot = self.inodes.slot(ino);
+        let guard = self.lock_live(&slot)?;
+        let data = guard.as_ref().expect("loaded");
+        let area = data.inode.xattr_area_range(data.raw.len());
+        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+        xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
+    }
+
+    pub fn setxattr(&self, ino: u32, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
+        self.change_xattr(ino, |txn, ctx, area, file_acl| {
+            xattr::set(txn, ctx, area, file_acl, name, value, mode)
+        })
+    }
+
+    pub fn removexattr(&self, ino: u32, name: &[u8]) -> Result<()> {
+        self.change_xattr(ino, |txn, ctx, area, file_acl| {
+            xattr::remove(txn, ctx, area, file_acl, name)
+        })
+    }
+
+    fn change_xattr(
+        &self,
+        ino: u32,
+        change: impl FnOnce(&mut Txn<'_>, &XattrCtx, &mut [u8], &mut u64) -> Result<()>,
+    ) -> Result<()> {
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        let mut txn = self.begin(16, 2)?;
+        let geo = &self.groups.geo;
+        let ctx = XattrCtx {
+            fs_csum_seed: self.fs_csum_seed(),
+            goal: geo.group_first_block(geo.group_of_inode(ino)),
+        };
+        // Work on copies so an ordinary failure (ENODATA, EEXIST, ENOSPC, ERANGE) leaves the
+        // inode as it was; only the block writes it made are then already journaled, and the
+        // xattr module makes those only once it knows the change will succeed.
+        let range = data.inode.xattr_area_range(data.raw.len());
+        let mut area = data.raw[range.clone()].to_vec();
+        let mut file_acl = data.inode.file_acl;
+        match change(&mut txn, &ctx, &mut area, &mut file_acl) {
+            Ok(()) => {}
+            Err(err @ (FsError::NoData | FsError::Exists | FsError::NoSpace | FsError::Range
+            | FsError::NotSupported(_) | FsError::NameTooLong)) => {
+                txn.stop()?;
+                return Err(err);
+            }
+            Err(err) => return self.finish(Err(err), txn),
+        }
+        data.raw[range].copy_from_slice(&area);
+        data.inode.file_acl = file_acl;
+        let delta = txn.take_blocks_delta();
+        add_blocks(&mut data.inode, delta, self.block_size());
+        data.inode.ctime = now();
+        let result = txn_write_inode(self, &mut txn, ino, data, false);
+        self.finish(result, txn)
+    }
+}
+
+/// Writes inode `ino` under `txn`.
+pub(crate) fn txn_write_inode(
+    fs: &Filesystem,
+    txn: &mut Txn<'_>,
+    ino: u32,
+    data: &mut InodeData,
+    data_change: bool,
+) -> Result<()> {
+    fs.write_inode(&mut txn.handle, ino, data, data_change)
+}
+
+/// Adds `delta` file-system blocks to i_blocks (in the inode's unit).
+pub(crate) fn add_blocks(inode: &mut Inode, delta: i64, block_size: u32) {
+    if delta == 0 {
+        return;
+    }
+    let per_block = if inode.flags & ext4::HUGE_FILE_FL != 0 { 1 } else { i64::from(block_size / 512) };
+    inode.blocks_raw = (inode.blocks_raw as i64 + delta * per_block).max(0) as u64;
+}
+
+fn inc_link(inode: &mut Inode, dir_nlink: bool) {
+    if inode.links_count >= LINK_MAX - 1 && dir_nlink || inode.links_count == 1 && inode.is_dir() {
+        // dir_nlink: past the limit a directory's count is 1, meaning "many".
+        inode.links_count = 1;
+    } else {
+        inode.links_count += 1;
+    }
+}
+
+fn dec_link(inode: &mut Inode) {
+    if inode.is_dir() && inode.links_count == 1 {
+        return;
+    }
+    inode.links_count = inode.links_count.saturating_sub(1);
+}
+
+/// Rejects names the directory layer never stores.
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > 255 {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Invalid(format!("bad file name {:?}", String::from_utf8_lossy(name))));
+    }
+    Ok(())
+}
+
+/// Device numbers as ext4 stores them in i_block (old 16-bit form in word 0 when it fits,
+/// else the new 32-bit form in word 1).
+fn encode_rdev(block: &mut [u8; ext4::INODE_BLOCK_SIZE], rdev: u32) {
+    *block = [0; ext4::INODE_BLOCK_SIZE];
+    let major = (rdev >> 8) & 0xfff;
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
+    if major < 256 && minor < 256 {
+        block[..4].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+    } else {
+        let new = (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12);
+        block[4..8].copy_from_slice(&new.to_le_bytes());
+    }
+}
+
+fn decode_rdev(block: &[u8; ext4::INODE_BLOCK_SIZE]) -> u32 {
+    let old = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+    if old != 0 {
+        return old;
+    }
+    let new = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let major = (new & 0xfff00) >> 8;
+    let minor = (new & 0xff) | ((new >> 12) & 0xfff00);
+    (major << 8) | (minor & 0xff) | ((minor & !0xff) << 12)
+}

@@ -1,0 +1,304 @@
+//! rename, including replacing a target, RENAME_NOREPLACE and RENAME_EXCHANGE.
+//!
+//! Locking follows `filesystem.rs`: a rename between two directories first takes
+//! `rename_lock`, so no other rename can change ancestry; it then finds out whether one
+//! directory is an ancestor of the other by walking `..` (which also rejects moving a
+//! directory into its own subtree, EINVAL), and locks the ancestor first, or the lower inode
+//! number first when neither is. The entries' inodes are locked after both directories, in
+//! inode-number order.
+//!
+//! The whole rename is one handle, so it is atomic across a crash: the new name appears, the
+//! old one disappears and a replaced target loses its link in the same transaction.
+
+use crate::adapters::{dir_ctx, extent_ctx, DirAccess};
+use crate::dir;
+use crate::error::{FsError, Result};
+use crate::filesystem::{now, Filesystem, Txn};
+use crate::inodes::InodeData;
+use crate::ops::{check_name, txn_write_inode, RenameFlags, ROOT_INO};
+
+/// Journal credits of a rename: two directory updates, up to four inodes, a `..` block,
+/// orphan list and allocation updates.
+const RENAME_CREDITS: u32 = 160;
+/// Blocks a rename may allocate (the new entry's directory may grow or split).
+const RENAME_BLOCKS: u64 = 16;
+/// Deepest directory tree the ancestry walk follows before calling the tree corrupt.
+const DEPTH_MAX: usize = 1 << 16;
+
+/// The two directories of a rename; `new` is `None` when they are the same directory.
+struct Parents<'a> {
+    old_ino: u32,
+    old: &'a mut InodeData,
+    new_ino: u32,
+    new: Option<&'a mut InodeData>,
+}
+
+impl Parents<'_> {
+    fn new_dir(&mut self) -> &mut InodeData {
+        match self.new.as_deref_mut() {
+            Some(new) => new,
+            None => &mut *self.old,
+        }
+    }
+}
+
+impl Filesystem {
+    pub fn rename(
+        &self,
+        parent: u32,
+        name: &[u8],
+        new_parent: u32,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.check_writable()?;
+        check_name(name)?;
+        check_name(new_name)?;
+        for n in [name, new_name] {
+            if n == b"." || n == b".." {
+                return Err(FsError::Invalid("cannot rename \".\" or \"..\"".into()));
+            }
+        }
+        if flags.exchange && flags.noreplace {
+            return Err(FsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE".into()));
+        }
+        let cross = parent != new_parent;
+        let _rename_guard = cross.then(|| self.rename_lock.lock());
+        let new_parent_chain = if cross { self.ancestors(new_parent)? } else { Vec::new() };
+        let parent_chain = if cross { self.ancestors(parent)? } else { Vec::new() };
+        let parent_first = !cross
+            || new_parent_chain.contains(&parent)
+            || (!parent_chain.contains(&new_parent) && parent < new_parent);
+        let (first, second) = if parent_first { (parent, new_parent) } else { (new_parent, parent) };
+        let slot_first = self.inodes.slot(first);
+        let slot_second = self.inodes.slot(second);
+        let mut guard_first = self.lock_live(&slot_first)?;
+        let mut guard_second = if cross { Some(self.lock_live(&slot_second)?) } else { None };
+        let a = guard_first.as_mut().expect("loaded");
+        let b = guard_second.as_mut().map(|g| g.as_mut().expect("loaded"));
+        let mut parents = match b {
+            None => Parents { old_ino: parent, old: a, new_ino: new_parent, new: None },
+            Some(b) if parent_first => {
+                Parents { old_ino: parent, old: a, new_ino: new_parent, new: Some(b) }
+            }
+            Some(b) => Parents { old_ino: parent, old: b, new_ino: new_parent, new: Some(a) },
+        };
+        let (src, _) =
+            self.dir_lookup_locked_pub(parent, parents.old, name)?.ok_or(FsError::NotFound)?;
+        let dst = self.dir_lookup_locked_pub(new_parent, parents.new_dir(), new_name)?;
+        if cross && (src == new_parent || new_parent_chain.contains(&src)) {
+            return Err(FsError::Invalid("cannot move a directory into itself".into()));
+        }
+        if flags.exchange && dst.is_none() {
+            return Err(FsError::NotFound);
+        }
+        if flags.noreplace && dst.is_some() {
+            return Err(FsError::Exists);
+        }
+        if dst.is_some_and(|(d, _)| d == src) {
+            // Both names are links to one inode: POSIX says do nothing.
+            return Ok(());
+        }
+        if let Some((dst_ino, _)) = dst {
+            if flags.exchange && cross && (dst_ino == parent || parent_chain.contains(&dst_ino)) {
+                return Err(FsError::Invalid("cannot move a directory into itself".into()));
+            }
+        }
+        // The entries' inodes, in number order.
+        let src_slot = self.inodes.slot(src);
+        let dst_slot = dst.map(|(d, _)| self.inodes.slot(d));
+        let (mut src_guard, mut dst_guard) = match &dst_slot {
+            Some(ds) if ds.ino < src => {
+                let d = self.lock_live(ds)?;
+                (self.lock_live(&src_slot)?, Some(d))
+            }
+            Some(ds) => {
+                let s = self.lock_live(&src_slot)?;
+                (s, Some(self.lock_live(ds)?))
+            }
+            None => (self.lock_live(&src_slot)?, None),
+        };
+        let sdata = src_guard.as_mut().expect("loaded");
+        let mut ddata = dst_guard.as_mut().map(|g| g.as_mut().expect("loaded"));
+        let src_is_dir = sdata.inode.is_dir();
+        let dst_is_dir = ddata.as_ref().is_some_and(|d| d.inode.is_dir());
+        if let (Some(d), Some((dst_ino, _))) = (ddata.as_mut(), dst) {
+            if !flags.exchange {
+                if src_is_dir && !dst_is_dir {
+                    return Err(FsError::NotDir);
+                }
+                if !src_is_dir && dst_is_dir {
+                    return Err(FsError::IsDir);
+                }
+                if dst_is_dir && !self.dir_is_empty_pub(dst_ino, d)? {
+                    return Err(FsError::NotEmpty);
+                }
+            }
+        }
+        let mut txn = self.begin(RENAME_CREDITS, RENAME_BLOCKS)?;
+        let t = now();
+        let has_dir_nlink = self.has_dir_nlink();
+        let result = (|| {
+            let src_ft = dir::file_type_of_mode(sdata.inode.mode);
+            let (old_ino, new_ino) = (parents.old_ino, parents.new_ino);
+            match (flags.exchange, ddata.as_deref_mut(), dst) {
+                (true, Some(d), Some((dst_ino, _))) => {
+                    let dst_ft = dir::file_type_of_mode(d.inode.mode);
+                    self.dir_replace(&mut txn, old_ino, parents.old, name, dst_ino, dst_ft)?;
+                    self.dir_replace(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
+                    if cross {
+                        if src_is_dir {
+                            self.dir_set_parent(&mut txn, src, sdata, new_ino)?;
+                        }
+                        if dst_is_dir {
+                            self.dir_set_parent(&mut txn, dst_ino, d, old_ino)?;
+                        }
+                        match (src_is_dir, dst_is_dir) {
+                            (true, false) => {
+                                dec_dir_link(&mut parents.old.inode);
+                                inc_dir_link(&mut parents.new_dir().inode, has_dir_nlink);
+                            }
+                            (false, true) => {
+                                inc_dir_link(&mut parents.old.inode, has_dir_nlink);
+                                dec_dir_link(&mut parents.new_dir().inode);
+                            }
+                            _ => {}
+                        }
+                    }
+                    d.inode.ctime = t;
+                    txn_write_inode(self, &mut txn, dst_ino, d, false)?;
+                }
+                (false, Some(d), Some((dst_ino, _))) => {
+                    self.dir_replace(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
+                    self.dir_remove_pub(&mut txn, old_ino, parents.old, name)?;
+                    if dst_is_dir {
+                        // The replaced directory's `..` no longer counts against new_parent.
+                        dec_dir_link(&mut parents.new_dir().inode);
+                    }
+                    d.inode.ctime = t;
+                    let dst_slot = dst_slot.as_ref().expect("locked");
+                    if self.drop_link(&mut txn, dst_slot, d, dst_is_dir)? {
+                        return Ok(true);
+                    }
+                    let _ = dst_ino;
+                }
+                _ => {
+                    self.dir_add(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
+                    self.dir_remove_pub(&mut txn, old_ino, parents.old, name)?;
+                }
+            }
+            if !flags.exchange && cross && src_is_dir {
+                self.dir_set_parent(&mut txn, src, sdata, new_ino)?;
+                dec_dir_link(&mut parents.old.inode);
+                inc_dir_link(&mut parents.new_dir().inode, has_dir_nlink);
+            }
+            sdata.inode.ctime = t;
+            txn_write_inode(self, &mut txn, src, sdata, false)?;
+            for dir_data in [Some(&mut *parents.old), parents.new.as_deref_mut()].into_iter().flatten() {
+                dir_data.inode.mtime = t;
+                dir_data.inode.ctime = t;
+            }
+            txn_write_inode(self, &mut txn, old_ino, parents.old, true)?;
+            if let Some(new) = parents.new.as_deref_mut() {
+                txn_write_inode(self, &mut txn, new_ino, new, true)?;
+            }
+            Ok(false)
+        })();
+        let release = match result {
+            Ok(true) => {
+                // The replaced inode lost its last link and is not open: the parents still
+                // need writing before it is released.
+                let result = (|| {
+                    sdata.inode.ctime = t;
+                    txn_write_inode(self, &mut txn, src, sdata, false)?;
+                    for dir_data in
+                        [Some(&mut *parents.old), parents.new.as_deref_mut()].into_iter().flatten()
+                    {
+                        dir_data.inode.mtime = t;
+                        dir_data.inode.ctime = t;
+                    }
+                    if cross && src_is_dir {
+                        self.dir_set_parent(&mut txn, src, sdata, parents.new_ino)?;
+                        dec_dir_link(&mut parents.old.inode);
+                        inc_dir_link(&mut parents.new_dir().inode, has_dir_nlink);
+                        txn_write_inode(self, &mut txn, src, sdata, false)?;
+                    }
+                    let old_ino = parents.old_ino;
+                    txn_write_inode(self, &mut txn, old_ino, parents.old, true)?;
+                    let new_ino = parents.new_ino;
+                    if let Some(new) = parents.new.as_deref_mut() {
+                        txn_write_inode(self, &mut txn, new_ino, new, true)?;
+                    }
+                    Ok(true)
+                })();
+                self.finish(result, txn)?
+            }
+            other => self.finish(other, txn)?,
+        };
+        if release {
+            let dst_slot = dst_slot.as_ref().expect("locked");
+            let d = ddata.expect("locked");
+            self.release_inode(dst_slot, d)?;
+        }
+        Ok(())
+    }
+
+    /// The chain of directories from `dir` up to the root (excluding `dir`), by `..`.
+    fn ancestors(&self, dir: u32) -> Result<Vec<u32>> {
+        let mut chain = Vec::new();
+        let mut at = dir;
+        while at != ROOT_INO {
+            let parent = self.lookup_dotdot(at)?;
+            if chain.len() >= DEPTH_MAX || chain.contains(&parent) || parent == dir {
+                return Err(FsError::corrupted(0, format!("directory {dir}: `..` chain loops")));
+            }
+            chain.push(parent);
+            at = parent;
+        }
+        Ok(chain)
+    }
+
+    fn dir_replace(
+        &self,
+        txn: &mut Txn<'_>,
+        dir_ino: u32,
+        ddata: &mut InodeData,
+        name: &[u8],
+        ino: u32,
+        file_type: u8,
+    ) -> Result<u32> {
+        let ctx = dir_ctx(self, dir_ino, ddata);
+        let ectx = extent_ctx(self, dir_ino, ddata);
+        let mut access =
+            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        dir::replace_entry(&mut access, &ctx, name, ino, file_type)
+    }
+
+    fn dir_set_parent(
+        &self,
+        txn: &mut Txn<'_>,
+        dir_ino: u32,
+        ddata: &mut InodeData,
+        parent: u32,
+    ) -> Result<()> {
+        let ctx = dir_ctx(self, dir_ino, ddata);
+        let ectx = extent_ctx(self, dir_ino, ddata);
+        let mut access =
+            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        dir::set_parent(&mut access, &ctx, parent)
+    }
+}
+
+fn inc_dir_link(inode: &mut ondisk::ext4::Inode, dir_nlink: bool) {
+    if inode.links_count == 1 || (dir_nlink && inode.links_count >= crate::ops::LINK_MAX - 1) {
+        inode.links_count = 1;
+    } else {
+        inode.links_count += 1;
+    }
+}
+
+fn dec_dir_link(inode: &mut ondisk::ext4::Inode) {
+    if inode.links_count > 2 {
+        inode.links_count -= 1;
+    }
+}
