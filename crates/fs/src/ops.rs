@@ -781,8 +781,15 @@ impl Filesystem {
         let mut file_acl = data.inode.file_acl;
         match change(&mut txn, &ctx, &mut area, &mut file_acl) {
             Ok(()) => {}
-            Err(err @ (FsError::NoData | FsError::Exists | FsError::NoSpace | FsError::Range
-            | FsError::NotSupported(_) | FsError::NameTooLong)) => {
+            Err(
+                err @ (FsError::NoData
+                | FsError::Exists
+                | FsError::NoSpace
+                | FsError::Range
+                | FsError::Invalid(_)
+                | FsError::NotSupported(_)
+                | FsError::NameTooLong),
+            ) => {
                 txn.stop()?;
                 return Err(err);
             }
