@@ -13,8 +13,15 @@
 //!
 //! Extent lengths: `ee_len` <= 32768 is an initialized extent of that length; larger values are
 //! unwritten (preallocated) extents of `ee_len - 32768` blocks; 0 is invalid.
+//!
+//! The write side is a set of methods on the same types, so that the `fs` crate reaches them
+//! through the re-exported types: [`ExtentHeader::encode_node`] lays out a whole node,
+//! [`ExtentHeader::slots_for`] gives `eh_max` for a node size as the kernel computes it, and
+//! [`ExtentHeader::seal_block`] / [`ExtentHeader::block_checksum`] write and compute the tail.
+//! Encoders assert their arguments (lengths in range, block numbers within 48 bits, entries
+//! matching the header): a violation is a bug in the caller, never a property of disk bytes.
 
-use super::bytes::{block48, le16, le32};
+use super::bytes::{block48, le16, le32, put_le16, put_le32};
 use super::inode::inode_csum_seed;
 use super::superblock::Superblock;
 use crate::crc::crc32c_raw;
@@ -40,6 +47,80 @@ pub struct ExtentHeader {
     pub generation: u32,
 }
 
+impl ExtentHeader {
+    /// `eh_max` for a node of `node_bytes` bytes, as the kernel's `ext4_ext_space_root` and
+    /// `ext4_ext_space_block` compute it: 4 for the 60-byte `i_block`, `(block_size - 12) / 12`
+    /// for a tree block (84 at 1 KiB, 340 at 4 KiB). The 4-byte checksum tail of a tree block
+    /// always fits in the slack this division leaves. Saturates at `u16::MAX`.
+    pub fn slots_for(node_bytes: usize) -> u16 {
+        let slots = node_bytes.saturating_sub(EXTENT_HEADER_SIZE) / EXTENT_ENTRY_SIZE;
+        u16::try_from(slots).unwrap_or(u16::MAX)
+    }
+
+    /// Byte offset of the checksum tail of a tree block with this header: right after its
+    /// `max` slots (`EXT4_EXTENT_TAIL_OFFSET`).
+    pub fn tail_offset(&self) -> usize {
+        EXTENT_HEADER_SIZE + usize::from(self.max) * EXTENT_ENTRY_SIZE
+    }
+
+    /// Writes this header and `entries` into `node` (the 60-byte `i_block` or a whole tree
+    /// block) and zeroes the unused slots up to `max`. Bytes past the slots (the checksum tail
+    /// and any slack) are left alone.
+    ///
+    /// Panics when the header disagrees with `entries` (count, or leaf-ness versus depth), when
+    /// `entries > max`, when the slots do not fit in `node`, or when an entry cannot be encoded
+    /// (see [`Extent::encode`], [`ExtentIndex::encode`]).
+    pub fn encode_node(&self, entries: &ExtentEntries, node: &mut [u8]) {
+        assert_eq!(usize::from(self.entries), entries.len(), "header entries != entries given");
+        assert_eq!(self.depth == 0, matches!(entries, ExtentEntries::Leaf(_)), "depth vs kind");
+        assert!(self.entries <= self.max, "{} entries, max {}", self.entries, self.max);
+        assert!(self.depth <= EXTENT_DEPTH_MAX, "depth {}", self.depth);
+        let slots_end = self.tail_offset();
+        assert!(slots_end <= node.len(), "{} slots do not fit {} bytes", self.max, node.len());
+        put_le16(node, 0, EXTENT_MAGIC);
+        put_le16(node, 2, self.entries);
+        put_le16(node, 4, self.max);
+        put_le16(node, 6, self.depth);
+        put_le32(node, 8, self.generation);
+        let slot = |i: usize| EXTENT_HEADER_SIZE + i * EXTENT_ENTRY_SIZE;
+        match entries {
+            ExtentEntries::Leaf(extents) => {
+                for (i, extent) in extents.iter().enumerate() {
+                    extent.encode(&mut node[slot(i)..slot(i + 1)]);
+                }
+            }
+            ExtentEntries::Index(indexes) => {
+                for (i, index) in indexes.iter().enumerate() {
+                    index.encode(&mut node[slot(i)..slot(i + 1)]);
+                }
+            }
+        }
+        node[slot(entries.len())..slots_end].fill(0);
+    }
+
+    /// The crc32c the tail of tree block `block` must hold (`ext4_extent_block_csum`): the
+    /// inode's checksum seed (see [`inode_csum_seed`]) over the block up to the tail. `None`
+    /// when the tail does not fit in `block`.
+    pub fn block_checksum(&self, inode_seed: u32, block: &[u8]) -> Option<u32> {
+        block_checksum_at(inode_seed, block, self.tail_offset())
+    }
+
+    /// The checksum stored in the tail of `block`, `None` when the tail does not fit.
+    pub fn stored_block_checksum(&self, block: &[u8]) -> Option<u32> {
+        let tail = self.tail_offset();
+        block.get(tail..tail + EXTENT_TAIL_SIZE).map(|stored| le32(stored, 0))
+    }
+
+    /// Writes the checksum tail of tree block `block` (`ext4_extent_block_csum_set`). Panics
+    /// when the tail does not fit in `block`.
+    pub fn seal_block(&self, inode_seed: u32, block: &mut [u8]) {
+        let tail = self.tail_offset();
+        let crc = block_checksum_at(inode_seed, block, tail)
+            .unwrap_or_else(|| panic!("extent tail at {tail} does not fit {} bytes", block.len()));
+        put_le32(block, tail, crc);
+    }
+}
+
 /// One leaf extent: file blocks `logical .. logical + len` live at `start .. start + len`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
@@ -52,6 +133,37 @@ pub struct Extent {
 }
 
 impl Extent {
+    /// Longest unwritten extent (EXT_UNINIT_MAX_LEN): `ee_len` 65535.
+    pub const LEN_UNWRITTEN_MAX: u32 = EXTENT_LEN_INIT_MAX - 1;
+
+    /// Longest extent of this kind: 32768 blocks initialized, 32767 unwritten.
+    pub fn len_max(unwritten: bool) -> u32 {
+        if unwritten {
+            Self::LEN_UNWRITTEN_MAX
+        } else {
+            EXTENT_LEN_INIT_MAX
+        }
+    }
+
+    /// Writes this extent into a 12-byte slot (`ext4_extent`). Panics when the length is 0 or
+    /// above [`Extent::len_max`], when the extent wraps past logical block 2^32 - 1, or when
+    /// `start` needs more than 48 bits.
+    pub fn encode(&self, slot: &mut [u8]) {
+        assert!(
+            (1..=Self::len_max(self.unwritten)).contains(&self.len),
+            "extent length {} (unwritten: {})",
+            self.len,
+            self.unwritten
+        );
+        assert!(self.logical.checked_add(self.len).is_some(), "extent wraps: {self:?}");
+        assert!(self.start < 1 << 48, "extent start {} beyond 48 bits", self.start);
+        let raw_len = if self.unwritten { self.len + EXTENT_LEN_INIT_MAX } else { self.len };
+        put_le32(slot, 0, self.logical);
+        put_le16(slot, 4, raw_len as u16);
+        put_le16(slot, 6, (self.start >> 32) as u16);
+        put_le32(slot, 8, self.start as u32);
+    }
+
     /// One past the last logical block (at most 2^32 - 1: parse rejects wrapping extents).
     pub fn logical_end(&self) -> u64 {
         u64::from(self.logical) + u64::from(self.len)
@@ -64,6 +176,18 @@ impl Extent {
 pub struct ExtentIndex {
     pub logical: u32,
     pub leaf: u64,
+}
+
+impl ExtentIndex {
+    /// Writes this index into a 12-byte slot (`ext4_extent_idx`, `ei_unused` zero). Panics
+    /// when `leaf` needs more than 48 bits.
+    pub fn encode(&self, slot: &mut [u8]) {
+        assert!(self.leaf < 1 << 48, "index leaf {} beyond 48 bits", self.leaf);
+        put_le32(slot, 0, self.logical);
+        put_le32(slot, 4, self.leaf as u32);
+        put_le16(slot, 8, (self.leaf >> 32) as u16);
+        put_le16(slot, 10, 0);
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +203,18 @@ impl ExtentEntries {
             ExtentEntries::Leaf(extents) => extents.first().map(|e| e.logical),
             ExtentEntries::Index(indexes) => indexes.first().map(|i| i.logical),
         }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        match self {
+            ExtentEntries::Leaf(extents) => extents.len(),
+            ExtentEntries::Index(indexes) => indexes.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -197,7 +333,15 @@ pub fn extent_block_checksum_ok(sb: &Superblock, ino: u32, generation: u32, bloc
     let Some(stored) = block.get(tail..tail + EXTENT_TAIL_SIZE) else {
         return false;
     };
-    crc32c_raw(inode_csum_seed(sb, ino, generation), &block[..tail]) == le32(stored, 0)
+    block_checksum_at(inode_csum_seed(sb, ino, generation), block, tail) == Some(le32(stored, 0))
+}
+
+/// crc32c from `inode_seed` over `block[..tail]`, if the 4-byte tail at `tail` fits.
+fn block_checksum_at(inode_seed: u32, block: &[u8], tail: usize) -> Option<u32> {
+    if tail.checked_add(EXTENT_TAIL_SIZE)? > block.len() {
+        return None;
+    }
+    Some(crc32c_raw(inode_seed, &block[..tail]))
 }
 
 fn header_corrupted(reason: String) -> OnDiskError {
@@ -211,7 +355,6 @@ fn node_corrupted(entry: usize, reason: String) -> OnDiskError {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::ext4::bytes::{put_le16, put_le32};
     use crate::ext4::superblock::tests::sample;
 
     pub(crate) fn header(bytes: &mut [u8], entries: u16, max: u16, depth: u16) {
@@ -322,5 +465,89 @@ pub(crate) mod tests {
         // A max whose tail falls off the block cannot verify.
         header(&mut block, 1, 341, 0);
         assert!(!extent_block_checksum_ok(&sb, 8, 3, &block));
+    }
+
+    #[test]
+    fn slots_for_matches_the_kernel_and_leaves_room_for_the_tail() {
+        assert_eq!(ExtentHeader::slots_for(60), 4);
+        assert_eq!(ExtentHeader::slots_for(1024), 84);
+        assert_eq!(ExtentHeader::slots_for(4096), 340);
+        assert_eq!(ExtentHeader::slots_for(65536), 5460);
+        assert_eq!(ExtentHeader::slots_for(3), 0);
+        for block_size in [1024, 2048, 4096, 8192, 65536] {
+            let header = ExtentHeader {
+                entries: 0,
+                max: ExtentHeader::slots_for(block_size),
+                depth: 0,
+                generation: 0,
+            };
+            assert!(header.tail_offset() + EXTENT_TAIL_SIZE <= block_size, "{block_size}");
+        }
+    }
+
+    #[test]
+    fn encoded_nodes_parse_back_to_the_same_entries() {
+        let extents = vec![
+            Extent { logical: 0, len: 32768, start: 0xABCD_0000_0010, unwritten: false },
+            Extent { logical: 40000, len: 32767, start: 77, unwritten: true },
+            Extent { logical: u32::MAX - 2, len: 2, start: 1, unwritten: false },
+        ];
+        let mut root = [0xEEu8; 60];
+        let header = ExtentHeader { entries: 3, max: 4, depth: 0, generation: 9 };
+        header.encode_node(&ExtentEntries::Leaf(extents.clone()), &mut root);
+        assert_eq!(&root[48..60], &[0u8; 12], "the unused slot is zeroed");
+        let (parsed, entries) = parse_extent_node(&root).unwrap();
+        assert_eq!(parsed, header);
+        assert_eq!(entries, ExtentEntries::Leaf(extents));
+
+        let indexes = vec![
+            ExtentIndex { logical: 5, leaf: 0xFFFF_FFFF_FFFF },
+            ExtentIndex { logical: 6, leaf: 2 },
+        ];
+        let mut block = vec![0xEEu8; 1024];
+        let header = ExtentHeader { entries: 2, max: 84, depth: 3, generation: 0 };
+        let entries = ExtentEntries::Index(indexes);
+        header.encode_node(&entries, &mut block);
+        assert_eq!(parse_extent_node(&block).unwrap(), (header, entries.clone()));
+        assert_eq!(entries.len(), 2);
+        assert!(!entries.is_empty());
+        // The reserved ei_unused half-word is written as zero.
+        assert_eq!(&block[12 + 10..12 + 12], &[0, 0]);
+    }
+
+    #[test]
+    fn sealed_blocks_verify_with_the_superblock_checksum_predicate() {
+        let sb = sample();
+        let seed = inode_csum_seed(&sb, 12, 7);
+        for block_size in [1024usize, 4096] {
+            let max = ExtentHeader::slots_for(block_size);
+            let header = ExtentHeader { entries: 1, max, depth: 0, generation: 0 };
+            let mut block = vec![0u8; block_size];
+            let extent = Extent { logical: 3, len: 1, start: 500, unwritten: false };
+            header.encode_node(&ExtentEntries::Leaf(vec![extent]), &mut block);
+            header.seal_block(seed, &mut block);
+            assert!(extent_block_checksum_ok(&sb, 12, 7, &block));
+            assert!(!extent_block_checksum_ok(&sb, 12, 8, &block));
+            assert_eq!(header.stored_block_checksum(&block), header.block_checksum(seed, &block));
+            block[20] ^= 1;
+            assert_ne!(header.stored_block_checksum(&block), header.block_checksum(seed, &block));
+        }
+        let header = ExtentHeader { entries: 0, max: 4, depth: 0, generation: 0 };
+        assert_eq!(header.block_checksum(seed, &[0u8; 60]), None, "i_block has no tail");
+        assert_eq!(header.stored_block_checksum(&[0u8; 60]), None);
+    }
+
+    #[test]
+    fn extent_length_limits_depend_on_the_unwritten_flag() {
+        assert_eq!(Extent::len_max(false), 32768);
+        assert_eq!(Extent::len_max(true), 32767);
+        let mut slot = [0u8; 12];
+        Extent { logical: 0, len: 32767, start: 1, unwritten: true }.encode(&mut slot);
+        assert_eq!(le16(&slot, 4), 65535);
+        let result = std::panic::catch_unwind(|| {
+            let mut slot = [0u8; 12];
+            Extent { logical: 0, len: 32768, start: 1, unwritten: true }.encode(&mut slot);
+        });
+        assert!(result.is_err(), "an unwritten extent of 32768 blocks cannot be encoded");
     }
 }
