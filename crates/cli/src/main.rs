@@ -1,9 +1,11 @@
 //! The `quill` command.
 //!
-//! Exit codes: 0 success; 1 the operation failed (the message says why); 2 bad usage (clap).
+//! Exit codes: 0 success; 1 the operation failed (the message says why); 2 bad usage (clap, or
+//! an option value a subcommand rejects before doing anything).
 
 mod bench_cmd;
 mod dump;
+mod mkfs_cmd;
 mod recover;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,8 @@ enum Command {
     /// Inspect or benchmark the journal.
     #[command(subcommand)]
     Journal(JournalCommand),
+    /// Format an image or block device as ext4, as mkfs.ext4 does.
+    Mkfs(mkfs_cmd::MkfsArgs),
 }
 
 #[derive(Subcommand)]
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
         Command::Recover(args) => recover::run(args),
         Command::Journal(JournalCommand::Dump(args)) => dump::run(args),
         Command::Journal(JournalCommand::Bench(args)) => bench_cmd::run(args),
+        Command::Mkfs(args) => mkfs_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -54,6 +59,9 @@ fn main() -> ExitCode {
                 }
             }
             eprintln!("quill: {line}");
+            if err.downcast_ref::<mkfs_cmd::UsageError>().is_some() {
+                return ExitCode::from(2);
+            }
             ExitCode::FAILURE
         }
     }
