@@ -30,6 +30,8 @@ use crate::ops::{add_blocks, txn_write_inode};
 const STEP_BLOCKS_MAX: u32 = 256;
 /// Most extents one truncate step removes.
 const TRUNCATE_EXTENTS_MAX: usize = 32;
+/// Most journaled blocks (revoked one credit each) one truncate step frees.
+const REVOKE_STEP_BLOCKS: u64 = 256;
 /// The largest logical block an extent can map (ext4: 2^32 blocks).
 const LBLK_LIMIT: u64 = 1 << 32;
 
@@ -143,12 +145,19 @@ impl Filesystem {
     }
 
     /// One step of a write: at most STEP_BLOCKS_MAX blocks in one handle.
-    fn write_step(&self, ino: u32, data: &mut InodeData, offset: u64, bytes: &[u8]) -> Result<usize> {
+    fn write_step(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<usize> {
         let bs = u64::from(self.block_size());
         let first_lblk = offset / bs;
         let last_lblk = (offset + bytes.len() as u64 - 1) / bs;
         let step_blocks = (last_lblk - first_lblk + 1).min(u64::from(STEP_BLOCKS_MAX)) as u32;
-        let step_end = ((first_lblk + u64::from(step_blocks)) * bs).min(offset + bytes.len() as u64);
+        let step_end =
+            ((first_lblk + u64::from(step_blocks)) * bs).min(offset + bytes.len() as u64);
         let step_len = (step_end - offset) as usize;
         let depth = u32::from(extent_tree::depth(&data.inode.block));
         let per_extent = extent_tree::worst_case_blocks_touched(depth as u16) + 6;
@@ -169,7 +178,13 @@ impl Filesystem {
                     Lookup::Mapped { pblk, len, unwritten } => {
                         let run = len.min(run_end_lblk - lblk + 1);
                         if unwritten {
-                            extent_tree::mark_written(&mut txn, &ectx, &mut data.inode.block, lblk, run)?;
+                            extent_tree::mark_written(
+                                &mut txn,
+                                &ectx,
+                                &mut data.inode.block,
+                                lblk,
+                                run,
+                            )?;
                         }
                         (pblk, run, unwritten)
                     }
@@ -185,7 +200,15 @@ impl Filesystem {
                 let chunk = &bytes[(pos - offset) as usize..(run_bytes_end - offset) as usize];
                 self.write_data(&mut txn, pblk, (pos % bs) as usize, chunk, fresh)?;
                 if matches!(lookup, Lookup::Hole { .. }) {
-                    extent_tree::insert(&mut txn, &ectx, &mut data.inode.block, lblk, pblk, run, false)?;
+                    extent_tree::insert(
+                        &mut txn,
+                        &ectx,
+                        &mut data.inode.block,
+                        lblk,
+                        pblk,
+                        run,
+                        false,
+                    )?;
                 }
                 pos = run_bytes_end;
             }
@@ -377,7 +400,10 @@ impl Filesystem {
     /// inodes map nothing.
     pub(crate) fn truncate_blocks(&self, ino: u32, data: &mut InodeData, size: u64) -> Result<()> {
         if data.inode.flags & ext4::EXTENTS_FL == 0 {
-            if data.inode.blocks_raw != 0 && !data.inode.is_symlink() {
+            // Fast symlinks and device, fifo and socket inodes map nothing (i_blocks may still
+            // count an xattr block); a file or directory mapped indirectly is another matter.
+            let maps_data = data.inode.is_regular() || data.inode.is_dir();
+            if maps_data && data.inode.size > 0 {
                 return Err(FsError::Unsupported(format!(
                     "inode {ino} maps blocks indirectly (no extents); quill cannot free them"
                 )));
@@ -388,25 +414,38 @@ impl Filesystem {
         let first_gone = size.div_ceil(bs);
         loop {
             let ectx = extent_ctx(self, ino, data);
-            let extents =
-                extent_tree::extents(&mut ReadIo { fs: self }, &ectx, &data.inode.block)?;
-            let tail: Vec<_> =
-                extents.iter().filter(|e| e.logical_end() > first_gone).collect();
+            let extents = extent_tree::extents(&mut ReadIo { fs: self }, &ectx, &data.inode.block)?;
+            let tail: Vec<_> = extents.iter().filter(|e| e.logical_end() > first_gone).collect();
             if tail.is_empty() {
                 return Ok(());
             }
-            let from = tail
+            let mut from = tail
                 .iter()
                 .rev()
                 .nth(TRUNCATE_EXTENTS_MAX - 1)
                 .map_or(first_gone, |e| u64::from(e.logical).max(first_gone));
+            // Journaled blocks (a directory's, or data=journal) are revoked one credit each:
+            // free at most REVOKE_STEP_BLOCKS of them per step.
+            let revoke = data.inode.is_dir() || self.options.data == DataMode::Journal;
+            if revoke {
+                let last_end = tail.last().map_or(first_gone, |e| e.logical_end());
+                from = from.max(last_end.saturating_sub(REVOKE_STEP_BLOCKS)).max(first_gone);
+            }
             let depth = extent_tree::depth(&data.inode.block);
-            let credits =
-                TRUNCATE_EXTENTS_MAX as u32 * 4 + extent_tree::worst_case_blocks_touched(depth) * 4;
+            let credits = TRUNCATE_EXTENTS_MAX as u32 * 4
+                + extent_tree::worst_case_blocks_touched(depth) * 4
+                + if revoke { REVOKE_STEP_BLOCKS as u32 } else { 0 };
             let mut txn = self.begin(credits, 4)?;
+            txn.revoke_freed_data = revoke;
             let result = (|| {
                 txn.take_blocks_delta();
-                extent_tree::remove_range(&mut txn, &ectx, &mut data.inode.block, from as u32, LBLK_LIMIT)?;
+                extent_tree::remove_range(
+                    &mut txn,
+                    &ectx,
+                    &mut data.inode.block,
+                    from as u32,
+                    LBLK_LIMIT,
+                )?;
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, self.block_size());
                 txn_write_inode(self, &mut txn, ino, data, true)
@@ -451,7 +490,8 @@ impl Filesystem {
             let step = (last - lblk).min(u64::from(STEP_BLOCKS_MAX)) as u32;
             let depth = extent_tree::depth(&data.inode.block);
             let per_extent = extent_tree::worst_case_blocks_touched(depth) + 6;
-            let mut txn = self.begin(per_extent * 8 + 8, u64::from(step) + u64::from(depth + 2) * 4)?;
+            let mut txn =
+                self.begin(per_extent * 8 + 8, u64::from(step) + u64::from(depth + 2) * 4)?;
             let result = (|| {
                 let mut ectx = extent_ctx(self, ino, data);
                 let step_end = lblk + u64::from(step);
@@ -466,7 +506,15 @@ impl Filesystem {
                             let goal = self.data_goal(&mut txn, &ectx, data, l)?;
                             let (pblk, got) = txn.alloc_data(goal, want)?;
                             ectx.goal = pblk + u64::from(got);
-                            extent_tree::insert(&mut txn, &ectx, &mut data.inode.block, l, pblk, got, true)?;
+                            extent_tree::insert(
+                                &mut txn,
+                                &ectx,
+                                &mut data.inode.block,
+                                l,
+                                pblk,
+                                got,
+                                true,
+                            )?;
                             lblk += u64::from(got);
                         }
                     }
@@ -503,7 +551,9 @@ impl Filesystem {
         // Partial blocks at either edge are zeroed in place; whole blocks are deallocated.
         let first_whole = offset.div_ceil(bs);
         let last_whole = end / bs;
-        for (from, to) in [(offset, end.min(first_whole * bs)), ((last_whole * bs).max(offset), end)] {
+        for (from, to) in
+            [(offset, end.min(first_whole * bs)), ((last_whole * bs).max(offset), end)]
+        {
             if from < to {
                 self.zero_range_in_place(ino, data, from, to)?;
             }
@@ -514,7 +564,13 @@ impl Filesystem {
             let mut txn = self.begin(64 + extent_tree::worst_case_blocks_touched(depth) * 4, 4)?;
             let result = (|| {
                 txn.take_blocks_delta();
-                extent_tree::remove_range(&mut txn, &ectx, &mut data.inode.block, first_whole as u32, last_whole)?;
+                extent_tree::remove_range(
+                    &mut txn,
+                    &ectx,
+                    &mut data.inode.block,
+                    first_whole as u32,
+                    last_whole,
+                )?;
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, self.block_size());
                 let t = now();

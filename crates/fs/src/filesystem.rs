@@ -301,7 +301,8 @@ impl Filesystem {
         }
         data.inode.encode_into(&mut data.raw);
         ext4::set_inode_checksum(&self.params, ino, &mut data.raw);
-        handle.modify(&buffer, |b| b[offset..offset + data.raw.len()].copy_from_slice(&data.raw))?;
+        handle
+            .modify(&buffer, |b| b[offset..offset + data.raw.len()].copy_from_slice(&data.raw))?;
         drop(orphans);
         data.last_tid = Some(handle.tid());
         if data_change {
@@ -321,7 +322,14 @@ impl Filesystem {
         let reservation = self.groups.reserve(&self.journal, blocks)?;
         let credits = credits.min(self.journal.max_transaction_credits());
         let handle = self.journal.start(credits)?;
-        Ok(Txn { fs: self, handle, reservation, blocks_delta: 0, fresh: HashSet::new() })
+        Ok(Txn {
+            fs: self,
+            handle,
+            reservation,
+            blocks_delta: 0,
+            fresh: HashSet::new(),
+            revoke_freed_data: self.options.data == DataMode::Journal,
+        })
     }
 
     /// The inode's checksum seed for its extent, directory and xattr blocks.
@@ -383,9 +391,8 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
 
 /// The current time as an ext4 timestamp.
 pub(crate) fn now() -> ext4::Timestamp {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let since =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     ext4::Timestamp { sec: since.as_secs() as i64, nsec: since.subsec_nanos() }
 }
 
@@ -400,6 +407,10 @@ pub(crate) struct Txn<'a> {
     pub blocks_delta: i64,
     /// Blocks allocated in this operation (their old contents need not be read).
     fresh: HashSet<u64>,
+    /// Revoke the "data" blocks this operation frees: they were journaled (a directory's
+    /// blocks, or file data under data=journal), so neither recovery nor a checkpoint may write
+    /// an old copy over the blocks' next owner.
+    pub revoke_freed_data: bool,
 }
 
 impl Txn<'_> {
@@ -410,8 +421,13 @@ impl Txn<'_> {
     /// Allocates up to `want` contiguous data blocks near `goal`.
     pub fn alloc_data(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
         let fs = self.fs;
-        let (start, len) =
-            fs.groups.alloc_blocks(&fs.journal, &mut self.handle, &mut self.reservation, goal, want)?;
+        let (start, len) = fs.groups.alloc_blocks(
+            &fs.journal,
+            &mut self.handle,
+            &mut self.reservation,
+            goal,
+            want,
+        )?;
         self.blocks_delta += i64::from(len);
         Ok((start, len))
     }
@@ -462,8 +478,7 @@ impl MetaIo for Txn<'_> {
 
     fn free_data_blocks(&mut self, start: u64, count: u64) -> Result<()> {
         let fs = self.fs;
-        if fs.options.data == DataMode::Journal {
-            // Journaled data must not be replayed over the blocks' next owner.
+        if self.revoke_freed_data {
             for block in start..start + count {
                 self.handle.revoke(block)?;
             }

@@ -95,7 +95,10 @@ impl Geometry {
     pub fn inode_location(&self, inode_table: u64, ino: u32) -> (u64, usize) {
         let index = (ino - 1) % self.inodes_per_group;
         let byte = u64::from(index) * u64::from(self.inode_size);
-        (inode_table + byte / u64::from(self.block_size), (byte % u64::from(self.block_size)) as usize)
+        (
+            inode_table + byte / u64::from(self.block_size),
+            (byte % u64::from(self.block_size)) as usize,
+        )
     }
 }
 
@@ -260,9 +263,7 @@ impl Groups {
                 continue;
             }
             let start = if step == 0 { (goal - geo.group_first_block(group)) as u32 } else { 0 };
-            if let Some((offset, len)) =
-                self.alloc_in_group(journal, handle, group, start, want)?
-            {
+            if let Some((offset, len)) = self.alloc_in_group(journal, handle, group, start, want)? {
                 let consumed = i64::from(len).min(reservation.blocks);
                 reservation.blocks -= consumed;
                 self.counters.reserved_blocks.fetch_sub(consumed, Ordering::AcqRel);
@@ -291,9 +292,8 @@ impl Groups {
         let bitmap = self.block_bitmap(journal, group, &state.desc)?;
         let limit = self.geo.blocks_in_group(group);
         let found = bitmap.read(|bits| {
-            let is_free = |i: u32| {
-                bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && !pending_covers(&state, i)
-            };
+            let is_free =
+                |i: u32| bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && !pending_covers(&state, i);
             let first = (start..limit).chain(0..start.min(limit)).find(|&i| is_free(i))?;
             let mut len = 1;
             while len < want && first + len < limit && is_free(first + len) {
@@ -411,8 +411,8 @@ impl Groups {
 
     fn pick_dir_group(&self, parent_group: u32) -> u32 {
         let groups = self.geo.group_count;
-        let avg_inodes = (self.counters.free_inodes.load(Ordering::Relaxed).max(0) as u64)
-            / u64::from(groups);
+        let avg_inodes =
+            (self.counters.free_inodes.load(Ordering::Relaxed).max(0) as u64) / u64::from(groups);
         let mut best = parent_group;
         let mut best_blocks = 0u32;
         for step in 0..groups {
@@ -451,13 +451,17 @@ impl Groups {
         let first_ino = self.sb.first_ino;
         let base = group * geo.inodes_per_group;
         let found = bitmap.read(|bits| {
-            (0..geo.inodes_per_group)
-                .find(|&i| bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && base + i + 1 >= first_ino)
+            (0..geo.inodes_per_group).find(|&i| {
+                bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && base + i + 1 >= first_ino
+            })
         });
         let Some(index) = found else {
             return Err(FsError::corrupted(
                 bitmap.block(),
-                format!("group {group}: descriptor says {} inodes free, bitmap none", state.desc.free_inodes),
+                format!(
+                    "group {group}: descriptor says {} inodes free, bitmap none",
+                    state.desc.free_inodes
+                ),
             ));
         };
         let csum = handle.modify(&bitmap, |bits| {
@@ -535,10 +539,17 @@ impl Groups {
         if self.geo.metadata_csum {
             let ok = buffer.read(|bits| {
                 let crc = self.block_bitmap_csum(bits);
-                if self.geo.desc_size >= 64 { crc == desc.block_bitmap_csum } else { crc as u16 == desc.block_bitmap_csum as u16 }
+                if self.geo.desc_size >= 64 {
+                    crc == desc.block_bitmap_csum
+                } else {
+                    crc as u16 == desc.block_bitmap_csum as u16
+                }
             });
             if !ok {
-                return Err(FsError::corrupted(block, format!("group {group}: block bitmap checksum mismatch")));
+                return Err(FsError::corrupted(
+                    block,
+                    format!("group {group}: block bitmap checksum mismatch"),
+                ));
             }
         }
         Ok(buffer)
@@ -557,10 +568,17 @@ impl Groups {
         if self.geo.metadata_csum {
             let ok = buffer.read(|bits| {
                 let crc = self.inode_bitmap_csum(bits);
-                if self.geo.desc_size >= 64 { crc == desc.inode_bitmap_csum } else { crc as u16 == desc.inode_bitmap_csum as u16 }
+                if self.geo.desc_size >= 64 {
+                    crc == desc.inode_bitmap_csum
+                } else {
+                    crc as u16 == desc.inode_bitmap_csum as u16
+                }
             });
             if !ok {
-                return Err(FsError::corrupted(block, format!("group {group}: inode bitmap checksum mismatch")));
+                return Err(FsError::corrupted(
+                    block,
+                    format!("group {group}: inode bitmap checksum mismatch"),
+                ));
             }
         }
         Ok(buffer)

@@ -78,11 +78,8 @@ impl InodeCache {
                 Arc::strong_count(slot) > 1 || slot.open_count.load(Ordering::Acquire) > 0
             });
         }
-        let slot = Arc::new(InodeSlot {
-            ino,
-            state: Mutex::new(None),
-            open_count: AtomicU32::new(0),
-        });
+        let slot =
+            Arc::new(InodeSlot { ino, state: Mutex::new(None), open_count: AtomicU32::new(0) });
         shard.insert(ino, slot.clone());
         slot
     }

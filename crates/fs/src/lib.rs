@@ -18,31 +18,19 @@ pub mod meta_io;
 pub mod mkfs;
 pub mod xattr;
 
-// The read-write file system (integrated once the structure modules land).
-#[cfg(quill_rw)]
 mod adapters;
-#[cfg(quill_rw)]
 mod data;
-#[cfg(quill_rw)]
 mod filesystem;
-#[cfg(quill_rw)]
 mod groups;
-#[cfg(quill_rw)]
 mod inodes;
-#[cfg(quill_rw)]
 mod ops;
-#[cfg(quill_rw)]
 mod orphan;
-#[cfg(quill_rw)]
 mod rename;
 
-pub use error::FsError;
-#[cfg(quill_rw)]
 pub use data::FallocateMode;
-#[cfg(quill_rw)]
+pub use error::FsError;
 pub use filesystem::{DataMode, Filesystem, MountOptions};
 pub use image::Ext4Image;
-#[cfg(quill_rw)]
 pub use inodes::InodeSlot;
-#[cfg(quill_rw)]
 pub use ops::{Attr, DirEntry, RenameFlags, SetAttr, StatFs, ROOT_INO};
+pub use xattr::SetMode;

@@ -167,8 +167,13 @@ impl Filesystem {
         let ctx = dir_ctx(self, dir, data);
         let ectx = extent_ctx(self, dir, data);
         let mut io = ReadIo { fs: self };
-        let mut access =
-            DirAccess { io: &mut io, data, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess {
+            io: &mut io,
+            data,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
         dir::lookup(&mut access, &ctx, b"..")?
             .map(|(ino, _)| ino)
             .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
@@ -217,8 +222,13 @@ impl Filesystem {
         let ctx = dir_ctx(self, ino, data);
         let ectx = extent_ctx(self, ino, data);
         let mut io = ReadIo { fs: self };
-        let mut access =
-            DirAccess { io: &mut io, data, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess {
+            io: &mut io,
+            data,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
         Ok(dir::read_dir(&mut access, &ctx, cookie, max)?
             .into_iter()
             .map(|e| DirEntry {
@@ -238,7 +248,7 @@ impl Filesystem {
             return Err(FsError::Invalid(format!("inode {ino} is not a symbolic link")));
         }
         let len = data.inode.size as usize;
-        if data.inode.flags & ext4::EXTENTS_FL == 0 && data.inode.blocks_raw == 0 {
+        if data.inode.flags & ext4::EXTENTS_FL == 0 && len < ext4::INODE_BLOCK_SIZE {
             // A fast symlink: the target lives in i_block.
             if len > ext4::INODE_BLOCK_SIZE {
                 return Err(FsError::corrupted(0, format!("fast symlink {ino} of {len} bytes")));
@@ -385,19 +395,27 @@ impl Filesystem {
         self.create_node(parent, name, ext4::MODE_DIR | (mode & 0o7777), uid, gid, |_, _| Ok(()))
     }
 
-    pub fn symlink(&self, parent: u32, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+    pub fn symlink(
+        &self,
+        parent: u32,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
         if target.is_empty() || target.len() >= self.block_size() as usize || target.len() > 4095 {
             return Err(FsError::NameTooLong);
         }
-        let attr = self.create_node(parent, name, ext4::MODE_SYMLINK | 0o777, uid, gid, |_, inode| {
-            if target.len() <= FAST_SYMLINK_MAX {
-                inode.flags &= !ext4::EXTENTS_FL;
-                inode.block = [0; ext4::INODE_BLOCK_SIZE];
-                inode.block[..target.len()].copy_from_slice(target);
-                inode.size = target.len() as u64;
-            }
-            Ok(())
-        })?;
+        let attr =
+            self.create_node(parent, name, ext4::MODE_SYMLINK | 0o777, uid, gid, |_, inode| {
+                if target.len() <= FAST_SYMLINK_MAX {
+                    inode.flags &= !ext4::EXTENTS_FL;
+                    inode.block = [0; ext4::INODE_BLOCK_SIZE];
+                    inode.block[..target.len()].copy_from_slice(target);
+                    inode.size = target.len() as u64;
+                }
+                Ok(())
+            })?;
         if target.len() > FAST_SYMLINK_MAX {
             // A slow symlink: the target is the file's one data block.
             self.write(attr.ino, 0, target)?;
@@ -463,7 +481,7 @@ impl Filesystem {
                 add_blocks(&mut data.inode, delta, fs.block_size());
             }
             fs.write_inode(&mut txn.handle, ino, &mut data, true)?;
-            let file_type = dir::file_type_of_mode(mode);
+            let file_type = ondisk::ext4::dir::file_type_from_mode(mode);
             fs.dir_add(&mut txn, parent, pdata, name, ino, file_type)?;
             if is_dir {
                 inc_link(&mut pdata.inode, self.has_dir_nlink());
@@ -495,8 +513,13 @@ impl Filesystem {
         let ctx = dir_ctx(self, dir, ddata);
         let ectx = extent_ctx(self, dir, ddata);
         txn.take_blocks_delta();
-        let mut access =
-            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess {
+            io: txn,
+            data: ddata,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
         dir::add_entry(&mut access, &ctx, name, ino, file_type)?;
         let delta = txn.take_blocks_delta();
         add_blocks(&mut ddata.inode, delta, self.block_size());
@@ -526,8 +549,13 @@ impl Filesystem {
     ) -> Result<u32> {
         let ctx = dir_ctx(self, dir, ddata);
         let ectx = extent_ctx(self, dir, ddata);
-        let mut access =
-            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess {
+            io: txn,
+            data: ddata,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
         dir::remove_entry(&mut access, &ctx, name)
     }
 
@@ -535,8 +563,13 @@ impl Filesystem {
         let ctx = dir_ctx(self, dir, ddata);
         let ectx = extent_ctx(self, dir, ddata);
         let mut io = ReadIo { fs: self };
-        let mut access =
-            DirAccess { io: &mut io, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess {
+            io: &mut io,
+            data: ddata,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
         dir::is_empty(&mut access, &ctx)
     }
 
@@ -586,7 +619,7 @@ impl Filesystem {
         }
         let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
         let result = (|| {
-            let file_type = dir::file_type_of_mode(data.inode.mode);
+            let file_type = ondisk::ext4::dir::file_type_from_mode(data.inode.mode);
             self.dir_add(&mut txn, new_parent, pdata, new_name, ino, file_type)?;
             let t = now();
             pdata.inode.mtime = t;
@@ -821,7 +854,8 @@ pub(crate) fn add_blocks(inode: &mut Inode, delta: i64, block_size: u32) {
     if delta == 0 {
         return;
     }
-    let per_block = if inode.flags & ext4::HUGE_FILE_FL != 0 { 1 } else { i64::from(block_size / 512) };
+    let per_block =
+        if inode.flags & ext4::HUGE_FILE_FL != 0 { 1 } else { i64::from(block_size / 512) };
     inode.blocks_raw = (inode.blocks_raw as i64 + delta * per_block).max(0) as u64;
 }
 

@@ -16,7 +16,12 @@ use ondisk::ext4;
 
 /// Puts `ino` at the head of the orphan list (no-op if it is on it). The caller holds the
 /// inode's lock and writes the inode afterwards in the same handle.
-pub(crate) fn add(fs: &Filesystem, txn: &mut Txn<'_>, ino: u32, data: &mut InodeData) -> Result<()> {
+pub(crate) fn add(
+    fs: &Filesystem,
+    txn: &mut Txn<'_>,
+    ino: u32,
+    data: &mut InodeData,
+) -> Result<()> {
     let mut list = fs.orphans.lock();
     if data.orphan || list.contains(&ino) {
         data.orphan = true;
@@ -32,7 +37,12 @@ pub(crate) fn add(fs: &Filesystem, txn: &mut Txn<'_>, ino: u32, data: &mut Inode
 }
 
 /// Takes `ino` off the orphan list (no-op if it is not on it).
-pub(crate) fn remove(fs: &Filesystem, txn: &mut Txn<'_>, ino: u32, data: &mut InodeData) -> Result<()> {
+pub(crate) fn remove(
+    fs: &Filesystem,
+    txn: &mut Txn<'_>,
+    ino: u32,
+    data: &mut InodeData,
+) -> Result<()> {
     let mut list = fs.orphans.lock();
     let Some(at) = list.iter().position(|&i| i == ino) else {
         data.orphan = false;

@@ -69,7 +69,8 @@ impl Filesystem {
         let parent_first = !cross
             || new_parent_chain.contains(&parent)
             || (!parent_chain.contains(&new_parent) && parent < new_parent);
-        let (first, second) = if parent_first { (parent, new_parent) } else { (new_parent, parent) };
+        let (first, second) =
+            if parent_first { (parent, new_parent) } else { (new_parent, parent) };
         let slot_first = self.inodes.slot(first);
         let slot_second = self.inodes.slot(second);
         let mut guard_first = self.lock_live(&slot_first)?;
@@ -100,8 +101,15 @@ impl Filesystem {
             return Ok(());
         }
         if let Some((dst_ino, _)) = dst {
-            if flags.exchange && cross && (dst_ino == parent || parent_chain.contains(&dst_ino)) {
-                return Err(FsError::Invalid("cannot move a directory into itself".into()));
+            // The target is an ancestor of the source: it is not empty (it holds the source),
+            // and exchanging would move it into its own subtree. Its inode is already locked
+            // as a directory above, so this must be decided before the entries are locked.
+            if cross && (dst_ino == parent || parent_chain.contains(&dst_ino)) {
+                return Err(if flags.exchange {
+                    FsError::Invalid("cannot move a directory into itself".into())
+                } else {
+                    FsError::NotEmpty
+                });
             }
         }
         // The entries' inodes, in number order.
@@ -139,11 +147,11 @@ impl Filesystem {
         let t = now();
         let has_dir_nlink = self.has_dir_nlink();
         let result = (|| {
-            let src_ft = dir::file_type_of_mode(sdata.inode.mode);
+            let src_ft = ondisk::ext4::dir::file_type_from_mode(sdata.inode.mode);
             let (old_ino, new_ino) = (parents.old_ino, parents.new_ino);
             match (flags.exchange, ddata.as_deref_mut(), dst) {
                 (true, Some(d), Some((dst_ino, _))) => {
-                    let dst_ft = dir::file_type_of_mode(d.inode.mode);
+                    let dst_ft = ondisk::ext4::dir::file_type_from_mode(d.inode.mode);
                     self.dir_replace(&mut txn, old_ino, parents.old, name, dst_ino, dst_ft)?;
                     self.dir_replace(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
                     if cross {
@@ -194,7 +202,9 @@ impl Filesystem {
             }
             sdata.inode.ctime = t;
             txn_write_inode(self, &mut txn, src, sdata, false)?;
-            for dir_data in [Some(&mut *parents.old), parents.new.as_deref_mut()].into_iter().flatten() {
+            for dir_data in
+                [Some(&mut *parents.old), parents.new.as_deref_mut()].into_iter().flatten()
+            {
                 dir_data.inode.mtime = t;
                 dir_data.inode.ctime = t;
             }
@@ -269,8 +279,13 @@ impl Filesystem {
     ) -> Result<u32> {
         let ctx = dir_ctx(self, dir_ino, ddata);
         let ectx = extent_ctx(self, dir_ino, ddata);
-        let mut access =
-            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess {
+            io: txn,
+            data: ddata,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
         dir::replace_entry(&mut access, &ctx, name, ino, file_type)
     }
 
@@ -283,8 +298,13 @@ impl Filesystem {
     ) -> Result<()> {
         let ctx = dir_ctx(self, dir_ino, ddata);
         let ectx = extent_ctx(self, dir_ino, ddata);
-        let mut access =
-            DirAccess { io: txn, data: ddata, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess {
+            io: txn,
+            data: ddata,
+            ectx,
+            block_size: self.block_size(),
+            inode_changed: false,
+        };
         dir::set_parent(&mut access, &ctx, parent)
     }
 }

@@ -62,17 +62,23 @@ pub fn mkfs(image: &Path, size: &str, extra: &[&str]) {
 /// Runs `e2fsck -fn` and returns (exit code, output).
 pub fn e2fsck(image: &Path) -> (i32, String) {
     let out = Command::new("e2fsck").arg("-fn").arg(image).output().expect("run e2fsck");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// Asserts `e2fsck -fn` finds nothing; on failure keeps a copy of the image for inspection.
 pub fn assert_fsck_clean(image: &Path) {
     let (code, text) = e2fsck(image);
-    assert_eq!(code, 0, "e2fsck -fn found problems in {}:\n{text}", image.display());
+    if code != 0 {
+        let kept = std::env::temp_dir().join(format!("quill-failed-{}.img", std::process::id()));
+        let _ = std::fs::copy(image, &kept);
+        panic!(
+            "e2fsck -fn found problems in {} (kept as {}):\n{text}",
+            image.display(),
+            kept.display()
+        );
+    }
 }
 
 pub fn open_device(image: &Path) -> Arc<dyn BlockDevice> {

@@ -176,11 +176,7 @@ impl Superblock {
         let b = &raw;
         let feature_incompat = le32(b, off::FEATURE_INCOMPAT);
         let blocks_hi_on = feature_incompat & feature::INCOMPAT_64BIT != 0;
-        let blocks_hi = if blocks_hi_on {
-            u64::from(le32(b, off::BLOCKS_COUNT_HI))
-        } else {
-            0
-        };
+        let blocks_hi = if blocks_hi_on { u64::from(le32(b, off::BLOCKS_COUNT_HI)) } else { 0 };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[off::UUID..off::UUID + 16]);
         let mut volume_name = [0u8; 16];

@@ -1,0 +1,452 @@
+//! The read-write file system against an in-memory model, on images made by mkfs.ext4:
+//! every operation's result is checked as it happens, the whole tree after every thread
+//! finishes and again after unmount and remount, and `e2fsck -fn` must find nothing.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{assert_fsck_clean, have, mkfs, open_device, seed, Rng, Scratch};
+use fs::{Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
+
+/// One node of the model: a file's bytes, a directory, or a symlink's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    File(Vec<u8>),
+    Dir,
+    Symlink(Vec<u8>),
+}
+
+/// What a subtree should contain: relative path → node, plus xattrs per path.
+#[derive(Debug, Default, Clone)]
+struct Model {
+    nodes: BTreeMap<String, Node>,
+    xattrs: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+fn open(image: &Path) -> Filesystem {
+    Filesystem::open(open_device(image), MountOptions::default()).expect("open file system")
+}
+
+fn lookup_path(fs: &Filesystem, base: u32, path: &str) -> Result<u32, FsError> {
+    let mut ino = base;
+    for part in path.split('/') {
+        ino = fs.lookup(ino, part.as_bytes())?.ino;
+    }
+    Ok(ino)
+}
+
+fn read_all(fs: &Filesystem, ino: u32) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    let n = fs.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(n, size);
+    buf
+}
+
+/// Walks the subtree at `base` and checks it equals `model` exactly (names, types, contents,
+/// link counts of directories, xattrs).
+fn check_tree(fs: &Filesystem, base: u32, model: &Model) {
+    let mut seen = BTreeSet::new();
+    walk(fs, base, "", model, &mut seen);
+    let expected: BTreeSet<String> = model.nodes.keys().cloned().collect();
+    assert_eq!(seen, expected, "the tree's names differ from the model");
+}
+
+fn walk(fs: &Filesystem, dir: u32, prefix: &str, model: &Model, seen: &mut BTreeSet<String>) {
+    let mut cookie = 0;
+    let mut subdirs = 0;
+    loop {
+        let batch = fs.readdir(dir, cookie, 7).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for entry in batch {
+            cookie = entry.next_cookie;
+            if entry.name == b"." || entry.name == b".." {
+                continue;
+            }
+            let name = String::from_utf8(entry.name.clone()).unwrap();
+            let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+            assert!(seen.insert(path.clone()), "{path} listed twice");
+            let expected = model.nodes.get(&path).unwrap_or_else(|| panic!("unexpected {path}"));
+            let attr = fs.getattr(entry.ino).unwrap();
+            match expected {
+                Node::Dir => {
+                    assert_eq!(attr.mode & 0o170000, 0o040000, "{path} is not a directory");
+                    subdirs += 1;
+                    walk(fs, entry.ino, &path, model, seen);
+                }
+                Node::File(data) => {
+                    assert_eq!(attr.mode & 0o170000, 0o100000, "{path} is not a file");
+                    assert_eq!(attr.size, data.len() as u64, "{path} size");
+                    assert!(read_all(fs, entry.ino) == *data, "{path} contents differ");
+                }
+                Node::Symlink(target) => {
+                    assert_eq!(fs.readlink(entry.ino).unwrap(), *target, "{path} target");
+                }
+            }
+            let want = model.xattrs.get(&path).cloned().unwrap_or_default();
+            let mut names: Vec<Vec<u8>> = fs.listxattr(entry.ino).unwrap();
+            names.sort();
+            let want_names: Vec<Vec<u8>> = want.keys().cloned().collect();
+            assert_eq!(names, want_names, "{path} xattr names");
+            for (k, v) in &want {
+                assert_eq!(&fs.getxattr(entry.ino, k).unwrap(), v, "{path} xattr value");
+            }
+        }
+    }
+    let attr = fs.getattr(dir).unwrap();
+    assert_eq!(attr.nlink, 2 + subdirs, "directory {prefix:?} link count");
+}
+
+/// Applies one random operation inside the subtree at `base` to both the fs and the model.
+fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, block_size: u64) {
+    let names = ["a", "b", "c", "d", "long_name_for_a_file_that_is_not_short", "e"];
+    let dirs: Vec<String> = std::iter::once(String::new())
+        .chain(model.nodes.iter().filter(|(_, n)| **n == Node::Dir).map(|(p, _)| p.clone()))
+        .collect();
+    let dir = dirs[rng.below(dirs.len() as u64) as usize].clone();
+    let name = names[rng.below(names.len() as u64) as usize];
+    let path = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
+    let dir_ino = if dir.is_empty() { base } else { lookup_path(fs, base, &dir).unwrap() };
+    let existing = model.nodes.get(&path).cloned();
+    match rng.below(12) {
+        0 | 1 => {
+            let r = fs.create(dir_ino, name.as_bytes(), 0o644, 0, 0);
+            match existing {
+                Some(_) => assert!(matches!(r, Err(FsError::Exists)), "create over {path}: {r:?}"),
+                None => {
+                    r.unwrap();
+                    model.nodes.insert(path, Node::File(Vec::new()));
+                }
+            }
+        }
+        2 => {
+            let r = fs.mkdir(dir_ino, name.as_bytes(), 0o755, 0, 0);
+            match existing {
+                Some(_) => assert!(matches!(r, Err(FsError::Exists))),
+                None => {
+                    r.unwrap();
+                    model.nodes.insert(path, Node::Dir);
+                }
+            }
+        }
+        3..=5 => {
+            if let Some(Node::File(mut data)) = existing {
+                let ino = lookup_path(fs, base, &path).unwrap();
+                let len = match rng.below(4) {
+                    0 => rng.below(100) as usize,
+                    1 => block_size as usize + rng.below(3) as usize - 1,
+                    2 => rng.below(5 * block_size) as usize,
+                    _ => rng.below(40_000) as usize,
+                };
+                let offset = match rng.below(3) {
+                    0 => data.len() as u64,
+                    1 => rng.below(data.len() as u64 + 1),
+                    _ => rng.below(data.len() as u64 + 20 * block_size),
+                };
+                let bytes = rng.bytes(len);
+                assert_eq!(fs.write(ino, offset, &bytes).unwrap(), len);
+                let end = offset as usize + len;
+                // A write of nothing changes nothing, not even the size (POSIX).
+                if len > 0 && data.len() < end {
+                    data.resize(end, 0);
+                }
+                data[offset as usize..end].copy_from_slice(&bytes);
+                let got = read_all(fs, ino);
+                if got != data {
+                    let first = got.iter().zip(&data).position(|(a, b)| a != b);
+                    panic!(
+                        "{path} after write of {len} at {offset}: size {} vs {}, first difference \
+                         at {first:?}",
+                        got.len(),
+                        data.len()
+                    );
+                }
+                model.nodes.insert(path, Node::File(data));
+            }
+        }
+        6 => {
+            if let Some(Node::File(mut data)) = existing {
+                let ino = lookup_path(fs, base, &path).unwrap();
+                let size = rng.below(data.len() as u64 * 2 + 3 * block_size);
+                fs.setattr(ino, &fs::SetAttr { size: Some(size), ..Default::default() }).unwrap();
+                data.resize(size as usize, 0);
+                assert!(read_all(fs, ino) == data, "{path} after truncate to {size}");
+                model.nodes.insert(path, Node::File(data));
+            }
+        }
+        7 => {
+            let r = if matches!(existing, Some(Node::Dir)) {
+                fs.rmdir(dir_ino, name.as_bytes())
+            } else {
+                fs.unlink(dir_ino, name.as_bytes())
+            };
+            match existing {
+                None => assert!(matches!(r, Err(FsError::NotFound))),
+                Some(Node::Dir) => {
+                    let prefix = format!("{path}/");
+                    if model.nodes.keys().any(|k| k.starts_with(&prefix)) {
+                        assert!(matches!(r, Err(FsError::NotEmpty)), "rmdir {path}: {r:?}");
+                    } else {
+                        r.unwrap();
+                        model.nodes.remove(&path);
+                        model.xattrs.remove(&path);
+                    }
+                }
+                Some(_) => {
+                    r.unwrap();
+                    model.nodes.remove(&path);
+                    model.xattrs.remove(&path);
+                }
+            }
+        }
+        8 => {
+            if existing.is_none() {
+                let len = if rng.below(2) == 0 { 10 } else { 100 + rng.below(200) as usize };
+                let target: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+                fs.symlink(dir_ino, name.as_bytes(), &target, 0, 0).unwrap();
+                model.nodes.insert(path, Node::Symlink(target));
+            }
+        }
+        9 => {
+            // Rename to another name in a random directory (files and empty-or-not dirs).
+            let to_dir = dirs[rng.below(dirs.len() as u64) as usize].clone();
+            let to_name = names[rng.below(names.len() as u64) as usize];
+            let to_path =
+                if to_dir.is_empty() { to_name.to_string() } else { format!("{to_dir}/{to_name}") };
+            let Some(src) = existing else { return };
+            let into_itself = to_path == path || to_path.starts_with(&format!("{path}/"));
+            if into_itself {
+                return;
+            }
+            let to_dir_ino =
+                if to_dir.is_empty() { base } else { lookup_path(fs, base, &to_dir).unwrap() };
+            let dst = model.nodes.get(&to_path).cloned();
+            let r = fs.rename(
+                dir_ino,
+                name.as_bytes(),
+                to_dir_ino,
+                to_name.as_bytes(),
+                RenameFlags::default(),
+            );
+            let dst_nonempty_dir = matches!(dst, Some(Node::Dir))
+                && model.nodes.keys().any(|k| k.starts_with(&format!("{to_path}/")));
+            let target_is_ancestor = path.starts_with(&format!("{to_path}/"));
+            match (&src, &dst) {
+                // As the kernel: an ancestor of the source as target is ENOTEMPTY, checked
+                // before the types.
+                _ if target_is_ancestor => {
+                    assert!(matches!(r, Err(FsError::NotEmpty)), "{r:?}");
+                    return;
+                }
+                (Node::Dir, Some(d)) if *d != Node::Dir => {
+                    assert!(matches!(r, Err(FsError::NotDir)), "{r:?}");
+                    return;
+                }
+                (s, Some(Node::Dir)) if *s != Node::Dir => {
+                    assert!(matches!(r, Err(FsError::IsDir)), "{r:?}");
+                    return;
+                }
+                (Node::Dir, Some(Node::Dir)) if dst_nonempty_dir => {
+                    assert!(matches!(r, Err(FsError::NotEmpty)), "{r:?}");
+                    return;
+                }
+                _ => r.unwrap(),
+            }
+            // Move the subtree in the model.
+            model.nodes.remove(&to_path);
+            model.xattrs.remove(&to_path);
+            let moved: Vec<(String, Node)> = model
+                .nodes
+                .iter()
+                .filter(|(k, _)| **k == path || k.starts_with(&format!("{path}/")))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (k, v) in moved {
+                model.nodes.remove(&k);
+                let x = model.xattrs.remove(&k);
+                let nk = format!("{to_path}{}", &k[path.len()..]);
+                if let Some(x) = x {
+                    model.xattrs.insert(nk.clone(), x);
+                }
+                model.nodes.insert(nk, v);
+            }
+        }
+        10 => {
+            if existing.is_some() {
+                let ino = lookup_path(fs, base, &path).unwrap();
+                let key = format!("user.k{}", rng.below(4)).into_bytes();
+                let len = if rng.below(3) == 0 { 300 } else { 8 };
+                let value = rng.bytes(len);
+                fs.setxattr(ino, &key, &value, SetMode::Any).unwrap();
+                model.xattrs.entry(path).or_default().insert(key, value);
+            }
+        }
+        _ => {
+            if existing.is_some() {
+                let ino = lookup_path(fs, base, &path).unwrap();
+                let key = format!("user.k{}", rng.below(4)).into_bytes();
+                let had = model.xattrs.get_mut(&path).and_then(|x| x.remove(&key));
+                let r = fs.removexattr(ino, &key);
+                match had {
+                    Some(_) => r.unwrap(),
+                    None => assert!(matches!(r, Err(FsError::NoData)), "{r:?}"),
+                }
+            }
+        }
+    }
+}
+
+fn configs() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        ("4k", vec!["-b", "4096"]),
+        ("1k", vec!["-b", "1024"]),
+        ("4k-nocsum", vec!["-b", "4096", "-O", "^metadata_csum"]),
+        ("4k-no64bit", vec!["-b", "4096", "-O", "^64bit"]),
+    ]
+}
+
+#[test]
+fn random_operations_from_several_threads_match_the_model_before_and_after_remount() {
+    if !have("mkfs.ext4", "random_operations") || !have("e2fsck", "random_operations") {
+        return;
+    }
+    let seed = seed("random_operations");
+    for (label, opts) in configs() {
+        let scratch = Scratch::new(&format!("model-{label}"));
+        let image = scratch.path("fs.img");
+        mkfs(&image, "64M", &opts);
+        let block_size: u64 = if label.starts_with("1k") { 1024 } else { 4096 };
+        let threads = 4;
+        let steps = 150;
+        let fs = Arc::new(open(&image));
+        let mut bases = Vec::new();
+        for t in 0..threads {
+            bases.push(fs.mkdir(ROOT_INO, format!("t{t}").as_bytes(), 0o755, 0, 0).unwrap().ino);
+        }
+        let models: Vec<Model> = std::thread::scope(|s| {
+            let handles: Vec<_> = bases
+                .iter()
+                .enumerate()
+                .map(|(t, &base)| {
+                    let fs = fs.clone();
+                    s.spawn(move || {
+                        let mut rng =
+                            Rng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                        let mut model = Model::default();
+                        for _ in 0..steps {
+                            random_op(&fs, base, &mut model, &mut rng, block_size);
+                        }
+                        check_tree(&fs, base, &model);
+                        model
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("worker")).collect()
+        });
+        Arc::into_inner(fs).unwrap().unmount().unwrap();
+        assert_fsck_clean(&image);
+        let fs = open(&image);
+        for (t, model) in models.iter().enumerate() {
+            let base = fs.lookup(ROOT_INO, format!("t{t}").as_bytes()).unwrap().ino;
+            check_tree(&fs, base, model);
+        }
+        fs.unmount().unwrap();
+        assert_fsck_clean(&image);
+        println!("{label}: {threads} threads x {steps} operations matched the model");
+    }
+}
+
+#[test]
+fn a_directory_of_thousands_of_names_becomes_an_htree_that_e2fsck_accepts() {
+    if !have("mkfs.ext4", "htree") || !have("e2fsck", "htree") {
+        return;
+    }
+    for (label, opts) in [("4k", vec!["-b", "4096"]), ("1k", vec!["-b", "1024"])] {
+        let scratch = Scratch::new(&format!("htree-{label}"));
+        let image = scratch.path("fs.img");
+        mkfs(&image, "64M", &opts);
+        let fs = open(&image);
+        let dir = fs.mkdir(ROOT_INO, b"big", 0o755, 0, 0).unwrap().ino;
+        let count: usize = 3000;
+        for i in 0..count {
+            fs.create(dir, format!("file-{i:05}-with-a-longer-name").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+        }
+        for i in (0..count).step_by(3) {
+            fs.unlink(dir, format!("file-{i:05}-with-a-longer-name").as_bytes()).unwrap();
+        }
+        fs.unmount().unwrap();
+        assert_fsck_clean(&image);
+        let fs = open(&image);
+        let dir = fs.lookup(ROOT_INO, b"big").unwrap().ino;
+        for i in 0..count {
+            let r = fs.lookup(dir, format!("file-{i:05}-with-a-longer-name").as_bytes());
+            assert_eq!(r.is_ok(), i % 3 != 0, "file {i}");
+        }
+        let mut names = BTreeSet::new();
+        let mut cookie = 0;
+        loop {
+            let batch = fs.readdir(dir, cookie, 100).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for e in batch {
+                cookie = e.next_cookie;
+                assert!(names.insert(e.name), "listed twice");
+            }
+        }
+        assert_eq!(names.len(), 2 + (count - count.div_ceil(3)));
+        fs.unmount().unwrap();
+    }
+}
+
+#[test]
+fn filling_the_disk_from_several_threads_gives_enospc_and_deleting_frees_the_space() {
+    if !have("mkfs.ext4", "enospc") || !have("e2fsck", "enospc") {
+        return;
+    }
+    let scratch = Scratch::new("enospc");
+    let image = scratch.path("fs.img");
+    mkfs(&image, "16M", &["-b", "4096"]);
+    let fs = Arc::new(open(&image));
+    let chunk = vec![0xA5u8; 256 * 1024];
+    let written: u64 = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                let fs = fs.clone();
+                let chunk = &chunk;
+                s.spawn(move || {
+                    let ino = fs
+                        .create(ROOT_INO, format!("fill{t}").as_bytes(), 0o644, 0, 0)
+                        .unwrap()
+                        .ino;
+                    let mut offset = 0u64;
+                    loop {
+                        match fs.write(ino, offset, chunk) {
+                            Ok(n) => offset += n as u64,
+                            Err(FsError::NoSpace) => break,
+                            Err(e) => panic!("thread {t}: {e}"),
+                        }
+                    }
+                    // A thread may find the disk already full: ENOSPC is its answer then.
+                    offset
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker")).sum()
+    });
+    assert!(written > 8 << 20, "only {written} bytes fit on a 16 MiB file system");
+    assert!(fs.statfs().blocks_free < 64, "disk not full: {:?}", fs.statfs());
+    for t in 0..4 {
+        fs.unlink(ROOT_INO, format!("fill{t}").as_bytes()).unwrap();
+    }
+    let ino = fs.create(ROOT_INO, b"after", 0o644, 0, 0).unwrap().ino;
+    assert_eq!(fs.write(ino, 0, &vec![1u8; 4 << 20]).unwrap(), 4 << 20);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    assert_fsck_clean(&image);
+}
