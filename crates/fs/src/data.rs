@@ -269,7 +269,7 @@ impl Filesystem {
         let blocks = (in_block + chunk.len()).div_ceil(bs);
         let mut image = vec![0u8; blocks * bs];
         let head_partial = in_block != 0;
-        let tail_partial = (in_block + chunk.len()) % bs != 0;
+        let tail_partial = !(in_block + chunk.len()).is_multiple_of(bs);
         if !fresh && (head_partial || tail_partial) {
             if head_partial {
                 self.read_data(pblk, 0, &mut image[..bs])?;
@@ -301,7 +301,7 @@ impl Filesystem {
     fn zero_tail_before_growth(&self, ino: u32, data: &InodeData, new_pos: u64) -> Result<()> {
         let bs = u64::from(self.block_size());
         let size = data.inode.size;
-        if new_pos <= size || size % bs == 0 {
+        if new_pos <= size || size.is_multiple_of(bs) {
             return Ok(());
         }
         let lblk = (size / bs) as u32;
@@ -372,7 +372,7 @@ impl Filesystem {
     /// Zeroes the bytes of the block holding `size` from `size` on (in place).
     fn zero_partial_block(&self, ino: u32, data: &InodeData, size: u64) -> Result<()> {
         let bs = u64::from(self.block_size());
-        if size % bs == 0 {
+        if size.is_multiple_of(bs) {
             return Ok(());
         }
         let lblk = (size / bs) as u32;

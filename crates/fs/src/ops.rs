@@ -742,7 +742,7 @@ impl Filesystem {
     /// until its last close.
     pub fn open_inode(&self, ino: u32) -> Result<Arc<InodeSlot>> {
         let slot = self.inodes.slot(ino);
-        let _ = self.lock_live(&slot)?;
+        drop(self.lock_live(&slot)?);
         slot.open_count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(slot)
     }
