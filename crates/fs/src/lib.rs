@@ -1,13 +1,27 @@
-//! quill's ext4 file-system layer.
+//! quill's ext4 file-system layer: format an image ([`mkfs`]), open it ([`Filesystem`]),
+//! and work on it with inode-based POSIX operations, all journaled through the `journal`
+//! crate so e2fsck and the kernel can replay what a crash leaves.
 //!
 //! ```
 //! use std::sync::Arc;
+//! use blockdev::{memory::MemDevice, BlockDevice};
+//! use fs::{Filesystem, MountOptions, ROOT_INO};
 //!
-//! /// How many blocks the journal of the ext4 image on `dev` has.
-//! fn journal_blocks(dev: Arc<dyn blockdev::BlockDevice>) -> Result<u32, fs::FsError> {
-//!     let image = fs::Ext4Image::open(dev)?;
-//!     Ok(image.journal_location()?.len_blocks())
-//! }
+//! let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(32 << 20));
+//! let options = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
+//! fs::mkfs::mkfs(dev.as_ref(), &options)?;
+//!
+//! let fs = Filesystem::open(dev.clone(), MountOptions::default())?;
+//! let docs = fs.mkdir(ROOT_INO, b"docs", 0o755, 1000, 1000)?;
+//! let file = fs.create(docs.ino, b"hello.txt", 0o644, 1000, 1000)?;
+//! fs.write(file.ino, 0, b"hello, ext4")?;
+//! fs.fsync(file.ino, false)?;
+//!
+//! let mut buf = [0u8; 11];
+//! assert_eq!(fs.read(fs.resolve("/docs/hello.txt")?, 0, &mut buf)?, 11);
+//! assert_eq!(&buf, b"hello, ext4");
+//! fs.unmount()?;
+//! # Ok::<(), fs::FsError>(())
 //! ```
 
 pub mod dir;
