@@ -152,10 +152,12 @@ fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, block
                 assert_eq!(fs.write(ino, offset, &bytes).unwrap(), len);
                 let end = offset as usize + len;
                 // A write of nothing changes nothing, not even the size (POSIX).
-                if len > 0 && data.len() < end {
-                    data.resize(end, 0);
+                if len > 0 {
+                    if data.len() < end {
+                        data.resize(end, 0);
+                    }
+                    data[offset as usize..end].copy_from_slice(&bytes);
                 }
-                data[offset as usize..end].copy_from_slice(&bytes);
                 let got = read_all(fs, ino);
                 if got != data {
                     let first = got.iter().zip(&data).position(|(a, b)| a != b);
