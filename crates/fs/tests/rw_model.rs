@@ -452,3 +452,61 @@ fn filling_the_disk_from_several_threads_gives_enospc_and_deleting_frees_the_spa
     Arc::into_inner(fs).unwrap().unmount().unwrap();
     assert_fsck_clean(&image);
 }
+
+#[test]
+fn many_threads_creating_writing_and_unlinking_in_one_directory_stay_correct() {
+    if !have("mkfs.ext4", "one_directory") || !have("e2fsck", "one_directory") {
+        return;
+    }
+    let scratch = Scratch::new("one-dir");
+    let image = scratch.path("fs.img");
+    mkfs(&image, "64M", &["-b", "1024"]);
+    let fs = Arc::new(open(&image));
+    let dir = fs.mkdir(ROOT_INO, b"shared", 0o755, 0, 0).unwrap().ino;
+    let (threads, files) = (8, 300);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let fs = fs.clone();
+            s.spawn(move || {
+                for i in 0..files {
+                    let name = format!("t{t}-file-{i}");
+                    let ino = fs.create(dir, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+                    fs.write(ino, 0, name.as_bytes()).unwrap();
+                    if i % 3 == 0 {
+                        fs.unlink(dir, name.as_bytes()).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let check = |fs: &Filesystem| {
+        let dir = fs.lookup(ROOT_INO, b"shared").unwrap().ino;
+        let mut names = BTreeSet::new();
+        let mut cookie = 0;
+        loop {
+            let batch = fs.readdir(dir, cookie, 50).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for e in batch {
+                cookie = e.next_cookie;
+                if e.name != b"." && e.name != b".." {
+                    assert!(names.insert(e.name.clone()), "listed twice");
+                    assert_eq!(read_all(fs, e.ino), e.name, "contents of {:?}", e.name);
+                }
+            }
+        }
+        let expected: BTreeSet<Vec<u8>> = (0..threads)
+            .flat_map(|t| (0..files).filter(|i| i % 3 != 0).map(move |i| format!("t{t}-file-{i}")))
+            .map(String::into_bytes)
+            .collect();
+        assert_eq!(names, expected);
+    };
+    check(&fs);
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    assert_fsck_clean(&image);
+    let fs = open(&image);
+    check(&fs);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+}
