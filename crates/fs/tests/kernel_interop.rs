@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_fsck_clean, have, mkfs, open_device, Rng, Scratch};
+use common::{assert_fsck_clean, have, list_dir, mkfs, open_device, Rng, Scratch};
 use fs::{Filesystem, MountOptions, SetMode, ROOT_INO};
 
 /// What both sides must agree on for one path.
@@ -128,57 +128,49 @@ fn quill_tree(fs: &Filesystem) -> BTreeMap<String, Entry> {
 }
 
 fn quill_walk(fs: &Filesystem, dir: u32, prefix: &str, out: &mut BTreeMap<String, Entry>) {
-    let mut cookie = 0;
-    loop {
-        let batch = fs.readdir(dir, cookie, 64).unwrap();
-        if batch.is_empty() {
-            break;
+    for e in list_dir(fs, dir, 64) {
+        if e.name == b"." || e.name == b".." || (prefix.is_empty() && e.name == b"lost+found") {
+            continue;
         }
-        for e in batch {
-            cookie = e.next_cookie;
-            if e.name == b"." || e.name == b".." || (prefix.is_empty() && e.name == b"lost+found") {
-                continue;
+        let name = String::from_utf8(e.name).unwrap();
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let attr = fs.getattr(e.ino).unwrap();
+        let kind = match attr.mode & 0o170000 {
+            0o040000 => 'd',
+            0o120000 => 'l',
+            _ => 'f',
+        };
+        let contents = match kind {
+            'l' => fs.readlink(e.ino).unwrap(),
+            'f' => {
+                let mut buf = vec![0u8; attr.size as usize];
+                fs.read(e.ino, 0, &mut buf).unwrap();
+                buf
             }
-            let name = String::from_utf8(e.name).unwrap();
-            let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
-            let attr = fs.getattr(e.ino).unwrap();
-            let kind = match attr.mode & 0o170000 {
-                0o040000 => 'd',
-                0o120000 => 'l',
-                _ => 'f',
-            };
-            let contents = match kind {
-                'l' => fs.readlink(e.ino).unwrap(),
-                'f' => {
-                    let mut buf = vec![0u8; attr.size as usize];
-                    fs.read(e.ino, 0, &mut buf).unwrap();
-                    buf
-                }
-                _ => Vec::new(),
-            };
-            let mut xattrs = BTreeMap::new();
-            if kind != 'l' {
-                for k in fs.listxattr(e.ino).unwrap() {
-                    let v = fs.getxattr(e.ino, &k).unwrap();
-                    xattrs.insert(k, v);
-                }
+            _ => Vec::new(),
+        };
+        let mut xattrs = BTreeMap::new();
+        if kind != 'l' {
+            for k in fs.listxattr(e.ino).unwrap() {
+                let v = fs.getxattr(e.ino, &k).unwrap();
+                xattrs.insert(k, v);
             }
-            out.insert(
-                rel.clone(),
-                Entry {
-                    kind,
-                    mode: u32::from(attr.mode) & 0o7777,
-                    uid: attr.uid,
-                    gid: attr.gid,
-                    size: attr.size,
-                    nlink: attr.nlink,
-                    contents,
-                    xattrs,
-                },
-            );
-            if kind == 'd' {
-                quill_walk(fs, e.ino, &rel, out);
-            }
+        }
+        out.insert(
+            rel.clone(),
+            Entry {
+                kind,
+                mode: u32::from(attr.mode) & 0o7777,
+                uid: attr.uid,
+                gid: attr.gid,
+                size: attr.size,
+                nlink: attr.nlink,
+                contents,
+                xattrs,
+            },
+        );
+        if kind == 'd' {
+            quill_walk(fs, e.ino, &rel, out);
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{assert_fsck_clean, have, mkfs, open_device, seed, Rng, Scratch};
+use common::{assert_fsck_clean, have, list_dir, mkfs, open_device, seed, Rng, Scratch};
 use fs::{Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
 
 /// One node of the model: a file's bytes, a directory, or a symlink's target.
@@ -56,46 +56,38 @@ fn check_tree(fs: &Filesystem, base: u32, model: &Model) {
 }
 
 fn walk(fs: &Filesystem, dir: u32, prefix: &str, model: &Model, seen: &mut BTreeSet<String>) {
-    let mut cookie = 0;
     let mut subdirs = 0;
-    loop {
-        let batch = fs.readdir(dir, cookie, 7).unwrap();
-        if batch.is_empty() {
-            break;
+    for entry in list_dir(fs, dir, 7) {
+        if entry.name == b"." || entry.name == b".." {
+            continue;
         }
-        for entry in batch {
-            cookie = entry.next_cookie;
-            if entry.name == b"." || entry.name == b".." {
-                continue;
+        let name = String::from_utf8(entry.name.clone()).unwrap();
+        let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        assert!(seen.insert(path.clone()), "{path} listed twice");
+        let expected = model.nodes.get(&path).unwrap_or_else(|| panic!("unexpected {path}"));
+        let attr = fs.getattr(entry.ino).unwrap();
+        match expected {
+            Node::Dir => {
+                assert_eq!(attr.mode & 0o170000, 0o040000, "{path} is not a directory");
+                subdirs += 1;
+                walk(fs, entry.ino, &path, model, seen);
             }
-            let name = String::from_utf8(entry.name.clone()).unwrap();
-            let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
-            assert!(seen.insert(path.clone()), "{path} listed twice");
-            let expected = model.nodes.get(&path).unwrap_or_else(|| panic!("unexpected {path}"));
-            let attr = fs.getattr(entry.ino).unwrap();
-            match expected {
-                Node::Dir => {
-                    assert_eq!(attr.mode & 0o170000, 0o040000, "{path} is not a directory");
-                    subdirs += 1;
-                    walk(fs, entry.ino, &path, model, seen);
-                }
-                Node::File(data) => {
-                    assert_eq!(attr.mode & 0o170000, 0o100000, "{path} is not a file");
-                    assert_eq!(attr.size, data.len() as u64, "{path} size");
-                    assert!(read_all(fs, entry.ino) == *data, "{path} contents differ");
-                }
-                Node::Symlink(target) => {
-                    assert_eq!(fs.readlink(entry.ino).unwrap(), *target, "{path} target");
-                }
+            Node::File(data) => {
+                assert_eq!(attr.mode & 0o170000, 0o100000, "{path} is not a file");
+                assert_eq!(attr.size, data.len() as u64, "{path} size");
+                assert!(read_all(fs, entry.ino) == *data, "{path} contents differ");
             }
-            let want = model.xattrs.get(&path).cloned().unwrap_or_default();
-            let mut names: Vec<Vec<u8>> = fs.listxattr(entry.ino).unwrap();
-            names.sort();
-            let want_names: Vec<Vec<u8>> = want.keys().cloned().collect();
-            assert_eq!(names, want_names, "{path} xattr names");
-            for (k, v) in &want {
-                assert_eq!(&fs.getxattr(entry.ino, k).unwrap(), v, "{path} xattr value");
+            Node::Symlink(target) => {
+                assert_eq!(fs.readlink(entry.ino).unwrap(), *target, "{path} target");
             }
+        }
+        let want = model.xattrs.get(&path).cloned().unwrap_or_default();
+        let mut names: Vec<Vec<u8>> = fs.listxattr(entry.ino).unwrap();
+        names.sort();
+        let want_names: Vec<Vec<u8>> = want.keys().cloned().collect();
+        assert_eq!(names, want_names, "{path} xattr names");
+        for (k, v) in &want {
+            assert_eq!(&fs.getxattr(entry.ino, k).unwrap(), v, "{path} xattr value");
         }
     }
     let attr = fs.getattr(dir).unwrap();
@@ -391,16 +383,8 @@ fn a_directory_of_thousands_of_names_becomes_an_htree_that_e2fsck_accepts() {
             assert_eq!(r.is_ok(), i % 3 != 0, "file {i}");
         }
         let mut names = BTreeSet::new();
-        let mut cookie = 0;
-        loop {
-            let batch = fs.readdir(dir, cookie, 100).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for e in batch {
-                cookie = e.next_cookie;
-                assert!(names.insert(e.name), "listed twice");
-            }
+        for e in list_dir(&fs, dir, 100) {
+            assert!(names.insert(e.name), "listed twice");
         }
         assert_eq!(names.len(), 2 + (count - count.div_ceil(3)));
         fs.unmount().unwrap();
@@ -482,18 +466,10 @@ fn many_threads_creating_writing_and_unlinking_in_one_directory_stay_correct() {
     let check = |fs: &Filesystem| {
         let dir = fs.lookup(ROOT_INO, b"shared").unwrap().ino;
         let mut names = BTreeSet::new();
-        let mut cookie = 0;
-        loop {
-            let batch = fs.readdir(dir, cookie, 50).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for e in batch {
-                cookie = e.next_cookie;
-                if e.name != b"." && e.name != b".." {
-                    assert!(names.insert(e.name.clone()), "listed twice");
-                    assert_eq!(read_all(fs, e.ino), e.name, "contents of {:?}", e.name);
-                }
+        for e in list_dir(fs, dir, 50) {
+            if e.name != b"." && e.name != b".." {
+                assert!(names.insert(e.name.clone()), "listed twice");
+                assert_eq!(read_all(fs, e.ino), e.name, "contents of {:?}", e.name);
             }
         }
         let expected: BTreeSet<Vec<u8>> = (0..threads)

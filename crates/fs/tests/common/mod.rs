@@ -117,3 +117,16 @@ impl Rng {
         (0..len).map(|_| self.next() as u8).collect()
     }
 }
+
+/// Every entry of directory `dir`, read in batches of `batch` by following the cookies
+/// (small batches exercise cookie resumption).
+pub fn list_dir(fs: &fs::Filesystem, dir: u32, batch: usize) -> Vec<fs::DirEntry> {
+    let mut entries = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let got = fs.readdir(dir, cookie, batch).expect("readdir");
+        let Some(last) = got.last() else { return entries };
+        cookie = last.next_cookie;
+        entries.extend(got);
+    }
+}
