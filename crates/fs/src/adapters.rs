@@ -150,3 +150,21 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
         self.inode_changed = true;
     }
 }
+
+impl Filesystem {
+    /// Runs a directory-module operation on directory `ino` (locked by the caller; `data` is
+    /// its record) over `io`: a transaction, or [`ReadIo`] for lookups.
+    pub(crate) fn with_dir<M: MetaIo, R>(
+        &self,
+        io: &mut M,
+        ino: u32,
+        data: &mut InodeData,
+        op: impl FnOnce(&mut dyn DirIo, &DirCtx) -> Result<R>,
+    ) -> Result<R> {
+        let ctx = dir_ctx(self, ino, data);
+        let ectx = extent_ctx(self, ino, data);
+        let mut access =
+            DirAccess { io, data, ectx, block_size: self.block_size(), inode_changed: false };
+        op(&mut access, &ctx)
+    }
+}

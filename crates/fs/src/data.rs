@@ -162,9 +162,10 @@ impl Filesystem {
         let depth = u32::from(extent_tree::depth(&data.inode.block));
         let per_extent = extent_tree::worst_case_blocks_touched(depth as u16) + 6;
         let reserve = u64::from(step_blocks) + u64::from(depth + 2) * 4;
+        // Before the handle: under data=journal zeroing needs a handle of its own.
+        self.zero_tail_before_growth(ino, data, offset)?;
         let mut txn = self.begin(per_extent * 8 + 8, reserve)?;
         let result = (|| {
-            self.zero_tail_before_growth(ino, data, offset)?;
             let mut ectx = extent_ctx(self, ino, data);
             let mut pos = offset;
             while pos < step_end {
@@ -304,26 +305,7 @@ impl Filesystem {
         if new_pos <= size || size.is_multiple_of(bs) {
             return Ok(());
         }
-        let lblk = (size / bs) as u32;
-        let ectx = extent_ctx(self, ino, data);
-        let mut io = ReadIo { fs: self };
-        if let Lookup::Mapped { pblk, unwritten: false, .. } =
-            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?
-        {
-            let mut block = vec![0u8; bs as usize];
-            self.read_data(pblk, 0, &mut block)?;
-            let from = (size % bs) as usize;
-            if block[from..].iter().any(|&b| b != 0) {
-                block[from..].fill(0);
-                if self.options.data == DataMode::Journal {
-                    return Err(FsError::NotSupported(
-                        "growing a file with a dirty tail block in data=journal".into(),
-                    ));
-                }
-                self.dev.write_at(pblk * bs, &block)?;
-            }
-        }
-        Ok(())
+        self.zero_in_place(ino, data, size, (size / bs + 1) * bs)
     }
 
     /// Sets the size of `ino` (truncate or extend).
@@ -375,24 +357,7 @@ impl Filesystem {
         if size.is_multiple_of(bs) {
             return Ok(());
         }
-        let lblk = (size / bs) as u32;
-        let ectx = extent_ctx(self, ino, data);
-        let mut io = ReadIo { fs: self };
-        if let Lookup::Mapped { pblk, unwritten: false, .. } =
-            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?
-        {
-            let mut block = vec![0u8; bs as usize];
-            self.read_data(pblk, 0, &mut block)?;
-            block[(size % bs) as usize..].fill(0);
-            if self.options.data == DataMode::Journal {
-                let mut txn = self.begin(2, 0)?;
-                let buffer = self.journal.read_buffer(pblk)?;
-                let result = txn.handle.modify(&buffer, |b| b.copy_from_slice(&block));
-                return self.finish(result.map_err(FsError::from), txn);
-            }
-            self.dev.write_at(pblk * bs, &block)?;
-        }
-        Ok(())
+        self.zero_in_place(ino, data, size, (size / bs + 1) * bs)
     }
 
     /// Frees every block of `ino` at or past the block holding byte `size` (rounded up), in
@@ -555,7 +520,7 @@ impl Filesystem {
             [(offset, end.min(first_whole * bs)), ((last_whole * bs).max(offset), end)]
         {
             if from < to {
-                self.zero_range_in_place(ino, data, from, to)?;
+                self.zero_in_place(ino, data, from, to)?;
             }
         }
         if first_whole < last_whole {
@@ -583,20 +548,34 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Zeroes `[from, to)` (inside one block) where it is mapped and written.
-    fn zero_range_in_place(&self, ino: u32, data: &InodeData, from: u64, to: u64) -> Result<()> {
+    /// Zeroes `[from, to)` (inside one block) where it is mapped and written: read, clear,
+    /// write back (through the journal under data=journal). Holes and unwritten extents read as
+    /// zeros already.
+    fn zero_in_place(&self, ino: u32, data: &InodeData, from: u64, to: u64) -> Result<()> {
         let bs = u64::from(self.block_size());
-        let lblk = (from / bs) as u32;
+        let lblk = from / bs;
+        debug_assert!(from < to && to <= (lblk + 1) * bs, "zeroing across blocks");
         let ectx = extent_ctx(self, ino, data);
         let mut io = ReadIo { fs: self };
-        if let Lookup::Mapped { pblk, unwritten: false, .. } =
-            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?
-        {
-            let mut block = vec![0u8; bs as usize];
-            self.read_data(pblk, 0, &mut block)?;
-            block[(from % bs) as usize..(to - u64::from(lblk) * bs) as usize].fill(0);
-            self.dev.write_at(pblk * bs, &block)?;
+        let Lookup::Mapped { pblk, unwritten: false, .. } =
+            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk as u32)?
+        else {
+            return Ok(());
+        };
+        let mut block = vec![0u8; bs as usize];
+        self.read_data(pblk, 0, &mut block)?;
+        let range = (from - lblk * bs) as usize..(to - lblk * bs) as usize;
+        if block[range.clone()].iter().all(|&b| b == 0) {
+            return Ok(());
         }
+        block[range].fill(0);
+        if self.options.data == DataMode::Journal {
+            let mut txn = self.begin(2, 0)?;
+            let buffer = self.journal.read_buffer(pblk)?;
+            let result = txn.handle.modify(&buffer, |b| b.copy_from_slice(&block));
+            return self.finish(result.map_err(FsError::from), txn);
+        }
+        self.dev.write_at(pblk * bs, &block)?;
         Ok(())
     }
 }

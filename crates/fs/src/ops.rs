@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use ondisk::ext4::{self, Inode, Timestamp};
 
-use crate::adapters::{dir_ctx, extent_ctx, DirAccess, ReadIo};
+use crate::adapters::ReadIo;
 use crate::dir;
 use crate::error::{FsError, Result};
 use crate::extent_tree;
@@ -164,19 +164,11 @@ impl Filesystem {
         if !data.inode.is_dir() {
             return Err(FsError::NotDir);
         }
-        let ctx = dir_ctx(self, dir, data);
-        let ectx = extent_ctx(self, dir, data);
-        let mut io = ReadIo { fs: self };
-        let mut access = DirAccess {
-            io: &mut io,
-            data,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        dir::lookup(&mut access, &ctx, b"..")?
-            .map(|(ino, _)| ino)
-            .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
+        self.with_dir(&mut ReadIo { fs: self }, dir, data, |access, ctx| {
+            dir::lookup(access, ctx, b"..")
+        })?
+        .map(|(ino, _)| ino)
+        .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
     }
 
     fn dir_lookup_locked(
@@ -189,17 +181,9 @@ impl Filesystem {
             return Err(FsError::NotDir);
         }
         check_name(name)?;
-        let ctx = dir_ctx(self, dir_ino, data);
-        let ectx = extent_ctx(self, dir_ino, data);
-        let mut io = ReadIo { fs: self };
-        let mut access = DirAccess {
-            io: &mut io,
-            data,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        dir::lookup(&mut access, &ctx, name)
+        self.with_dir(&mut ReadIo { fs: self }, dir_ino, data, |access, ctx| {
+            dir::lookup(access, ctx, name)
+        })
     }
 
     /// Resolves an absolute path ("/a/b") to an inode number.
@@ -219,17 +203,10 @@ impl Filesystem {
         if !data.inode.is_dir() {
             return Err(FsError::NotDir);
         }
-        let ctx = dir_ctx(self, ino, data);
-        let ectx = extent_ctx(self, ino, data);
-        let mut io = ReadIo { fs: self };
-        let mut access = DirAccess {
-            io: &mut io,
-            data,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        Ok(dir::read_dir(&mut access, &ctx, cookie, max)?
+        Ok(self
+            .with_dir(&mut ReadIo { fs: self }, ino, data, |access, ctx| {
+                dir::read_dir(access, ctx, cookie, max)
+            })?
             .into_iter()
             .map(|e| DirEntry {
                 name: e.name,
@@ -467,16 +444,9 @@ impl Filesystem {
             let mut data =
                 InodeData { inode, raw, last_tid: None, last_data_tid: None, orphan: false };
             if is_dir {
-                let ctx = dir_ctx(fs, ino, &data);
-                let ectx = extent_ctx(fs, ino, &data);
-                let mut access = DirAccess {
-                    io: &mut txn,
-                    data: &mut data,
-                    ectx,
-                    block_size: fs.block_size(),
-                    inode_changed: false,
-                };
-                dir::init_dir(&mut access, &ctx, ino, parent)?;
+                fs.with_dir(&mut txn, ino, &mut data, |access, ctx| {
+                    dir::init_dir(access, ctx, ino, parent)
+                })?;
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, fs.block_size());
             }
@@ -510,17 +480,10 @@ impl Filesystem {
         ino: u32,
         file_type: u8,
     ) -> Result<()> {
-        let ctx = dir_ctx(self, dir, ddata);
-        let ectx = extent_ctx(self, dir, ddata);
         txn.take_blocks_delta();
-        let mut access = DirAccess {
-            io: txn,
-            data: ddata,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        dir::add_entry(&mut access, &ctx, name, ino, file_type)?;
+        self.with_dir(txn, dir, ddata, |access, ctx| {
+            dir::add_entry(access, ctx, name, ino, file_type)
+        })?;
         let delta = txn.take_blocks_delta();
         add_blocks(&mut ddata.inode, delta, self.block_size());
         Ok(())
@@ -547,30 +510,13 @@ impl Filesystem {
         ddata: &mut InodeData,
         name: &[u8],
     ) -> Result<u32> {
-        let ctx = dir_ctx(self, dir, ddata);
-        let ectx = extent_ctx(self, dir, ddata);
-        let mut access = DirAccess {
-            io: txn,
-            data: ddata,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        dir::remove_entry(&mut access, &ctx, name)
+        self.with_dir(txn, dir, ddata, |access, ctx| dir::remove_entry(access, ctx, name))
     }
 
     fn dir_is_empty(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
-        let ctx = dir_ctx(self, dir, ddata);
-        let ectx = extent_ctx(self, dir, ddata);
-        let mut io = ReadIo { fs: self };
-        let mut access = DirAccess {
-            io: &mut io,
-            data: ddata,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        dir::is_empty(&mut access, &ctx)
+        self.with_dir(&mut ReadIo { fs: self }, dir, ddata, |access, ctx| {
+            dir::is_empty(access, ctx)
+        })
     }
 
     pub(crate) fn has_dir_nlink(&self) -> bool {

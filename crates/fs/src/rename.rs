@@ -10,7 +10,6 @@
 //! The whole rename is one handle, so it is atomic across a crash: the new name appears, the
 //! old one disappears and a replaced target loses its link in the same transaction.
 
-use crate::adapters::{dir_ctx, extent_ctx, DirAccess};
 use crate::dir;
 use crate::error::{FsError, Result};
 use crate::filesystem::{now, Filesystem, Txn};
@@ -277,16 +276,9 @@ impl Filesystem {
         ino: u32,
         file_type: u8,
     ) -> Result<u32> {
-        let ctx = dir_ctx(self, dir_ino, ddata);
-        let ectx = extent_ctx(self, dir_ino, ddata);
-        let mut access = DirAccess {
-            io: txn,
-            data: ddata,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        dir::replace_entry(&mut access, &ctx, name, ino, file_type)
+        self.with_dir(txn, dir_ino, ddata, |access, ctx| {
+            dir::replace_entry(access, ctx, name, ino, file_type)
+        })
     }
 
     fn dir_set_parent(
@@ -296,16 +288,7 @@ impl Filesystem {
         ddata: &mut InodeData,
         parent: u32,
     ) -> Result<()> {
-        let ctx = dir_ctx(self, dir_ino, ddata);
-        let ectx = extent_ctx(self, dir_ino, ddata);
-        let mut access = DirAccess {
-            io: txn,
-            data: ddata,
-            ectx,
-            block_size: self.block_size(),
-            inode_changed: false,
-        };
-        dir::set_parent(&mut access, &ctx, parent)
+        self.with_dir(txn, dir_ino, ddata, |access, ctx| dir::set_parent(access, ctx, parent))
     }
 }
 
