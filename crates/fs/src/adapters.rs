@@ -59,7 +59,7 @@ pub(crate) fn extent_ctx(fs: &Filesystem, ino: u32, data: &InodeData) -> ExtentC
     let group = geo.group_of_inode(ino);
     ExtentCtx {
         ino,
-        inode_block: fs.inode_table_location_pub(ino).map_or(0, |(block, _)| block),
+        inode_block: fs.inode_table_location(ino).map_or(0, |(block, _)| block),
         csum_seed: fs.inode_csum_seed(ino, data.inode.generation),
         goal: geo.group_first_block(group),
     }
@@ -84,8 +84,6 @@ pub(crate) struct DirAccess<'a, M: MetaIo> {
     pub data: &'a mut InodeData,
     pub ectx: ExtentCtx,
     pub block_size: u32,
-    /// Whether anything in the inode (size, flags, extent root) changed.
-    pub inode_changed: bool,
 }
 
 impl<M: MetaIo> DirAccess<'_, M> {
@@ -129,7 +127,6 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
         let ectx = ExtentCtx { goal: pblk, ..self.ectx };
         extent_tree::insert(self.io, &ectx, &mut self.data.inode.block, lblk, pblk, 1, false)?;
         self.data.inode.size += u64::from(self.block_size);
-        self.inode_changed = true;
         Ok(lblk)
     }
 
@@ -147,7 +144,6 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
         } else {
             self.data.inode.flags &= !ext4::INDEX_FL;
         }
-        self.inode_changed = true;
     }
 }
 
@@ -163,8 +159,7 @@ impl Filesystem {
     ) -> Result<R> {
         let ctx = dir_ctx(self, ino, data);
         let ectx = extent_ctx(self, ino, data);
-        let mut access =
-            DirAccess { io, data, ectx, block_size: self.block_size(), inode_changed: false };
+        let mut access = DirAccess { io, data, ectx, block_size: self.block_size() };
         op(&mut access, &ctx)
     }
 }

@@ -257,11 +257,7 @@ impl Filesystem {
         Ok(guard)
     }
 
-    pub(crate) fn inode_table_location_pub(&self, ino: u32) -> Result<(u64, usize)> {
-        self.inode_table_location(ino)
-    }
-
-    fn inode_table_location(&self, ino: u32) -> Result<(u64, usize)> {
+    pub(crate) fn inode_table_location(&self, ino: u32) -> Result<(u64, usize)> {
         let geo = &self.groups.geo;
         if ino == 0 || ino > geo.inodes_count {
             return Err(FsError::NoSuchInode { ino, inodes_count: geo.inodes_count });

@@ -114,6 +114,24 @@ pub(crate) struct GroupState {
     pub desc: GroupDesc,
     /// Blocks freed by transactions that are not yet durable: group offset → (length, tid).
     pending_free: BTreeMap<u32, (u32, Tid)>,
+    /// Whether this mount has verified the block (0) and inode (1) bitmap's checksum.
+    verified: [bool; 2],
+}
+
+/// Which of a group's two bitmaps.
+#[derive(Debug, Clone, Copy)]
+enum BitmapKind {
+    Block = 0,
+    Inode = 1,
+}
+
+impl BitmapKind {
+    fn name(self) -> &'static str {
+        match self {
+            BitmapKind::Block => "block",
+            BitmapKind::Inode => "inode",
+        }
+    }
 }
 
 /// Blocks set aside for one operation before its handle starts; unused blocks return to the
@@ -183,7 +201,13 @@ impl Groups {
             free_inodes_hint: descs.iter().map(|d| AtomicU32::new(d.free_inodes)).collect(),
             slots: descs
                 .iter()
-                .map(|d| Mutex::new(GroupState { desc: *d, pending_free: BTreeMap::new() }))
+                .map(|d| {
+                    Mutex::new(GroupState {
+                        desc: *d,
+                        pending_free: BTreeMap::new(),
+                        verified: [false; 2],
+                    })
+                })
                 .collect(),
             geo,
             sb: sb.clone(),
@@ -289,7 +313,7 @@ impl Groups {
         if !state.pending_free.is_empty() {
             self.sweep_pending(&mut state, durable);
         }
-        let bitmap = self.block_bitmap(journal, group, &state.desc)?;
+        let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Block)?;
         let limit = self.geo.blocks_in_group(group);
         let found = bitmap.read(|bits| {
             let is_free =
@@ -308,7 +332,7 @@ impl Groups {
             for i in offset..offset + len {
                 bits[(i / 8) as usize] |= 1 << (i % 8);
             }
-            self.block_bitmap_csum(bits)
+            self.bitmap_csum(BitmapKind::Block, bits)
         })?;
         let desc = &mut state.desc;
         desc.free_blocks -= len;
@@ -358,7 +382,7 @@ impl Groups {
         len: u32,
     ) -> Result<()> {
         let mut state = self.slots[group as usize].lock();
-        let bitmap = self.block_bitmap(journal, group, &state.desc)?;
+        let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Block)?;
         let all_set = bitmap.read(|bits| {
             (offset..offset + len).all(|i| bits[(i / 8) as usize] & (1 << (i % 8)) != 0)
         });
@@ -372,7 +396,7 @@ impl Groups {
             for i in offset..offset + len {
                 bits[(i / 8) as usize] &= !(1 << (i % 8));
             }
-            self.block_bitmap_csum(bits)
+            self.bitmap_csum(BitmapKind::Block, bits)
         })?;
         let desc = &mut state.desc;
         desc.free_blocks += len;
@@ -441,12 +465,12 @@ impl Groups {
         }
         // Like ext4_new_inode: a group whose block bitmap was never built gets it now.
         if geo.uninit_flags && state.desc.flags & ext4::BG_BLOCK_UNINIT != 0 {
-            let bitmap = self.block_bitmap(journal, group, &state.desc)?;
-            let csum = handle.modify(&bitmap, |bits| self.block_bitmap_csum(bits))?;
+            let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Block)?;
+            let csum = handle.modify(&bitmap, |bits| self.bitmap_csum(BitmapKind::Block, bits))?;
             state.desc.block_bitmap_csum = csum;
             state.desc.flags &= !ext4::BG_BLOCK_UNINIT;
         }
-        let bitmap = self.inode_bitmap(journal, group, &state.desc)?;
+        let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Inode)?;
         // Reserved inodes (below s_first_ino) are never handed out.
         let first_ino = self.sb.first_ino;
         let base = group * geo.inodes_per_group;
@@ -466,7 +490,7 @@ impl Groups {
         };
         let csum = handle.modify(&bitmap, |bits| {
             bits[(index / 8) as usize] |= 1 << (index % 8);
-            self.inode_bitmap_csum(bits)
+            self.bitmap_csum(BitmapKind::Inode, bits)
         })?;
         let desc = &mut state.desc;
         desc.free_inodes -= 1;
@@ -501,7 +525,7 @@ impl Groups {
         let group = geo.group_of_inode(ino);
         let index = (ino - 1) % geo.inodes_per_group;
         let mut state = self.slots[group as usize].lock();
-        let bitmap = self.inode_bitmap(journal, group, &state.desc)?;
+        let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Inode)?;
         let was_set = bitmap.read(|bits| bits[(index / 8) as usize] & (1 << (index % 8)) != 0);
         if !was_set {
             return Err(FsError::corrupted(
@@ -511,7 +535,7 @@ impl Groups {
         }
         let csum = handle.modify(&bitmap, |bits| {
             bits[(index / 8) as usize] &= !(1 << (index % 8));
-            self.inode_bitmap_csum(bits)
+            self.bitmap_csum(BitmapKind::Inode, bits)
         })?;
         let desc = &mut state.desc;
         desc.free_inodes += 1;
@@ -526,70 +550,63 @@ impl Groups {
         Ok(())
     }
 
-    /// The group's block bitmap buffer; built (not yet journaled) for a BLOCK_UNINIT group.
-    fn block_bitmap(&self, journal: &Journal, group: u32, desc: &GroupDesc) -> Result<Arc<Buffer>> {
-        let block = self.layouts[group as usize].block_bitmap;
-        if self.geo.uninit_flags && desc.flags & ext4::BG_BLOCK_UNINIT != 0 {
+    /// The group's block or inode bitmap buffer. A lazily initialized (UNINIT) bitmap is built
+    /// in memory, not yet journaled. A bitmap read from disk has its checksum verified the first
+    /// time this mount reads it; after that only handles holding the group lock change it, and
+    /// they keep the descriptor's checksum in step, so verifying again on every allocation
+    /// would recompute the same crc for nothing.
+    fn bitmap(
+        &self,
+        journal: &Journal,
+        group: u32,
+        state: &mut GroupState,
+        kind: BitmapKind,
+    ) -> Result<Arc<Buffer>> {
+        let layout = &self.layouts[group as usize];
+        let (block, uninit_flag, stored) = match kind {
+            BitmapKind::Block => {
+                (layout.block_bitmap, ext4::BG_BLOCK_UNINIT, state.desc.block_bitmap_csum)
+            }
+            BitmapKind::Inode => {
+                (layout.inode_bitmap, ext4::BG_INODE_UNINIT, state.desc.inode_bitmap_csum)
+            }
+        };
+        if self.geo.uninit_flags && state.desc.flags & uninit_flag != 0 {
             let buffer = journal.new_buffer(block);
-            let image = self.uninit_block_bitmap(group);
+            let image = match kind {
+                BitmapKind::Block => self.uninit_block_bitmap(group),
+                BitmapKind::Inode => {
+                    let mut image = vec![0u8; self.geo.block_size as usize];
+                    mark_bitmap_end(&mut image, self.geo.inodes_per_group);
+                    image
+                }
+            };
             buffer.init_if_zero(&image);
             return Ok(buffer);
         }
         let buffer = journal.read_buffer(block)?;
-        if self.geo.metadata_csum {
-            let ok = buffer.read(|bits| {
-                let crc = self.block_bitmap_csum(bits);
-                if self.geo.desc_size >= 64 {
-                    crc == desc.block_bitmap_csum
-                } else {
-                    crc as u16 == desc.block_bitmap_csum as u16
-                }
-            });
+        let verified = &mut state.verified[kind as usize];
+        if self.geo.metadata_csum && !*verified {
+            let crc = buffer.read(|bits| self.bitmap_csum(kind, bits));
+            let ok =
+                if self.geo.desc_size >= 64 { crc == stored } else { crc as u16 == stored as u16 };
             if !ok {
                 return Err(FsError::corrupted(
                     block,
-                    format!("group {group}: block bitmap checksum mismatch"),
+                    format!("group {group}: {} bitmap checksum mismatch", kind.name()),
                 ));
             }
         }
+        *verified = true;
         Ok(buffer)
     }
 
-    fn inode_bitmap(&self, journal: &Journal, group: u32, desc: &GroupDesc) -> Result<Arc<Buffer>> {
-        let block = self.layouts[group as usize].inode_bitmap;
-        if self.geo.uninit_flags && desc.flags & ext4::BG_INODE_UNINIT != 0 {
-            let buffer = journal.new_buffer(block);
-            let mut image = vec![0u8; self.geo.block_size as usize];
-            mark_bitmap_end(&mut image, self.geo.inodes_per_group);
-            buffer.init_if_zero(&image);
-            return Ok(buffer);
-        }
-        let buffer = journal.read_buffer(block)?;
-        if self.geo.metadata_csum {
-            let ok = buffer.read(|bits| {
-                let crc = self.inode_bitmap_csum(bits);
-                if self.geo.desc_size >= 64 {
-                    crc == desc.inode_bitmap_csum
-                } else {
-                    crc as u16 == desc.inode_bitmap_csum as u16
-                }
-            });
-            if !ok {
-                return Err(FsError::corrupted(
-                    block,
-                    format!("group {group}: inode bitmap checksum mismatch"),
-                ));
-            }
-        }
-        Ok(buffer)
-    }
-
-    fn block_bitmap_csum(&self, bits: &[u8]) -> u32 {
-        ext4::bitmap_checksum(&self.sb, &bits[..(self.geo.blocks_per_group / 8) as usize])
-    }
-
-    fn inode_bitmap_csum(&self, bits: &[u8]) -> u32 {
-        ext4::bitmap_checksum(&self.sb, &bits[..(self.geo.inodes_per_group / 8) as usize])
+    fn bitmap_csum(&self, kind: BitmapKind, bits: &[u8]) -> u32 {
+        let per_group = match kind {
+            BitmapKind::Block => self.geo.blocks_per_group,
+            BitmapKind::Inode => self.geo.inodes_per_group,
+        };
+        ext4::bitmap_checksum(&self.sb, &bits[..(per_group / 8) as usize])
     }
 
     /// `ext4_init_block_bitmap`: the group's own superblock backup and descriptor blocks, every

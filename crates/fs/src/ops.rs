@@ -98,11 +98,10 @@ impl Filesystem {
         } else {
             0
         };
-        let dir_nlink_overflow = inode.is_dir() && inode.links_count == 1;
         Attr {
             ino,
             mode: inode.mode,
-            nlink: if dir_nlink_overflow { 1 } else { u32::from(inode.links_count) },
+            nlink: u32::from(inode.links_count),
             uid: inode.uid,
             gid: inode.gid,
             size: inode.size,
@@ -147,15 +146,6 @@ impl Filesystem {
         self.dir_lookup_locked(parent, data, name)?.map(|(ino, _)| ino).ok_or(FsError::NotFound)
     }
 
-    pub(crate) fn dir_lookup_locked_pub(
-        &self,
-        dir_ino: u32,
-        data: &mut InodeData,
-        name: &[u8],
-    ) -> Result<Option<(u32, u8)>> {
-        self.dir_lookup_locked(dir_ino, data, name)
-    }
-
     /// The parent of directory `dir` (its `..` entry).
     pub(crate) fn lookup_dotdot(&self, dir: u32) -> Result<u32> {
         let slot = self.inodes.slot(dir);
@@ -171,7 +161,7 @@ impl Filesystem {
         .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
     }
 
-    fn dir_lookup_locked(
+    pub(crate) fn dir_lookup_locked(
         &self,
         dir_ino: u32,
         data: &mut InodeData,
@@ -489,21 +479,7 @@ impl Filesystem {
         Ok(())
     }
 
-    pub(crate) fn dir_remove_pub(
-        &self,
-        txn: &mut Txn<'_>,
-        dir: u32,
-        ddata: &mut InodeData,
-        name: &[u8],
-    ) -> Result<u32> {
-        self.dir_remove(txn, dir, ddata, name)
-    }
-
-    pub(crate) fn dir_is_empty_pub(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
-        self.dir_is_empty(dir, ddata)
-    }
-
-    fn dir_remove(
+    pub(crate) fn dir_remove(
         &self,
         txn: &mut Txn<'_>,
         dir: u32,
@@ -513,7 +489,7 @@ impl Filesystem {
         self.with_dir(txn, dir, ddata, |access, ctx| dir::remove_entry(access, ctx, name))
     }
 
-    fn dir_is_empty(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
+    pub(crate) fn dir_is_empty(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
         self.with_dir(&mut ReadIo { fs: self }, dir, ddata, |access, ctx| {
             dir::is_empty(access, ctx)
         })
@@ -805,20 +781,25 @@ pub(crate) fn add_blocks(inode: &mut Inode, delta: i64, block_size: u32) {
     inode.blocks_raw = (inode.blocks_raw as i64 + delta * per_block).max(0) as u64;
 }
 
-fn inc_link(inode: &mut Inode, dir_nlink: bool) {
-    if inode.links_count >= LINK_MAX - 1 && dir_nlink || inode.links_count == 1 && inode.is_dir() {
-        // dir_nlink: past the limit a directory's count is 1, meaning "many".
+/// One link more. A directory at ext4's limit, or already counting "many" (1), counts 1
+/// with dir_nlink (`ext4_inc_count`).
+pub(crate) fn inc_link(inode: &mut Inode, dir_nlink: bool) {
+    let many = inode.links_count == 1 || (dir_nlink && inode.links_count >= LINK_MAX - 1);
+    if inode.is_dir() && many {
         inode.links_count = 1;
     } else {
         inode.links_count += 1;
     }
 }
 
-fn dec_link(inode: &mut Inode) {
-    if inode.is_dir() && inode.links_count == 1 {
-        return;
+/// One link fewer (`ext4_dec_count`): a directory keeps at least 2 (itself and `.`), and one
+/// counting "many" (1) stays so.
+pub(crate) fn dec_link(inode: &mut Inode) {
+    if !inode.is_dir() {
+        inode.links_count = inode.links_count.saturating_sub(1);
+    } else if inode.links_count > 2 {
+        inode.links_count -= 1;
     }
-    inode.links_count = inode.links_count.saturating_sub(1);
 }
 
 /// Rejects names the directory layer never stores.

@@ -122,7 +122,7 @@ impl Filesystem {
     /// Rewrites orphan `ino`'s `i_dtime` in the inode table buffer (with the checksum).
     /// Called with the orphan list locked.
     fn patch_dtime(&self, handle: &mut journal::Handle, ino: u32, dtime: u32) -> Result<()> {
-        let (block, offset) = self.inode_table_location_pub(ino)?;
+        let (block, offset) = self.inode_table_location(ino)?;
         let size = usize::from(self.params.inode_size);
         let buffer = self.journal.read_buffer(block)?;
         let params = &self.params;

@@ -14,7 +14,7 @@ use crate::dir;
 use crate::error::{FsError, Result};
 use crate::filesystem::{now, Filesystem, Txn};
 use crate::inodes::InodeData;
-use crate::ops::{check_name, txn_write_inode, RenameFlags, ROOT_INO};
+use crate::ops::{check_name, dec_link, inc_link, txn_write_inode, RenameFlags, ROOT_INO};
 
 /// Journal credits of a rename: two directory updates, up to four inodes, a `..` block,
 /// orphan list and allocation updates.
@@ -84,8 +84,8 @@ impl Filesystem {
             Some(b) => Parents { old_ino: parent, old: b, new_ino: new_parent, new: Some(a) },
         };
         let (src, _) =
-            self.dir_lookup_locked_pub(parent, parents.old, name)?.ok_or(FsError::NotFound)?;
-        let dst = self.dir_lookup_locked_pub(new_parent, parents.new_dir(), new_name)?;
+            self.dir_lookup_locked(parent, parents.old, name)?.ok_or(FsError::NotFound)?;
+        let dst = self.dir_lookup_locked(new_parent, parents.new_dir(), new_name)?;
         if cross && (src == new_parent || new_parent_chain.contains(&src)) {
             return Err(FsError::Invalid("cannot move a directory into itself".into()));
         }
@@ -137,7 +137,7 @@ impl Filesystem {
                 if !src_is_dir && dst_is_dir {
                     return Err(FsError::IsDir);
                 }
-                if dst_is_dir && !self.dir_is_empty_pub(dst_ino, d)? {
+                if dst_is_dir && !self.dir_is_empty(dst_ino, d)? {
                     return Err(FsError::NotEmpty);
                 }
             }
@@ -148,6 +148,9 @@ impl Filesystem {
         let result = (|| {
             let src_ft = ondisk::ext4::dir::file_type_from_mode(sdata.inode.mode);
             let (old_ino, new_ino) = (parents.old_ino, parents.new_ino);
+            // Whether a replaced target lost its last link and, not being open, is released
+            // once the handle stops.
+            let mut release = false;
             match (flags.exchange, ddata.as_deref_mut(), dst) {
                 (true, Some(d), Some((dst_ino, _))) => {
                     let dst_ft = ondisk::ext4::dir::file_type_from_mode(d.inode.mode);
@@ -162,12 +165,12 @@ impl Filesystem {
                         }
                         match (src_is_dir, dst_is_dir) {
                             (true, false) => {
-                                dec_dir_link(&mut parents.old.inode);
-                                inc_dir_link(&mut parents.new_dir().inode, has_dir_nlink);
+                                dec_link(&mut parents.old.inode);
+                                inc_link(&mut parents.new_dir().inode, has_dir_nlink);
                             }
                             (false, true) => {
-                                inc_dir_link(&mut parents.old.inode, has_dir_nlink);
-                                dec_dir_link(&mut parents.new_dir().inode);
+                                inc_link(&mut parents.old.inode, has_dir_nlink);
+                                dec_link(&mut parents.new_dir().inode);
                             }
                             _ => {}
                         }
@@ -175,29 +178,26 @@ impl Filesystem {
                     d.inode.ctime = t;
                     txn_write_inode(self, &mut txn, dst_ino, d, false)?;
                 }
-                (false, Some(d), Some((dst_ino, _))) => {
+                (false, Some(d), Some(_)) => {
                     self.dir_replace(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
-                    self.dir_remove_pub(&mut txn, old_ino, parents.old, name)?;
+                    self.dir_remove(&mut txn, old_ino, parents.old, name)?;
                     if dst_is_dir {
                         // The replaced directory's `..` no longer counts against new_parent.
-                        dec_dir_link(&mut parents.new_dir().inode);
+                        dec_link(&mut parents.new_dir().inode);
                     }
                     d.inode.ctime = t;
                     let dst_slot = dst_slot.as_ref().expect("locked");
-                    if self.drop_link(&mut txn, dst_slot, d, dst_is_dir)? {
-                        return Ok(true);
-                    }
-                    let _ = dst_ino;
+                    release = self.drop_link(&mut txn, dst_slot, d, dst_is_dir)?;
                 }
                 _ => {
                     self.dir_add(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
-                    self.dir_remove_pub(&mut txn, old_ino, parents.old, name)?;
+                    self.dir_remove(&mut txn, old_ino, parents.old, name)?;
                 }
             }
             if !flags.exchange && cross && src_is_dir {
                 self.dir_set_parent(&mut txn, src, sdata, new_ino)?;
-                dec_dir_link(&mut parents.old.inode);
-                inc_dir_link(&mut parents.new_dir().inode, has_dir_nlink);
+                dec_link(&mut parents.old.inode);
+                inc_link(&mut parents.new_dir().inode, has_dir_nlink);
             }
             sdata.inode.ctime = t;
             txn_write_inode(self, &mut txn, src, sdata, false)?;
@@ -211,39 +211,9 @@ impl Filesystem {
             if let Some(new) = parents.new.as_deref_mut() {
                 txn_write_inode(self, &mut txn, new_ino, new, true)?;
             }
-            Ok(false)
+            Ok(release)
         })();
-        let release = match result {
-            Ok(true) => {
-                // The replaced inode lost its last link and is not open: the parents still
-                // need writing before it is released.
-                let result = (|| {
-                    sdata.inode.ctime = t;
-                    txn_write_inode(self, &mut txn, src, sdata, false)?;
-                    for dir_data in
-                        [Some(&mut *parents.old), parents.new.as_deref_mut()].into_iter().flatten()
-                    {
-                        dir_data.inode.mtime = t;
-                        dir_data.inode.ctime = t;
-                    }
-                    if cross && src_is_dir {
-                        self.dir_set_parent(&mut txn, src, sdata, parents.new_ino)?;
-                        dec_dir_link(&mut parents.old.inode);
-                        inc_dir_link(&mut parents.new_dir().inode, has_dir_nlink);
-                        txn_write_inode(self, &mut txn, src, sdata, false)?;
-                    }
-                    let old_ino = parents.old_ino;
-                    txn_write_inode(self, &mut txn, old_ino, parents.old, true)?;
-                    let new_ino = parents.new_ino;
-                    if let Some(new) = parents.new.as_deref_mut() {
-                        txn_write_inode(self, &mut txn, new_ino, new, true)?;
-                    }
-                    Ok(true)
-                })();
-                self.finish(result, txn)?
-            }
-            other => self.finish(other, txn)?,
-        };
+        let release = self.finish(result, txn)?;
         if release {
             let dst_slot = dst_slot.as_ref().expect("locked");
             let d = ddata.expect("locked");
@@ -289,19 +259,5 @@ impl Filesystem {
         parent: u32,
     ) -> Result<()> {
         self.with_dir(txn, dir_ino, ddata, |access, ctx| dir::set_parent(access, ctx, parent))
-    }
-}
-
-fn inc_dir_link(inode: &mut ondisk::ext4::Inode, dir_nlink: bool) {
-    if inode.links_count == 1 || (dir_nlink && inode.links_count >= crate::ops::LINK_MAX - 1) {
-        inode.links_count = 1;
-    } else {
-        inode.links_count += 1;
-    }
-}
-
-fn dec_dir_link(inode: &mut ondisk::ext4::Inode) {
-    if inode.links_count > 2 {
-        inode.links_count -= 1;
     }
 }

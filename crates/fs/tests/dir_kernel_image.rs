@@ -16,6 +16,10 @@
 //! `SKIP: <reason>` and returns. Images live in a temporary directory under /tmp that is removed
 //! on drop; a mount is unmounted on drop, so a failed assertion does not leave one behind.
 
+mod common;
+
+use common::{Rng, Scratch};
+
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -48,25 +52,6 @@ fn skip_reason() -> Option<String> {
         }
     }
     None
-}
-
-/// A directory under /tmp, unique per process and name, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path =
-            Path::new("/tmp").join(format!("quill-dir-kernel-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A loop mount, unmounted on drop (or explicitly, checking that it worked).
@@ -114,32 +99,6 @@ fn run(tool: &str, args: &[&OsStr]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// xorshift64*; the seed comes from QUILL_SEED when set, else the clock, and is printed.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> Rng {
-        let seed =
-            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        println!("dir kernel image seed: {seed} (replay with QUILL_SEED={seed})");
-        Rng(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Varied names: mostly 4..40 bytes, some up to 255; ASCII, UTF-8 and raw bytes >= 0x80.
@@ -426,11 +385,11 @@ fn kernel_directories_read_back_and_quill_replays_them_into_layouts_e2fsck_and_t
         println!("SKIP: {reason}");
         return;
     }
-    let mut rng = Rng::seeded();
+    let mut rng = Rng::new(common::seed("dir kernel image"));
     for config in &CONFIGS {
         println!("== {}", config.label);
-        let tmp = TempDir::new(config.label);
-        let image_path = tmp.0.join("fs.img");
+        let tmp = Scratch::new(config.label);
+        let image_path = tmp.path("fs.img");
         let mut mkfs_args: Vec<&OsStr> = vec!["-q".as_ref(), "-F".as_ref(), "-b".as_ref()];
         let block_size = config.block_size.to_string();
         mkfs_args.push(block_size.as_ref());
@@ -439,7 +398,7 @@ fn kernel_directories_read_back_and_quill_replays_them_into_layouts_e2fsck_and_t
         run("mkfs.ext4", &mkfs_args);
 
         // The kernel builds the directories.
-        let point = tmp.0.join("mnt");
+        let point = tmp.path("mnt");
         let mount = match Mount::new(&image_path, &point) {
             Ok(mount) => mount,
             Err(err) => {

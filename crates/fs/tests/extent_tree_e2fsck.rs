@@ -9,18 +9,20 @@
 //! the test prints why it skips and returns. Images live in a unique directory under the
 //! system temp dir, removed on drop.
 
+mod common;
+
+use common::Scratch;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use fs::error::Result;
 use fs::extent_tree::{self, ExtentCtx};
 use fs::meta_io::MetaIo;
 use fs::FsError;
-use ondisk::crc::crc32c_raw;
 use ondisk::ext4::{self, Extent, Superblock, EXTENTS_FL, INODE_BLOCK_SIZE};
 
 const TOOLS: [&str; 4] = ["mkfs.ext4", "debugfs", "dumpe2fs", "e2fsck"];
@@ -30,45 +32,10 @@ const I_SIZE_LO: usize = 0x04;
 const I_BLOCKS_LO: usize = 0x1C;
 const I_FLAGS: usize = 0x20;
 const I_BLOCK: usize = 0x28;
-const I_GENERATION: usize = 0x64;
 const I_SIZE_HIGH: usize = 0x6C;
 const I_BLOCKS_HIGH: usize = 0x74;
-const I_CHECKSUM_LO: usize = 0x7C;
-const I_EXTRA_ISIZE: usize = 0x80;
-const I_CHECKSUM_HI: usize = 0x82;
 /// `i_flags`: i_blocks counts file-system blocks instead of 512-byte sectors.
 const HUGE_FILE_FL: u32 = 0x0004_0000;
-
-/// Returns false (after saying why) when e2fsprogs is not installed.
-fn tools_present() -> bool {
-    for tool in TOOLS {
-        if Command::new(tool).arg("-V").output().is_err() {
-            println!("SKIP: {tool} is not installed (e2fsprogs builds and checks the images)");
-            return false;
-        }
-    }
-    true
-}
-
-/// A directory under the system temp dir, unique per process and test, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir()
-            .join(format!("quill-extent-tree-e2fsck-{}-{n}-{name}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn run(tool: &str, args: &[&str]) -> String {
     let out = Command::new(tool).args(args).output().unwrap();
@@ -252,8 +219,7 @@ impl TestFile {
         };
         let raw = test_file.read_inode();
         assert!(ext4::inode_checksum_ok(&test_file.sb, ino, &raw));
-        let generation =
-            u32::from_le_bytes(raw[I_GENERATION..I_GENERATION + 4].try_into().unwrap());
+        let generation = ext4::Inode::parse(&raw).unwrap().generation;
         test_file.ctx.csum_seed = Some(ext4::inode_csum_seed(&test_file.sb, ino, generation));
         extent_tree::init_root(&mut test_file.root);
         test_file
@@ -307,7 +273,7 @@ impl TestFile {
         let flags = u32::from_le_bytes(raw[I_FLAGS..I_FLAGS + 4].try_into().unwrap());
         let flags = (flags | EXTENTS_FL) & !HUGE_FILE_FL;
         raw[I_FLAGS..I_FLAGS + 4].copy_from_slice(&flags.to_le_bytes());
-        seal_inode(&self.sb, self.ino, &mut raw);
+        ext4::set_inode_checksum(&self.sb, self.ino, &mut raw);
         assert!(ext4::inode_checksum_ok(&self.sb, self.ino, &raw));
         let file = File::options().write(true).open(&self.img).unwrap();
         file.write_all_at(&raw, self.inode_block * self.block_size() + self.inode_offset).unwrap();
@@ -408,31 +374,13 @@ fn runs(blocks: &[u64]) -> Vec<(u64, u64)> {
     runs
 }
 
-/// Sets the inode checksum (`ext4_inode_csum_set`): crc32c from the inode's seed over the
-/// record with both checksum halves taken as zero.
-fn seal_inode(sb: &Superblock, ino: u32, raw: &mut [u8]) {
-    let generation = u32::from_le_bytes(raw[I_GENERATION..I_GENERATION + 4].try_into().unwrap());
-    let has_hi = raw.len() > 128
-        && 128 + usize::from(u16::from_le_bytes([raw[I_EXTRA_ISIZE], raw[I_EXTRA_ISIZE + 1]]))
-            >= I_CHECKSUM_HI + 2;
-    raw[I_CHECKSUM_LO..I_CHECKSUM_LO + 2].fill(0);
-    if has_hi {
-        raw[I_CHECKSUM_HI..I_CHECKSUM_HI + 2].fill(0);
-    }
-    let crc = crc32c_raw(ext4::inode_csum_seed(sb, ino, generation), raw);
-    raw[I_CHECKSUM_LO..I_CHECKSUM_LO + 2].copy_from_slice(&(crc as u16).to_le_bytes());
-    if has_hi {
-        raw[I_CHECKSUM_HI..I_CHECKSUM_HI + 2].copy_from_slice(&((crc >> 16) as u16).to_le_bytes());
-    }
-}
-
 /// Builds a deep tree, checks it, punches and truncates, checks again, and removes the rest.
 fn build_punch_truncate(block_size: u32, extent_count: u32, depth_min: u16) {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new(&format!("{block_size}"));
-    let img = dir.0.join("fs.img");
+    let dir = Scratch::new(&format!("{block_size}"));
+    let img = dir.path("fs.img");
     run("mkfs.ext4", &["-q", "-F", "-b", &block_size.to_string(), img.to_str().unwrap(), "64M"]);
     let mut file = TestFile::create(&img);
     let mut io = file.io();

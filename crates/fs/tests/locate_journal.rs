@@ -5,9 +5,12 @@
 //! Every test builds its own images with e2fsprogs in a unique temporary directory (removed on
 //! drop). Without e2fsprogs the tests print why they skip and return.
 
+mod common;
+
+use common::Scratch;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use blockdev::file::{FileDevice, FileOptions};
@@ -23,41 +26,6 @@ const JBD2_MAXLEN_OFFSET: usize = 0x10;
 
 const TOOLS: [&str; 4] = ["mkfs.ext4", "debugfs", "dumpe2fs", "e2fsck"];
 
-/// Returns false (after saying why) when e2fsprogs is not installed.
-fn tools_present() -> bool {
-    for tool in TOOLS {
-        if Command::new(tool).arg("-V").output().is_err() {
-            println!("SKIPPED: {tool} is not installed (e2fsprogs is needed to build test images)");
-            return false;
-        }
-    }
-    true
-}
-
-/// A directory under the system temp dir, unique per process and test, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir()
-            .join(format!("quill-locate-journal-{}-{n}-{name}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn run(tool: &str, args: &[&str]) -> std::process::Output {
     let out = Command::new(tool).args(args).output().unwrap();
     assert!(
@@ -71,7 +39,7 @@ fn run(tool: &str, args: &[&str]) -> std::process::Output {
 }
 
 /// `mkfs.ext4 -q -F [options] IMG SIZE` into a fresh image in `dir`.
-fn mkfs(dir: &TempDir, size: &str, options: &[&str]) -> PathBuf {
+fn mkfs(dir: &Scratch, size: &str, options: &[&str]) -> PathBuf {
     let img = dir.path("fs.img");
     let img_str = img.to_str().unwrap();
     let mut args = vec!["-q", "-F"];
@@ -155,11 +123,11 @@ fn check_journal_is_located(img: &Path) -> JournalLocation {
 
 #[test]
 fn journal_of_a_default_small_image_is_found_where_debugfs_says() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
     // mke2fs.conf makes a 64 MiB file system "small": 1 KiB blocks.
-    let dir = TempDir::new("default");
+    let dir = Scratch::new("default");
     let img = mkfs(&dir, "64M", &[]);
     check_journal_is_located(&img);
     assert_eq!(open(&img, true).block_size(), 1024);
@@ -167,10 +135,10 @@ fn journal_of_a_default_small_image_is_found_where_debugfs_says() {
 
 #[test]
 fn journal_of_a_4k_image_is_found_where_debugfs_says() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("4k");
+    let dir = Scratch::new("4k");
     let img = mkfs(&dir, "64M", &["-b", "4096"]);
     check_journal_is_located(&img);
     assert_eq!(open(&img, true).block_size(), 4096);
@@ -178,10 +146,10 @@ fn journal_of_a_4k_image_is_found_where_debugfs_says() {
 
 #[test]
 fn journal_of_a_1k_image_spanning_many_groups_is_found() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("1k");
+    let dir = Scratch::new("1k");
     let img = mkfs(&dir, "512M", &["-b", "1024"]);
     check_journal_is_located(&img);
     assert!(open(&img, true).superblock().group_count() > 1);
@@ -189,10 +157,10 @@ fn journal_of_a_1k_image_spanning_many_groups_is_found() {
 
 #[test]
 fn journal_without_any_descriptor_checksum_is_found() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("nocsum");
+    let dir = Scratch::new("nocsum");
     let img = mkfs(&dir, "64M", &["-O", "^metadata_csum"]);
     check_journal_is_located(&img);
     let image = open(&img, true);
@@ -201,11 +169,11 @@ fn journal_without_any_descriptor_checksum_is_found() {
 
 #[test]
 fn journal_with_crc16_descriptor_checksums_is_found_and_a_flipped_descriptor_is_not() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
     // uninit_bg (gdt_csum) without metadata_csum: descriptors carry the old crc16.
-    let dir = TempDir::new("crc16");
+    let dir = Scratch::new("crc16");
     let img = mkfs(&dir, "64M", &["-b", "4096", "-O", "^metadata_csum,uninit_bg"]);
     check_journal_is_located(&img);
     let image = open(&img, true);
@@ -219,10 +187,10 @@ fn journal_with_crc16_descriptor_checksums_is_found_and_a_flipped_descriptor_is_
 
 #[test]
 fn journal_without_64bit_is_found_with_32_byte_descriptors() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("no64");
+    let dir = Scratch::new("no64");
     let img = mkfs(&dir, "64M", &["-b", "4096", "-O", "^64bit"]);
     check_journal_is_located(&img);
     assert_eq!(open(&img, true).superblock().desc_size(), 32);
@@ -230,10 +198,10 @@ fn journal_without_64bit_is_found_with_32_byte_descriptors() {
 
 #[test]
 fn big_journal_of_a_4k_image_is_found() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("big");
+    let dir = Scratch::new("big");
     let img = mkfs(&dir, "256M", &["-b", "4096", "-J", "size=64"]);
     let location = check_journal_is_located(&img);
     assert_eq!(location.len_blocks(), 64 * 256);
@@ -241,13 +209,13 @@ fn big_journal_of_a_4k_image_is_found() {
 
 #[test]
 fn fragmented_journal_behind_an_index_node_is_found() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
     // 256 MiB of 1 KiB blocks needs more than the 4 extents the inode holds, and the backup
     // superblocks in groups 1, 3, 5, ... split it physically: a depth-1 tree whose leaf block
     // carries a metadata_csum tail. lazy_journal_init keeps mkfs from writing 256 MiB of zeros.
-    let dir = TempDir::new("deep");
+    let dir = Scratch::new("deep");
     let img = mkfs(&dir, "2G", &["-b", "1024", "-J", "size=256", "-E", "lazy_journal_init=1"]);
     let location = check_journal_is_located(&img);
     assert_eq!(location.len_blocks(), 256 * 1024);
@@ -262,10 +230,10 @@ fn fragmented_journal_behind_an_index_node_is_found() {
 
 #[test]
 fn journal_with_a_fast_commit_area_is_found() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("fc");
+    let dir = Scratch::new("fc");
     let img = mkfs(&dir, "64M", &["-O", "fast_commit"]);
     check_journal_is_located(&img);
     let image = open(&img, true);
@@ -274,12 +242,12 @@ fn journal_with_a_fast_commit_area_is_found() {
 
 #[test]
 fn meta_bg_descriptor_table_is_found_across_meta_groups() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
     // 1 KiB blocks and 64-byte descriptors: 16 per block, so 64 groups need 4 descriptor
     // blocks, each at the start of its own meta group.
-    let dir = TempDir::new("metabg");
+    let dir = Scratch::new("metabg");
     let img = mkfs(&dir, "512M", &["-b", "1024", "-O", "meta_bg,^resize_inode"]);
     let image = open(&img, true);
     assert_ne!(image.superblock().feature_incompat & ext4::feature::INCOMPAT_META_BG, 0);
@@ -289,21 +257,21 @@ fn meta_bg_descriptor_table_is_found_across_meta_groups() {
 
 #[test]
 fn image_without_a_journal_reports_no_journal() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("nojournal");
+    let dir = Scratch::new("nojournal");
     let img = mkfs(&dir, "64M", &["-O", "^has_journal"]);
     assert!(matches!(open(&img, true).journal_location(), Err(FsError::NoJournal)));
 }
 
 #[test]
 fn needs_recovery_flag_round_trips_through_dumpe2fs_and_e2fsck() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
     for block_size in ["1024", "4096"] {
-        let dir = TempDir::new("recover");
+        let dir = Scratch::new("recover");
         let img = mkfs(&dir, "64M", &["-b", block_size]);
         assert!(!dumpe2fs_features(&img).contains("needs_recovery"));
 
@@ -325,10 +293,10 @@ fn needs_recovery_flag_round_trips_through_dumpe2fs_and_e2fsck() {
 
 #[test]
 fn flipped_superblock_checksum_is_an_error_not_a_panic() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("sbcsum");
+    let dir = Scratch::new("sbcsum");
     let img = mkfs(&dir, "64M", &[]);
     let mut bytes = std::fs::read(&img).unwrap();
     bytes[1024 + 0x3FC] ^= 0x01;
@@ -342,10 +310,10 @@ fn flipped_superblock_checksum_is_an_error_not_a_panic() {
 
 #[test]
 fn flipped_group_descriptor_byte_is_corrupted() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("gdcsum");
+    let dir = Scratch::new("gdcsum");
     let img = mkfs(&dir, "64M", &["-b", "4096"]);
     let mut bytes = std::fs::read(&img).unwrap();
     // The descriptor table starts at block 1; flip group 0's free block count.
@@ -362,10 +330,10 @@ fn flipped_group_descriptor_byte_is_corrupted() {
 
 #[test]
 fn journal_extent_pointing_outside_the_file_system_is_corrupted() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("outside");
+    let dir = Scratch::new("outside");
     let img = mkfs(&dir, "64M", &["-b", "4096"]);
     // i_block words 3..5 hold the first extent (logical, len|start_hi, start_lo); debugfs
     // rewrites the inode with a fresh checksum, so only the extent is wrong.
@@ -381,10 +349,10 @@ fn journal_extent_pointing_outside_the_file_system_is_corrupted() {
 
 #[test]
 fn journal_index_block_with_a_bad_checksum_is_corrupted() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("leafcsum");
+    let dir = Scratch::new("leafcsum");
     let img = mkfs(&dir, "2G", &["-b", "1024", "-J", "size=256", "-E", "lazy_journal_init=1"]);
     let leaf = {
         let image = open(&img, true);
@@ -413,10 +381,10 @@ fn journal_index_block_with_a_bad_checksum_is_corrupted() {
 
 #[test]
 fn reads_past_the_end_of_the_file_system_are_refused() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("bounds");
+    let dir = Scratch::new("bounds");
     let img = mkfs(&dir, "64M", &["-b", "4096"]);
     let image = open(&img, true);
     let blocks = image.superblock().blocks_count;
@@ -437,10 +405,10 @@ fn inode_offset(image: &Ext4Image, ino: u32) -> usize {
 
 #[test]
 fn flipped_journal_inode_byte_is_a_checksum_error() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
-    let dir = TempDir::new("inodecsum");
+    let dir = Scratch::new("inodecsum");
     let img = mkfs(&dir, "64M", &["-b", "4096"]);
     let at = inode_offset(&open(&img, true), ext4::JOURNAL_INO);
     let mut bytes = std::fs::read(&img).unwrap();
@@ -480,12 +448,12 @@ impl Rng {
 
 #[test]
 fn randomly_corrupted_metadata_gives_errors_never_panics() {
-    if !tools_present() {
+    if !common::have_tools(&TOOLS) {
         return;
     }
     // Without metadata_csum most corruptions get past the checksums and reach the structure
     // checks, which is what this test is for.
-    let dir = TempDir::new("hostile");
+    let dir = Scratch::new("hostile");
     let img = mkfs(&dir, "16M", &["-b", "1024", "-O", "^metadata_csum"]);
     let pristine = std::fs::read(&img).unwrap();
     let (gdt, inode8) = {

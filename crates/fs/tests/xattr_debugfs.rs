@@ -11,13 +11,16 @@
 //! and 4 KiB blocks, in a temporary directory removed on drop. Without e2fsprogs the tests print
 //! `SKIP:` and return.
 
+mod common;
+
+use common::Scratch;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use blockdev::file::{FileDevice, FileOptions};
@@ -25,58 +28,13 @@ use fs::error::Result as FsResult;
 use fs::meta_io::MetaIo;
 use fs::xattr::{self, SetMode, XattrCtx};
 use fs::{Ext4Image, FsError};
-use ondisk::crc::crc32c_raw;
+use ondisk::ext4::inode_checksum_ok;
 use ondisk::ext4::xattr::{
     encode_inode_xattrs, parse_inode_xattrs, parse_xattr_block, split_name,
     xattr_block_checksum_ok, xattr_block_hashes_ok, XattrEntry,
 };
-use ondisk::ext4::{inode_checksum_ok, inode_csum_seed};
 
 const TOOLS: [&str; 3] = ["mkfs.ext4", "debugfs", "e2fsck"];
-
-/// Inode-record offsets the test touches (`struct ext4_inode`).
-const I_FILE_ACL_LO: usize = 0x68;
-const I_FILE_ACL_HIGH: usize = 0x76;
-const I_GENERATION: usize = 0x64;
-const I_CHECKSUM_LO: usize = 0x7C;
-const I_EXTRA_ISIZE: usize = 0x80;
-const I_CHECKSUM_HI: usize = 0x82;
-const INODE_BASE_SIZE: usize = 128;
-
-/// Returns false (after saying why) when e2fsprogs is not installed.
-fn tools_present() -> bool {
-    for tool in TOOLS {
-        if Command::new(tool).arg("-V").output().is_err() {
-            println!("SKIP: {tool} is not installed (e2fsprogs builds and checks the images)");
-            return false;
-        }
-    }
-    true
-}
-
-/// A directory under /tmp, unique per process and test, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = PathBuf::from("/tmp")
-            .join(format!("quill-xattr-debugfs-{}-{n}-{name}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn run(tool: &str, args: &[&OsStr]) -> std::process::Output {
     let out = Command::new(tool).args(args).output().unwrap();
@@ -90,7 +48,7 @@ fn run(tool: &str, args: &[&OsStr]) -> std::process::Output {
     out
 }
 
-fn mkfs(dir: &TempDir, block_size: u32) -> PathBuf {
+fn mkfs(dir: &Scratch, block_size: u32) -> PathBuf {
     let img = dir.path("fs.img");
     let bs = block_size.to_string();
     let args = ["-q", "-F", "-t", "ext4", "-b", &bs, "-I", "256"];
@@ -101,7 +59,7 @@ fn mkfs(dir: &TempDir, block_size: u32) -> PathBuf {
 }
 
 /// Runs the debugfs commands in `script` (one a line) against `img`, read-write.
-fn debugfs_script(dir: &TempDir, img: &Path, script: &[Vec<u8>]) {
+fn debugfs_script(dir: &Scratch, img: &Path, script: &[Vec<u8>]) {
     let path = dir.path("debugfs.cmds");
     std::fs::write(&path, script.join(&b'\n')).unwrap();
     run("debugfs", &[OsStr::new("-w"), OsStr::new("-f"), path.as_os_str(), img.as_os_str()]);
@@ -150,7 +108,7 @@ fn debugfs_ea_list(img: &Path, file: &str) -> BTreeMap<Vec<u8>, usize> {
 }
 
 /// `debugfs ea_get -f`: the raw value of `name`.
-fn debugfs_ea_get(dir: &TempDir, img: &Path, file: &str, name: &[u8]) -> Vec<u8> {
+fn debugfs_ea_get(dir: &Scratch, img: &Path, file: &str, name: &[u8]) -> Vec<u8> {
     let out = dir.path("ea_get.out");
     let _ = std::fs::remove_file(&out);
     let out_path = out.as_os_str().as_bytes();
@@ -184,32 +142,20 @@ fn read_raw_inode(image: &Ext4Image, ino: u32) -> Vec<u8> {
     raw
 }
 
-fn le16(raw: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([raw[at], raw[at + 1]])
-}
-
-fn le32(raw: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(raw[at..at + 4].try_into().unwrap())
-}
-
+/// The inode's xattr block number and in-inode xattr area, as the inode parser decodes them.
 fn file_acl(raw: &[u8]) -> u64 {
-    u64::from(le32(raw, I_FILE_ACL_LO)) | (u64::from(le16(raw, I_FILE_ACL_HIGH)) << 32)
+    ondisk::ext4::Inode::parse(raw).unwrap().file_acl
 }
 
-/// The in-inode xattr area: after 128 + i_extra_isize.
 fn area_range(raw: &[u8]) -> std::ops::Range<usize> {
-    INODE_BASE_SIZE + usize::from(le16(raw, I_EXTRA_ISIZE))..raw.len()
+    ondisk::ext4::Inode::parse(raw).unwrap().xattr_area_range(raw.len())
 }
 
 /// Writes inode `ino`'s record back with a fresh checksum (`ext4_inode_csum_set`: crc32c of
 /// the record with both checksum fields as zero, seeded per inode).
 fn write_raw_inode(image: &Ext4Image, img: &Path, ino: u32, raw: &mut [u8]) {
     let sb = image.superblock();
-    raw[I_CHECKSUM_LO..I_CHECKSUM_LO + 2].fill(0);
-    raw[I_CHECKSUM_HI..I_CHECKSUM_HI + 2].fill(0);
-    let crc = crc32c_raw(inode_csum_seed(sb, ino, le32(raw, I_GENERATION)), raw);
-    raw[I_CHECKSUM_LO..I_CHECKSUM_LO + 2].copy_from_slice(&(crc as u16).to_le_bytes());
-    raw[I_CHECKSUM_HI..I_CHECKSUM_HI + 2].copy_from_slice(&((crc >> 16) as u16).to_le_bytes());
+    ondisk::ext4::set_inode_checksum(sb, ino, raw);
     assert!(inode_checksum_ok(sb, ino, raw));
     let (block, offset) = inode_location(image, ino);
     let at = block * u64::from(sb.block_size()) + offset as u64;
@@ -275,7 +221,7 @@ type Attrs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Value files for `ea_set -f`, and the script lines that set them on `file`.
 fn ea_set_lines(
-    dir: &TempDir,
+    dir: &Scratch,
     file: &str,
     attrs: &[(Vec<u8>, Vec<u8>)],
     tag: &str,
@@ -296,7 +242,7 @@ fn patterned(len: usize, seed: u8) -> Vec<u8> {
 }
 
 fn debugfs_sets_attributes_and_quill_reads_them(block_size: u32) {
-    let dir = TempDir::new(&format!("read-{block_size}"));
+    let dir = Scratch::new(&format!("read-{block_size}"));
     let img = mkfs(&dir, block_size);
     let files: [(&str, Attrs); 3] = [
         // Fits the 96-byte in-inode area.
@@ -381,20 +327,20 @@ fn debugfs_sets_attributes_and_quill_reads_them(block_size: u32) {
 
 #[test]
 fn xattrs_set_by_debugfs_read_back_through_quill_with_1k_blocks() {
-    if tools_present() {
+    if common::have_tools(&TOOLS) {
         debugfs_sets_attributes_and_quill_reads_them(1024);
     }
 }
 
 #[test]
 fn xattrs_set_by_debugfs_read_back_through_quill_with_4k_blocks() {
-    if tools_present() {
+    if common::have_tools(&TOOLS) {
         debugfs_sets_attributes_and_quill_reads_them(4096);
     }
 }
 
 fn quill_sets_attributes_and_e2fsprogs_reads_them(block_size: u32) {
-    let dir = TempDir::new(&format!("write-{block_size}"));
+    let dir = Scratch::new(&format!("write-{block_size}"));
     let img = mkfs(&dir, block_size);
     // debugfs allocates (and accounts in i_blocks) the xattr block that quill then rewrites.
     let placeholder = (b"user.placeholder".to_vec(), patterned(block_size as usize / 4, 3));
@@ -470,14 +416,14 @@ fn quill_sets_attributes_and_e2fsprogs_reads_them(block_size: u32) {
 
 #[test]
 fn xattrs_written_by_quill_pass_e2fsck_and_debugfs_with_1k_blocks() {
-    if tools_present() {
+    if common::have_tools(&TOOLS) {
         quill_sets_attributes_and_e2fsprogs_reads_them(1024);
     }
 }
 
 #[test]
 fn xattrs_written_by_quill_pass_e2fsck_and_debugfs_with_4k_blocks() {
-    if tools_present() {
+    if common::have_tools(&TOOLS) {
         quill_sets_attributes_and_e2fsprogs_reads_them(4096);
     }
 }

@@ -9,14 +9,17 @@ use std::sync::Arc;
 use blockdev::file::{FileDevice, FileOptions};
 use blockdev::BlockDevice;
 
-/// A scratch directory under the system temp dir, removed on drop.
+/// A scratch directory under the system temp dir, unique per process and call, removed on
+/// drop.
 pub struct Scratch {
     dir: PathBuf,
 }
 
 impl Scratch {
     pub fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("quill-fs-{name}-{}", std::process::id()));
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("quill-fs-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch { dir }
@@ -45,6 +48,11 @@ pub fn have(tool: &str, test: &str) -> bool {
         println!("SKIP {test}: {tool} is not installed");
     }
     found
+}
+
+/// Whether every tool in `tools` is installed; prints a SKIP line naming the first missing.
+pub fn have_tools(tools: &[&str]) -> bool {
+    tools.iter().all(|tool| have(tool, "this test"))
 }
 
 /// Makes an ext4 image of `size` (mkfs.ext4 syntax) with extra mkfs options.
