@@ -6,6 +6,7 @@ use crate::dir::{DirCtx, DirIo};
 use crate::error::{FsError, Result};
 use crate::extent_tree::{self, ExtentCtx, Lookup};
 use crate::filesystem::Filesystem;
+use crate::groups::Groups;
 use crate::inodes::InodeData;
 use crate::meta_io::MetaIo;
 use ondisk::ext4;
@@ -84,11 +85,24 @@ pub(crate) struct DirAccess<'a, M: MetaIo> {
     pub data: &'a mut InodeData,
     pub ectx: ExtentCtx,
     pub block_size: u32,
+    /// For the system-zone check of mapped directory blocks.
+    pub groups: &'a Groups,
 }
 
 impl<M: MetaIo> DirAccess<'_, M> {
     fn map(&mut self, lblk: u32) -> Result<u64> {
         match extent_tree::lookup(self.io, &self.ectx, &self.data.inode.block, lblk)? {
+            // A directory block mapped onto file-system metadata (ext4_inode_block_valid):
+            // reading it would misparse the metadata, writing it would destroy it.
+            Lookup::Mapped { pblk, .. } if self.groups.system_zone_overlap(pblk, 1).is_some() => {
+                Err(FsError::corrupted(
+                    self.ectx.inode_block,
+                    format!(
+                        "directory inode {}: block {lblk} is mapped onto metadata block {pblk}",
+                        self.ectx.ino
+                    ),
+                ))
+            }
             Lookup::Mapped { pblk, .. } => Ok(pblk),
             Lookup::Hole { .. } => Err(FsError::corrupted(
                 0,
@@ -159,7 +173,8 @@ impl Filesystem {
     ) -> Result<R> {
         let ctx = dir_ctx(self, ino, data);
         let ectx = extent_ctx(self, ino, data);
-        let mut access = DirAccess { io, data, ectx, block_size: self.block_size() };
+        let mut access =
+            DirAccess { io, data, ectx, block_size: self.block_size(), groups: &self.groups };
         op(&mut access, &ctx)
     }
 }

@@ -499,7 +499,13 @@ impl<'a> Dir<'a> {
     }
 
     fn leaf_live<'b>(&mut self, lblk: u32, data: &'b [u8]) -> Result<Vec<DirEntry<'b>>> {
-        dirent::parse_dir_block(data, self.has_csum).map_err(|err| self.on_disk(lblk, err))
+        let entries =
+            dirent::parse_dir_block(data, self.has_csum).map_err(|err| self.on_disk(lblk, err))?;
+        if let Some(bad) = entries.iter().find(|e| is_reserved_ino(e.inode)) {
+            let (ino, name) = (bad.inode, String::from_utf8_lossy(bad.name).into_owned());
+            return Err(self.corrupted(lblk, format!("entry {name:?} names reserved inode {ino}")));
+        }
+        Ok(entries)
     }
 
     /// The live entries of a linear directory's block; in block 0, after checking that it
@@ -561,14 +567,20 @@ impl<'a> Dir<'a> {
 
     /// "." and ".." (inode, file type) from block 0, linear or root.
     fn dots(&mut self) -> Result<((u32, u8), (u32, u8))> {
-        if self.indexed() {
+        let dots = if self.indexed() {
             let (root, _) = self.read_root()?;
-            Ok(((root.dot_inode, root.dot_file_type), (root.dotdot_inode, root.dotdot_file_type)))
+            ((root.dot_inode, root.dot_file_type), (root.dotdot_inode, root.dotdot_file_type))
         } else {
             let data = self.read_leaf(0)?;
             let (dot, dotdot) = dirent::parse_dots(&data).map_err(|err| self.on_disk(0, err))?;
-            Ok(((dot.inode, dot.file_type), (dotdot.inode, dotdot.file_type)))
+            ((dot.inode, dot.file_type), (dotdot.inode, dotdot.file_type))
+        };
+        for (name, (ino, _)) in [(".", dots.0), ("..", dots.1)] {
+            if is_reserved_ino(ino) {
+                return Err(self.corrupted(0, format!("{name:?} names reserved inode {ino}")));
+            }
         }
+        Ok(dots)
     }
 
     // -- Index walking ------------------------------------------------------------------------
@@ -1115,6 +1127,17 @@ impl<'a> Dir<'a> {
     }
 }
 
+/// Inodes below ext4's first ordinary inode (`EXT4_GOOD_OLD_FIRST_INO`, 11: the bad-blocks,
+/// journal, resize, quota, ... inodes), except the root, never appear in a directory: the
+/// kernel's lookup refuses them (`__ext4_iget` without EXT4_IGET_SPECIAL: "bad inode number"),
+/// and handing one out would let a file operation change the journal or the resize inode.
+fn is_reserved_ino(ino: u32) -> bool {
+    (1..GOOD_OLD_FIRST_INO).contains(&ino) && ino != ondisk::ext4::ROOT_INO
+}
+
+/// `EXT4_GOOD_OLD_FIRST_INO`: `s_first_ino` is never below it.
+const GOOD_OLD_FIRST_INO: u32 = 11;
+
 fn entry_info(entry: &DirEntry<'_>) -> DirEntryInfo {
     DirEntryInfo {
         name: entry.name.to_vec(),
@@ -1628,7 +1651,7 @@ mod tests {
                 }
                 if !stable.is_empty() {
                     let name = &stable[rng.below(stable.len() as u64) as usize];
-                    replace_entry(&mut io, &ctx, name, 7, FT_REG_FILE).unwrap();
+                    replace_entry(&mut io, &ctx, name, 77, FT_REG_FILE).unwrap();
                 }
             }
             for name in stable.iter().chain([&b"."[..].to_vec(), &b"..".to_vec()]) {
@@ -1638,6 +1661,29 @@ mod tests {
             if dir_index && initial <= 30 {
                 assert!(!was_indexed && io.indexed, "the directory converted while listed");
             }
+        }
+    }
+
+    #[test]
+    fn entries_naming_reserved_inodes_are_corruption() {
+        for (csum, dir_index, names) in [(true, true, 1), (false, false, 1), (true, true, 400)] {
+            let ctx = ctx(csum, dir_index, 1);
+            let mut io = new_dir(1024, &ctx);
+            for i in 0..names {
+                add_entry(&mut io, &ctx, format!("f{i}").as_bytes(), 100 + i, FT_REG_FILE).unwrap();
+            }
+            // The root is no reserved inode: ".." of a top-level directory names it.
+            replace_entry(&mut io, &ctx, b"f0", 2, FT_DIR).unwrap();
+            assert_eq!(lookup(&mut io, &ctx, b"f0").unwrap(), Some((2, FT_DIR)));
+            // The journal's inode (8) behind a name, as a damaged block may say.
+            replace_entry(&mut io, &ctx, b"f0", 8, FT_REG_FILE).unwrap();
+            let err = lookup(&mut io, &ctx, b"f0").unwrap_err();
+            assert!(
+                matches!(&err, FsError::Corrupted { reason, .. } if reason.contains("reserved inode 8")),
+                "{err}"
+            );
+            assert!(read_dir(&mut io, &ctx, READDIR_START, 10_000).is_err());
+            assert!(remove_entry(&mut io, &ctx, b"f0").is_err());
         }
     }
 

@@ -170,6 +170,11 @@ pub(crate) struct Groups {
     free_blocks_hint: Vec<AtomicU32>,
     free_inodes_hint: Vec<AtomicU32>,
     pub counters: Arc<Counters>,
+    /// The system zone (the kernel's `s_system_blks`): sorted, disjoint `[start, end)` ranges
+    /// of every group's superblock backup and descriptor blocks, bitmaps and inode table. No
+    /// allocation may hand these out and no free may release them, whatever a bitmap or an
+    /// extent says.
+    system_zone: Vec<(u64, u64)>,
 }
 
 impl Groups {
@@ -188,7 +193,9 @@ impl Groups {
         counters.free_blocks.store(free_blocks, Ordering::Release);
         counters.free_inodes.store(free_inodes, Ordering::Release);
         counters.used_dirs.store(used_dirs, Ordering::Release);
+        let system_zone = system_zone(sb, descs, &geo, base_meta_blocks);
         Ok(Groups {
+            system_zone,
             layouts: descs
                 .iter()
                 .map(|d| GroupLayout {
@@ -328,6 +335,15 @@ impl Groups {
         let Some((offset, len)) = found else {
             return Ok(None);
         };
+        // ext4_mb_mark_diskspace_used: a bitmap that offers metadata blocks is corrupted, and
+        // handing them out would overwrite the metadata.
+        let first = self.geo.group_first_block(group) + u64::from(offset);
+        if let Some(meta) = self.system_zone_overlap(first, u64::from(len)) {
+            return Err(FsError::corrupted(
+                bitmap.block(),
+                format!("group {group}: the block bitmap marks metadata block {meta} free"),
+            ));
+        }
         let csum = handle.modify(&bitmap, |bits| {
             for i in offset..offset + len {
                 bits[(i / 8) as usize] |= 1 << (i % 8);
@@ -358,6 +374,14 @@ impl Groups {
         let end = start.checked_add(count).filter(|&e| e <= geo.blocks_count);
         if start < u64::from(geo.first_data_block) || end.is_none() {
             return Err(FsError::BlockOutOfRange { block: start, blocks_count: geo.blocks_count });
+        }
+        // ext4_free_blocks: "freeing blocks not in datazone" (an extent or xattr block that
+        // claims metadata blocks must not release them).
+        if let Some(meta) = self.system_zone_overlap(start, count) {
+            return Err(FsError::corrupted(
+                start,
+                format!("freeing blocks {start}+{count}, which include metadata block {meta}"),
+            ));
         }
         let mut block = start;
         let end = start + count;
@@ -488,6 +512,26 @@ impl Groups {
                 ),
             ));
         };
+        // The bitmap is all the kernel consults here; one that hides an inode in use would
+        // make the new inode overwrite it. Where the table was initialised, the record must
+        // say the inode is free (no links).
+        let ino = base + index + 1;
+        let used = geo.inodes_per_group - state.desc.itable_unused.min(geo.inodes_per_group);
+        let initialised =
+            !geo.uninit_flags || (state.desc.flags & ext4::BG_INODE_UNINIT == 0 && index < used);
+        if initialised {
+            let byte = u64::from(index) * u64::from(geo.inode_size);
+            let block = self.layouts[group as usize].inode_table + byte / u64::from(geo.block_size);
+            let at = (byte % u64::from(geo.block_size)) as usize + INODE_LINKS_OFFSET;
+            let links =
+                journal.read_buffer(block)?.read(|b| u16::from_le_bytes([b[at], b[at + 1]]));
+            if links != 0 {
+                return Err(FsError::corrupted(
+                    bitmap.block(),
+                    format!("group {group}: the inode bitmap marks inode {ino} free, but it has {links} links"),
+                ));
+            }
+        }
         let csum = handle.modify(&bitmap, |bits| {
             bits[(index / 8) as usize] |= 1 << (index % 8);
             self.bitmap_csum(BitmapKind::Inode, bits)
@@ -511,7 +555,7 @@ impl Groups {
         if is_dir {
             self.counters.used_dirs.fetch_add(1, Ordering::AcqRel);
         }
-        Ok(Some(base + index + 1))
+        Ok(Some(ino))
     }
 
     pub fn free_inode(
@@ -657,6 +701,16 @@ impl Groups {
         Ok(())
     }
 
+    /// The first block of `start .. start + len` that belongs to the system zone (a superblock
+    /// or descriptor block, a bitmap, an inode table), if any: file data or tree blocks mapped
+    /// there are corruption (the kernel's `ext4_inode_block_valid`).
+    pub fn system_zone_overlap(&self, start: u64, len: u64) -> Option<u64> {
+        let end = start.saturating_add(len);
+        let i = self.system_zone.partition_point(|&(_, zone_end)| zone_end <= start);
+        let &(zone_start, _) = self.system_zone.get(i)?;
+        (zone_start < end).then(|| zone_start.max(start))
+    }
+
     /// Free blocks not held back for pending frees or reservations (what statfs reports).
     pub fn available_blocks(&self) -> u64 {
         let c = &self.counters;
@@ -671,6 +725,47 @@ fn pending_covers(state: &GroupState, offset: u32) -> bool {
         .range(..=offset)
         .next_back()
         .is_some_and(|(&start, &(len, _))| offset < start + len)
+}
+
+/// Byte offset of `i_links_count` in an inode record.
+const INODE_LINKS_OFFSET: usize = 0x1A;
+
+/// The system zone of a file system: every group's superblock backup with its descriptor and
+/// reserved descriptor blocks, block and inode bitmaps and inode table, as sorted, merged
+/// `[start, end)` ranges (clamped to the file system).
+fn system_zone(
+    sb: &Superblock,
+    descs: &[GroupDesc],
+    geo: &Geometry,
+    base_meta_blocks: u32,
+) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::with_capacity(descs.len() * 3 + 1);
+    let mut add = |start: u64, len: u64| {
+        let end = start.saturating_add(len).min(geo.blocks_count);
+        if start < end {
+            ranges.push((start, end));
+        }
+    };
+    // Block 0 holds the boot sector and, with 1 KiB blocks, lies before group 0.
+    add(0, u64::from(geo.first_data_block));
+    for (group, desc) in descs.iter().enumerate() {
+        let group = group as u32;
+        if sb.group_has_superblock(group) {
+            add(geo.group_first_block(group), u64::from(base_meta_blocks));
+        }
+        add(desc.block_bitmap, 1);
+        add(desc.inode_bitmap, 1);
+        add(desc.inode_table, u64::from(geo.itable_blocks));
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
 }
 
 /// Sets the padding bits from `used` to the end of the bitmap block (`ext4_mark_bitmap_end`).

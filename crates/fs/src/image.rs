@@ -269,20 +269,53 @@ impl Ext4Image {
         let itable_blocks =
             (u64::from(sb.inodes_per_group) * u64::from(sb.inode_size)).div_ceil(block_size);
         let per_block = sb.block_size() as usize / sb.desc_size();
+        // The primary superblock, descriptor blocks and reserved descriptor blocks.
+        let primary_desc_blocks = if sb.feature_incompat & feature::INCOMPAT_META_BG != 0 {
+            sb.group_desc_blocks().min(sb.first_meta_bg)
+        } else {
+            sb.group_desc_blocks()
+        };
+        let primary_end = sb.superblock_block()
+            + 1
+            + u64::from(primary_desc_blocks)
+            + u64::from(sb.reserved_gdt_blocks);
         for (group, desc) in self.group_descs.iter().enumerate() {
             let areas = [
                 ("block bitmap", desc.block_bitmap, 1),
                 ("inode bitmap", desc.inode_bitmap, 1),
                 ("inode table", desc.inode_table, itable_blocks),
             ];
+            // group < group_count() <= u32::MAX, and so is its descriptor block index.
+            let table_block = sb.group_desc_block((group / per_block) as u32);
             for (what, start, len) in areas {
                 if !self.blocks_inside(start, len) {
-                    // group < group_count() <= u32::MAX, and so is its descriptor block index.
-                    let table_block = sb.group_desc_block((group / per_block) as u32);
                     return Err(FsError::corrupted(
                         table_block,
                         format!("group {group}: {what} at blocks {start}+{len} is outside the file system"),
                     ));
+                }
+                // ext4_check_descriptors: nothing may overlap the primary superblock and
+                // descriptor table (with its reserved blocks), which quill writes itself.
+                if start < primary_end {
+                    return Err(FsError::corrupted(
+                        table_block,
+                        format!(
+                            "group {group}: {what} at blocks {start}+{len} overlaps the superblock \
+                             or the group descriptors (blocks up to {primary_end})"
+                        ),
+                    ));
+                }
+            }
+            // A group's bitmaps and inode table are distinct blocks: one written over another
+            // corrupts both.
+            for (i, &(what, start, len)) in areas.iter().enumerate() {
+                for &(other, other_start, other_len) in &areas[i + 1..] {
+                    if start < other_start + other_len && other_start < start + len {
+                        return Err(FsError::corrupted(
+                            table_block,
+                            format!("group {group}: {what} at {start}+{len} overlaps the {other} at {other_start}+{other_len}"),
+                        ));
+                    }
                 }
             }
         }
