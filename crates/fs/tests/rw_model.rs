@@ -1,6 +1,8 @@
 //! The read-write file system against an in-memory model, on images made by mkfs.ext4:
 //! every operation's result is checked as it happens, the whole tree after every thread
-//! finishes and again after unmount and remount, and `e2fsck -fn` must find nothing.
+//! finishes and again after unmount and remount, and `e2fsck -fn` must find nothing. The
+//! operations include fallocate (allocate, KEEP_SIZE, punch hole); the configurations cover
+//! 1, 2, 4 and 64 KiB blocks, images without metadata_csum or 64bit, and data=journal.
 
 mod common;
 
@@ -9,7 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{assert_fsck_clean, have, list_dir, mkfs, open_device, seed, Rng, Scratch};
-use fs::{Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
+use fs::{
+    DataMode, FallocateMode, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO,
+};
 
 /// One node of the model: a file's bytes, a directory, or a symlink's target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +31,12 @@ struct Model {
 }
 
 fn open(image: &Path) -> Filesystem {
-    Filesystem::open(open_device(image), MountOptions::default()).expect("open file system")
+    open_with(image, DataMode::Ordered)
+}
+
+fn open_with(image: &Path, data: DataMode) -> Filesystem {
+    let options = MountOptions { data, ..MountOptions::default() };
+    Filesystem::open(open_device(image), options).expect("open file system")
 }
 
 fn lookup_path(fs: &Filesystem, base: u32, path: &str) -> Result<u32, FsError> {
@@ -105,7 +114,7 @@ fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, block
     let path = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
     let dir_ino = if dir.is_empty() { base } else { lookup_path(fs, base, &dir).unwrap() };
     let existing = model.nodes.get(&path).cloned();
-    match rng.below(12) {
+    match rng.below(14) {
         0 | 1 => {
             let r = fs.create(dir_ino, name.as_bytes(), 0o644, 0, 0);
             match existing {
@@ -280,6 +289,13 @@ fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, block
                 model.xattrs.entry(path).or_default().insert(key, value);
             }
         }
+        12 | 13 => {
+            if let Some(Node::File(data)) = existing {
+                let ino = lookup_path(fs, base, &path).unwrap();
+                let data = fallocate_op(fs, ino, &path, data, rng, block_size);
+                model.nodes.insert(path, Node::File(data));
+            }
+        }
         _ => {
             if existing.is_some() {
                 let ino = lookup_path(fs, base, &path).unwrap();
@@ -295,13 +311,159 @@ fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, block
     }
 }
 
-fn configs() -> Vec<(&'static str, Vec<&'static str>)> {
+/// fallocate on the file at `path` (contents `data`) with a random mode and range, checked
+/// against the model: allocated ranges read as zeros, KEEP_SIZE keeps the size, a punched hole
+/// reads as zeros within the size. Returns the new contents.
+fn fallocate_op(
+    fs: &Filesystem,
+    ino: u32,
+    path: &str,
+    mut data: Vec<u8>,
+    rng: &mut Rng,
+    block_size: u64,
+) -> Vec<u8> {
+    let size = data.len() as u64;
+    let offset = match rng.below(3) {
+        0 => rng.below(size + 1),
+        1 => rng.below(size / block_size + 2) * block_size,
+        _ => rng.below(size + 8 * block_size),
+    };
+    let len = match rng.below(3) {
+        0 => 1 + rng.below(block_size * 2),
+        1 => (1 + rng.below(8)) * block_size,
+        _ => 1 + rng.below(30_000),
+    };
+    let mode = match rng.below(3) {
+        0 => FallocateMode::Allocate,
+        1 => FallocateMode::KeepSize,
+        _ => FallocateMode::PunchHole,
+    };
+    let blocks_before = fs.getattr(ino).unwrap().blocks;
+    fs.fallocate(ino, mode, offset, len)
+        .unwrap_or_else(|e| panic!("{path}: fallocate {mode:?} {offset}+{len}: {e}"));
+    let end = (offset + len) as usize;
+    match mode {
+        FallocateMode::Allocate => {
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+        }
+        FallocateMode::KeepSize => {}
+        FallocateMode::PunchHole => {
+            let to = end.min(data.len());
+            if (offset as usize) < to {
+                data[offset as usize..to].fill(0);
+            }
+        }
+    }
+    let attr = fs.getattr(ino).unwrap();
+    assert_eq!(
+        attr.size,
+        data.len() as u64,
+        "{path}: size after fallocate {mode:?} {offset}+{len}"
+    );
+    if mode != FallocateMode::PunchHole {
+        assert!(attr.blocks >= blocks_before, "{path}: allocation freed blocks");
+        // Every block of the range is allocated now (unwritten or not).
+        let in_range = (offset + len).div_ceil(block_size) - offset / block_size;
+        assert!(
+            attr.blocks * 512 >= in_range * block_size,
+            "{path}: {} sectors after allocating {in_range} blocks",
+            attr.blocks
+        );
+    } else {
+        assert!(attr.blocks <= blocks_before, "{path}: punching a hole allocated blocks");
+    }
+    let got = read_all(fs, ino);
+    if got != data {
+        let first = got.iter().zip(&data).position(|(a, b)| a != b);
+        panic!(
+            "{path} after fallocate {mode:?} {offset}+{len}: size {} vs {}, first difference at \
+             {first:?}",
+            got.len(),
+            data.len()
+        );
+    }
+    data
+}
+
+/// A model configuration: mkfs.ext4 options, image size, block size, data mode.
+struct Config {
+    label: &'static str,
+    mkfs: Vec<&'static str>,
+    size: &'static str,
+    block_size: u64,
+    data: DataMode,
+}
+
+fn config(label: &'static str, mkfs: Vec<&'static str>, block_size: u64) -> Config {
+    Config { label, mkfs, size: "64M", block_size, data: DataMode::Ordered }
+}
+
+fn configs() -> Vec<Config> {
     vec![
-        ("4k", vec!["-b", "4096"]),
-        ("1k", vec!["-b", "1024"]),
-        ("4k-nocsum", vec!["-b", "4096", "-O", "^metadata_csum"]),
-        ("4k-no64bit", vec!["-b", "4096", "-O", "^64bit"]),
+        config("4k", vec!["-b", "4096"], 4096),
+        config("1k", vec!["-b", "1024"], 1024),
+        config("4k-nocsum", vec!["-b", "4096", "-O", "^metadata_csum"], 4096),
+        config("4k-no64bit", vec!["-b", "4096", "-O", "^64bit"], 4096),
     ]
+}
+
+/// Data journaling and the block sizes the first set leaves out. A 64 KiB-block file system
+/// needs room for mkfs.ext4's smallest journal (1024 blocks, 64 MiB): the image is sparse.
+fn more_configs() -> Vec<Config> {
+    vec![
+        Config { data: DataMode::Journal, ..config("4k-data-journal", vec!["-b", "4096"], 4096) },
+        Config { data: DataMode::Journal, ..config("1k-data-journal", vec!["-b", "1024"], 1024) },
+        config("2k", vec!["-b", "2048"], 2048),
+        Config { size: "160M", ..config("64k", vec!["-b", "65536"], 65536) },
+    ]
+}
+
+/// Runs 4 threads × `steps` random operations on a fresh image of `c`, checks every model
+/// after the threads finish and after remount, and `e2fsck -fn` after each unmount.
+fn run_model(c: &Config, seed: u64, steps: usize) {
+    let scratch = Scratch::new(&format!("model-{}", c.label));
+    let image = scratch.path("fs.img");
+    mkfs(&image, c.size, &c.mkfs);
+    let block_size = c.block_size;
+    let threads = 4;
+    let fs = Arc::new(open_with(&image, c.data));
+    assert_eq!(u64::from(fs.block_size()), block_size, "{}: block size", c.label);
+    let mut bases = Vec::new();
+    for t in 0..threads {
+        bases.push(fs.mkdir(ROOT_INO, format!("t{t}").as_bytes(), 0o755, 0, 0).unwrap().ino);
+    }
+    let models: Vec<Model> = std::thread::scope(|s| {
+        let handles: Vec<_> = bases
+            .iter()
+            .enumerate()
+            .map(|(t, &base)| {
+                let fs = fs.clone();
+                s.spawn(move || {
+                    let mut rng =
+                        Rng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let mut model = Model::default();
+                    for _ in 0..steps {
+                        random_op(&fs, base, &mut model, &mut rng, block_size);
+                    }
+                    check_tree(&fs, base, &model);
+                    model
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("worker")).collect()
+    });
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    assert_fsck_clean(&image);
+    let fs = open_with(&image, c.data);
+    for (t, model) in models.iter().enumerate() {
+        let base = fs.lookup(ROOT_INO, format!("t{t}").as_bytes()).unwrap().ino;
+        check_tree(&fs, base, model);
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+    println!("{}: {threads} threads x {steps} operations matched the model", c.label);
 }
 
 #[test]
@@ -310,48 +472,20 @@ fn random_operations_from_several_threads_match_the_model_before_and_after_remou
         return;
     }
     let seed = seed("random_operations");
-    for (label, opts) in configs() {
-        let scratch = Scratch::new(&format!("model-{label}"));
-        let image = scratch.path("fs.img");
-        mkfs(&image, "64M", &opts);
-        let block_size: u64 = if label.starts_with("1k") { 1024 } else { 4096 };
-        let threads = 4;
-        let steps = 150;
-        let fs = Arc::new(open(&image));
-        let mut bases = Vec::new();
-        for t in 0..threads {
-            bases.push(fs.mkdir(ROOT_INO, format!("t{t}").as_bytes(), 0o755, 0, 0).unwrap().ino);
-        }
-        let models: Vec<Model> = std::thread::scope(|s| {
-            let handles: Vec<_> = bases
-                .iter()
-                .enumerate()
-                .map(|(t, &base)| {
-                    let fs = fs.clone();
-                    s.spawn(move || {
-                        let mut rng =
-                            Rng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                        let mut model = Model::default();
-                        for _ in 0..steps {
-                            random_op(&fs, base, &mut model, &mut rng, block_size);
-                        }
-                        check_tree(&fs, base, &model);
-                        model
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("worker")).collect()
-        });
-        Arc::into_inner(fs).unwrap().unmount().unwrap();
-        assert_fsck_clean(&image);
-        let fs = open(&image);
-        for (t, model) in models.iter().enumerate() {
-            let base = fs.lookup(ROOT_INO, format!("t{t}").as_bytes()).unwrap().ino;
-            check_tree(&fs, base, model);
-        }
-        fs.unmount().unwrap();
-        assert_fsck_clean(&image);
-        println!("{label}: {threads} threads x {steps} operations matched the model");
+    for c in configs() {
+        run_model(&c, seed, 150);
+    }
+}
+
+#[test]
+fn random_operations_under_data_journal_and_with_2k_and_64k_blocks_match_the_model() {
+    let test = "random_operations_more_configs";
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return;
+    }
+    let seed = seed(test);
+    for c in more_configs() {
+        run_model(&c, seed, 150);
     }
 }
 
