@@ -56,9 +56,19 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         // A failed umount would leave quill reading an image the kernel has not written back.
-        let ok = Command::new("umount").arg(&self.dir).status().is_ok_and(|s| s.success());
-        if !ok && !std::thread::panicking() {
-            panic!("umount {} failed", self.dir.display());
+        // "Target is busy" can be transient (something else on the machine looking into the
+        // directory), so try a few times before giving up.
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            match Command::new("umount").arg(&self.dir).output() {
+                Ok(out) if out.status.success() => return,
+                Ok(out) => last_error = String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                Err(err) => last_error = err.to_string(),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        if !std::thread::panicking() {
+            panic!("umount {} failed: {last_error}", self.dir.display());
         }
     }
 }
