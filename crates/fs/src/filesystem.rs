@@ -152,7 +152,7 @@ pub struct Filesystem {
     pub(crate) options: MountOptions,
     pub(crate) rename_lock: Mutex<()>,
     /// The orphan list in order, head first (see `orphan.rs`).
-    pub(crate) orphans: Mutex<Vec<u32>>,
+    pub(crate) orphans: Mutex<crate::orphan::Orphans>,
     /// Inodes with written data not yet written back (`page_cache.rs`).
     pub(crate) dirty: DirtyInodes,
     read_only: AtomicBool,
@@ -208,6 +208,10 @@ impl Filesystem {
             // file system is not known clean (VALID_FS off) until unmount.
             sb.set_needs_recovery(true);
             sb.state &= !ext4::STATE_VALID_FS;
+            if sb.feature_compat & feature::COMPAT_ORPHAN_FILE != 0 {
+                // As ext4_setup_super: the orphan file may hold entries until unmount.
+                sb.feature_ro_compat |= feature::RO_COMPAT_ORPHAN_PRESENT;
+            }
             sb.mnt_count = sb.mnt_count.wrapping_add(1);
             sb.mtime = now().sec as u32;
             dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
@@ -223,7 +227,7 @@ impl Filesystem {
             read_only: AtomicBool::new(options.read_only),
             options,
             rename_lock: Mutex::new(()),
-            orphans: Mutex::new(Vec::new()),
+            orphans: Mutex::new(crate::orphan::Orphans::default()),
             dirty: DirtyInodes::default(),
             errors_seen: AtomicBool::new(false),
             next_generation: AtomicU32::new(now().nsec),
@@ -282,6 +286,10 @@ impl Filesystem {
         }
         let read_only = self.options.read_only || self.is_read_only();
         let errors_seen = self.errors_seen.load(Ordering::Acquire);
+        // Inodes still open and unlinked at unmount stay in the orphan file for the next
+        // mount to free; orphan_present must then stay set.
+        let orphan_file_used =
+            self.orphans.lock().file.as_ref().is_some_and(|f| !f.recorded().is_empty());
         let Filesystem { dev, sb, groups, journal, .. } = self;
         journal.shutdown()?;
         if read_only {
@@ -299,6 +307,9 @@ impl Filesystem {
         home.free_blocks_count = sb.free_blocks_count;
         home.free_inodes_count = sb.free_inodes_count;
         home.set_needs_recovery(false);
+        if !orphan_file_used {
+            home.feature_ro_compat &= !feature::RO_COMPAT_ORPHAN_PRESENT;
+        }
         home.state |= ext4::STATE_VALID_FS;
         if errors_seen {
             home.state |= ext4::STATE_ERROR_FS;
@@ -345,7 +356,7 @@ impl Filesystem {
             return Err(FsError::corrupted(block, format!("inode {ino}: checksum mismatch")));
         }
         let inode = inodes::parse_record(block, &raw)?;
-        let orphan = self.orphans.lock().contains(&ino);
+        let orphan = self.orphans.lock().contains(ino);
         Ok(InodeData::new(inode, raw, orphan))
     }
 
@@ -362,7 +373,7 @@ impl Filesystem {
         // An orphan's i_dtime is the orphan list's next pointer, which another inode's removal
         // may have changed: take it from the list, under the list's lock (orphan.rs).
         let orphans = data.orphan.then(|| self.orphans.lock());
-        if let Some(next) = orphans.as_ref().and_then(|list| crate::orphan::next_of(list, ino)) {
+        if let Some(next) = orphans.as_ref().and_then(|o| crate::orphan::next_of(&o.list, ino)) {
             data.inode.dtime = next;
         }
         data.inode.encode_into(&mut data.raw);
@@ -432,7 +443,7 @@ impl Filesystem {
     }
 
     fn process_orphans(&self) -> Result<()> {
-        crate::orphan::process_orphan_list(self)
+        crate::orphan::process_orphans(self)
     }
 }
 
@@ -455,7 +466,13 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
             feature::incompat_names(incompat)
         )));
     }
-    let ro_compat = sb.feature_ro_compat & !RO_COMPAT_WRITABLE;
+    // orphan_present only says the orphan file may hold entries, which open processes.
+    let orphan_present = if sb.feature_compat & feature::COMPAT_ORPHAN_FILE != 0 {
+        feature::RO_COMPAT_ORPHAN_PRESENT
+    } else {
+        0
+    };
+    let ro_compat = sb.feature_ro_compat & !(RO_COMPAT_WRITABLE | orphan_present);
     if ro_compat != 0 {
         return Err(FsError::Unsupported(format!(
             "cannot write a file system with {} (open it read-only)",

@@ -357,8 +357,17 @@ impl Filesystem {
             return Err(FsError::Invalid(format!("file type {kind:#o}")));
         }
         self.create_node(parent, name, kind | (mode & 0o7777), uid, gid, |_, inode| {
-            if matches!(kind, ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
+            // Device, fifo and socket inodes map nothing: ext4 gives them no extent header
+            // (e2fsck calls one that has it an illegal inode); devices keep their number in
+            // i_block.
+            if matches!(
+                kind,
+                ext4::MODE_CHRDEV | ext4::MODE_BLKDEV | ext4::MODE_FIFO | ext4::MODE_SOCKET
+            ) {
                 inode.flags &= !ext4::EXTENTS_FL;
+                inode.block = [0; ext4::INODE_BLOCK_SIZE];
+            }
+            if matches!(kind, ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
                 encode_rdev(&mut inode.block, rdev);
             }
             Ok(())
