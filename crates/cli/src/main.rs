@@ -6,9 +6,12 @@
 mod bench_cmd;
 mod dump;
 mod mkfs_cmd;
+mod mount_cmd;
+mod mount_helper;
 mod recover;
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -27,6 +30,39 @@ enum Command {
     Journal(JournalCommand),
     /// Format an image or block device as ext4, as mkfs.ext4 does.
     Mkfs(mkfs_cmd::MkfsArgs),
+    /// Mount an image through FUSE; goes to the background once the mount is live.
+    #[command(after_help = MOUNT_HELP)]
+    Mount(MountArgs),
+}
+
+const MOUNT_HELP: &str = "\
+Options (-o, comma-separated, later ones win):
+  ro, rw                          read-only / read-write (default)
+  data=ordered|journal|writeback  how file data is written (default ordered)
+  commit=SECONDS                  journal commit interval (default 5)
+  errors=remount-ro               on a file-system error, stop writing (the only policy)
+  allow_other                     let every user in (permissions are still checked)
+  preset=classic|dual|cjfs        journal preset (default classic)
+  committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N
+                                  one journal technique setting, on top of the preset
+  threads=N                       FUSE worker threads (default 2 per core, at least 4)
+  nosuid, nodev, noexec, noatime, sync, dirsync
+                                  generic mount flags
+Unmount with `umount MOUNTPOINT` or `fusermount3 -u MOUNTPOINT` (or SIGTERM): the process
+exits once the image is clean, and holds an exclusive flock on the image until then.";
+
+#[derive(clap::Args)]
+struct MountArgs {
+    /// Stay in the foreground (errors after the mount go to stderr).
+    #[arg(short = 'f', long)]
+    foreground: bool,
+    /// Mount options (see below); may be repeated.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// The ext4 image (or block device).
+    image: PathBuf,
+    /// An existing directory to mount it on.
+    mountpoint: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -38,12 +74,33 @@ enum JournalCommand {
 }
 
 fn main() -> ExitCode {
+    if mount_helper::called_as_helper() {
+        return mount_helper::main();
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Recover(args) => recover::run(args),
         Command::Journal(JournalCommand::Dump(args)) => dump::run(args),
         Command::Journal(JournalCommand::Bench(args)) => bench_cmd::run(args),
         Command::Mkfs(args) => mkfs_cmd::run(args),
+        Command::Mount(args) => {
+            let request = mount_cmd::MountRequest {
+                image: args.image,
+                mountpoint: args.mountpoint,
+                options: args.options,
+                foreground: args.foreground,
+                sloppy: false,
+                verbose: false,
+                fake: false,
+            };
+            return match mount_cmd::run(request) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("quill: {}", err.message());
+                    ExitCode::from(err.exit_code())
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,127 @@
+//! kill -9 of the mount process in the middle of an fsync-heavy run: the image must recover
+//! with `quill recover` and with `e2fsck -fy` to the same clean state, holding every file
+//! whose fsync returned before the kill. Needs root, /dev/fuse and fusermount3 (SKIP
+//! otherwise).
+
+mod mount_support;
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mount_support::*;
+
+/// The contents of file `name`, derived from its name so a survivor can be checked alone.
+fn contents(name: &str) -> Vec<u8> {
+    let seed = fnv(name.as_bytes());
+    let len = 512 + (seed % 48_000) as usize;
+    (0..len).map(|i| (seed >> (i % 56)) as u8 ^ (i as u8)).collect()
+}
+
+#[test]
+fn kill_9_mid_fsync_recovers_the_same_with_quill_and_e2fsck() {
+    if !ready("kill_9_mid_fsync_recovers_the_same_with_quill_and_e2fsck", &["dumpe2fs", "mount"]) {
+        return;
+    }
+    const WRITERS: usize = 6;
+    let s = Scratch::new("crash");
+    let image = s.path("img");
+    quill_mkfs(&image, "128M");
+    let mnt = s.dir("mnt");
+    let m = QuillMount::foreground(&image, &mnt, "preset=cjfs");
+    for w in 0..WRITERS {
+        fs::create_dir(mnt.join(format!("w{w}"))).unwrap();
+    }
+    File::open(&mnt).unwrap().sync_all().unwrap();
+
+    // Writers: create, write, fsync, record; also rewrite older files now and then, so the
+    // crash cuts through overwrites as well as creations. They stop at the first error (the
+    // mount dies under them).
+    let durable: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (mnt, durable, stop) = (mnt.clone(), durable.clone(), stop.clone());
+            std::thread::spawn(move || -> usize {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let name = format!("w{w}/f{n:05}");
+                    let result = (|| -> std::io::Result<()> {
+                        let mut f = File::create(mnt.join(&name))?;
+                        f.write_all(&contents(&name))?;
+                        f.sync_all()
+                    })();
+                    if result.is_err() {
+                        break;
+                    }
+                    durable.lock().unwrap().push(name);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    // Let the run get going, then crash it while fsyncs are in flight.
+    assert!(
+        wait_for(Duration::from_secs(30), || durable.lock().unwrap().len() >= 150),
+        "the writers made no progress"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    m.kill9();
+    stop.store(true, Ordering::Relaxed);
+    let written: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    let durable = durable.lock().unwrap().clone();
+    println!("{written} files fsynced before the kill");
+    assert!(written >= 150);
+
+    // Two copies: one recovered by quill, one by e2fsck.
+    let by_quill = s.path("by-quill.img");
+    let by_e2fsck = s.path("by-e2fsck.img");
+    fs::copy(&image, &by_quill).unwrap();
+    fs::copy(&image, &by_e2fsck).unwrap();
+    let o = ok(quill().arg("recover").arg(&by_quill));
+    println!("quill recover: {}", text(&o).trim());
+    let o = run(Command::new("e2fsck").arg("-fy").arg(&by_e2fsck));
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(1)),
+        "e2fsck -fy could not repair the image ({}):\n{}",
+        o.status,
+        text(&o)
+    );
+    assert_clean(&by_quill);
+    assert_clean(&by_e2fsck);
+
+    let (qdir, edir) = (s.dir("quill-view"), s.dir("e2fsck-view"));
+    let (qmount, emount) = (LoopMount::new(&by_quill, &qdir), LoopMount::new(&by_e2fsck, &edir));
+    let quill_tree = manifest(&qmount.dir);
+    assert_same_tree("quill recover vs e2fsck -fy", &quill_tree, &manifest(&emount.dir));
+    check_durable(&qmount.dir, &durable);
+
+    // The recovered image mounts through quill again and shows the same.
+    drop((qmount, emount));
+    let m = QuillMount::foreground(&by_quill, &mnt, "");
+    assert_same_tree("quill mount after recovery", &quill_tree, &manifest(&mnt));
+    m.unmount();
+    assert_clean(&by_quill);
+}
+
+/// Every file whose fsync returned is there with its contents.
+fn check_durable(root: &Path, durable: &[String]) {
+    let mut missing: Vec<PathBuf> = Vec::new();
+    for name in durable {
+        match fs::read(root.join(name)) {
+            Ok(data) => assert!(data == contents(name), "{name}: contents differ after recovery"),
+            Err(_) => missing.push(root.join(name)),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{} fsynced files lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+}

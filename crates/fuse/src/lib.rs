@@ -1,0 +1,865 @@
+//! quill's FUSE adapter: serves an [`fs::Filesystem`] to the kernel through fuser's low-level,
+//! inode-based protocol. This is the one place where file-system errors become errno values
+//! for a caller ([`fs::FsError::errno`]).
+//!
+//! - Inode numbers are ext4's, except that FUSE's root is 1 and ext4's is 2: the two are
+//!   swapped ([`to_fuse`], [`from_fuse`]), so the mapping is a bijection (ext4 inode 1 is the
+//!   bad-blocks inode, which no directory entry names).
+//! - Requests run in parallel: fuser reads from `threads` cloned `/dev/fuse` descriptors, each
+//!   in its own thread, and the file system locks per inode (its lock order is in
+//!   `fs/src/filesystem.rs`), so independent operations never wait for each other here.
+//! - Permission checks are the kernel's (`default_permissions`): the adapter never calls
+//!   `access`, and it trusts the uid/gid of each request.
+//! - Open files are counted through [`Filesystem::open_inode`] so an unlinked file lives until
+//!   its last release; the handle table maps each FUSE file handle to its inode slot.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! fn serve(fs: fs::Filesystem) -> Result<(), Box<dyn std::error::Error>> {
+//!     let fs = Arc::new(fs);
+//!     let config = quill_fuse::MountConfig::default();
+//!     let session = quill_fuse::mount(fs.clone(), "/mnt".as_ref(), &config)?;
+//!     session.run()?; // returns once the mount point is unmounted
+//!     quill_fuse::unmount_fs(fs)?; // commit, checkpoint, mark the image clean
+//!     Ok(())
+//! }
+//! ```
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fs::{Attr, FallocateMode, FsError, InodeSlot, RenameFlags, SetAttr, SetMode, ROOT_INO};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig,
+    LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session,
+    SessionACL, TimeOrNow, WriteFlags,
+};
+use ondisk::ext4::{self, dir as ext4dir, Timestamp};
+use parking_lot::Mutex;
+
+pub mod options;
+
+/// The fuser crate this adapter is built on (its `Session` is what [`mount`] returns).
+pub use fuser;
+
+/// How long the kernel may cache attributes and entries it got from us. Every change goes
+/// through this mount, and the kernel invalidates what it changes itself, so the TTL only
+/// bounds how stale a view of a file another process renamed can be.
+const TTL: Duration = Duration::from_secs(1);
+/// Entries read from the file system per step of a FUSE readdir.
+const READDIR_BATCH: usize = 128;
+/// POSIX ACLs, which the mount does not support (as ext4 mounted `noacl`): the kernel hands
+/// these attributes to a FUSE file system in its own xattr format and expects the file system
+/// to keep i_mode in step with the access ACL, while ext4 stores them in a different on-disk
+/// format; quill-fs stores values verbatim and does neither. Refusing them (EOPNOTSUPP) makes
+/// `cp -a`, `tar --acls` and `setfacl` fall back to or report plain mode bits instead of
+/// storing an ACL the kernel's ext4 cannot read and that the mode does not reflect.
+const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+
+/// How to mount (the FUSE side; the file system's own options are `fs::MountOptions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountConfig {
+    /// Threads serving requests.
+    pub threads: usize,
+    /// Let users other than the mounting one in (`allow_other`).
+    pub allow_other: bool,
+    /// Mount read-only (the kernel then refuses writes before they reach us).
+    pub read_only: bool,
+    /// The mount's source as `mount` and `df` show it (the image path).
+    pub fsname: String,
+    /// Generic VFS flags passed through to the kernel (`nosuid`, `noexec`, `noatime`, …).
+    pub vfs_flags: Vec<MountOption>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            threads: default_threads(),
+            allow_other: false,
+            read_only: false,
+            fsname: "quill".into(),
+            vfs_flags: Vec::new(),
+        }
+    }
+}
+
+/// Default worker count: two per core (a thread waiting for a commit leaves its core to
+/// another request), at least 4 so one fsync cannot stall the whole mount on a small machine.
+pub fn default_threads() -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4);
+    (2 * cores).clamp(4, 64)
+}
+
+/// Mounts `fs` on `mountpoint` and completes the FUSE handshake; the mount is live when this
+/// returns. Serve it with [`Session::run`], which returns once it is unmounted (by
+/// `umount`/`fusermount3 -u`, or a [`fuser::SessionUnmounter`]); then call [`unmount_fs`].
+pub fn mount(
+    fs: Arc<fs::Filesystem>,
+    mountpoint: &Path,
+    config: &MountConfig,
+) -> std::io::Result<Session<QuillFuse>> {
+    let mut options = vec![
+        MountOption::FSName(config.fsname.clone()),
+        MountOption::DefaultPermissions,
+        // Device nodes and set-id programs on an image behave as on the kernel's ext4 mount;
+        // fuser would otherwise add nodev and nosuid (root only: the kernel refuses them to
+        // others anyway).
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    options.push(if config.read_only { MountOption::RO } else { MountOption::RW });
+    for flag in &config.vfs_flags {
+        // A later flag overrides the defaults above (nodev after dev, as mount(8) reads them).
+        let opposite = match flag {
+            MountOption::NoDev => Some(MountOption::Dev),
+            MountOption::NoSuid => Some(MountOption::Suid),
+            _ => None,
+        };
+        options.retain(|o| Some(o) != opposite.as_ref());
+        if !options.contains(flag) {
+            options.push(flag.clone());
+        }
+    }
+    let mut fuse_config = fuser::Config::default();
+    fuse_config.mount_options = options;
+    fuse_config.acl = if config.allow_other { SessionACL::All } else { SessionACL::Owner };
+    fuse_config.n_threads = Some(config.threads.max(1));
+    fuse_config.clone_fd = true;
+    Session::new(QuillFuse::new(fs), mountpoint, &fuse_config)
+}
+
+/// Unmounts the file system cleanly once the FUSE session is over (every clone of the `Arc`
+/// dropped): commits, checkpoints and marks the image clean.
+pub fn unmount_fs(fs: Arc<fs::Filesystem>) -> Result<(), FsError> {
+    match Arc::try_unwrap(fs) {
+        Ok(fs) => fs.unmount(),
+        Err(fs) => {
+            // Someone still holds the file system: at least make everything durable.
+            fs.sync()?;
+            Err(FsError::Invalid(
+                "the file system is still in use; it was synced, not unmounted".into(),
+            ))
+        }
+    }
+}
+
+/// FUSE inode number of ext4 inode `ino`.
+pub fn to_fuse(ino: u32) -> INodeNo {
+    match ino {
+        ROOT_INO => INodeNo::ROOT,
+        1 => INodeNo(u64::from(ROOT_INO)),
+        n => INodeNo(u64::from(n)),
+    }
+}
+
+/// ext4 inode number of FUSE inode `ino` (the inverse of [`to_fuse`]).
+pub fn from_fuse(ino: INodeNo) -> Result<u32, Errno> {
+    match ino.0 {
+        1 => Ok(ROOT_INO),
+        2 => Ok(1),
+        n => u32::try_from(n).map_err(|_| Errno::ENOENT),
+    }
+}
+
+fn errno(err: FsError) -> Errno {
+    Errno::from_i32(err.errno())
+}
+
+/// The FUSE file system: the adapter between fuser's requests and [`fs::Filesystem`].
+pub struct QuillFuse {
+    fs: Arc<fs::Filesystem>,
+    /// Open files: FUSE file handle → the inode slot [`Filesystem::open_inode`] returned.
+    handles: Mutex<HashMap<u64, Arc<InodeSlot>>>,
+    next_fh: AtomicU64,
+}
+
+impl std::fmt::Debug for QuillFuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuillFuse").field("open_files", &self.handles.lock().len()).finish()
+    }
+}
+
+impl QuillFuse {
+    pub fn new(fs: Arc<fs::Filesystem>) -> QuillFuse {
+        QuillFuse { fs, handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1) }
+    }
+
+    fn open_handle(&self, ino: u32) -> Result<FileHandle, FsError> {
+        let slot = self.fs.open_inode(ino)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, slot);
+        Ok(FileHandle(fh))
+    }
+
+    fn close_handle(&self, fh: FileHandle) -> Result<(), Errno> {
+        let slot = self.handles.lock().remove(&fh.0).ok_or(Errno::EBADF)?;
+        self.fs.close_inode(&slot).map_err(errno)
+    }
+
+    /// Owner and group of a new inode in directory `parent`, and its mode: a set-group-ID
+    /// directory hands its group down, and its set-group-ID bit to subdirectories (as
+    /// `inode_init_owner` does; the kernel leaves this to a FUSE file system).
+    fn new_owner(&self, req: &Request, parent: u32, mode: u16) -> Result<(u32, u32, u16), Errno> {
+        let pattr = self.fs.getattr(parent).map_err(errno)?;
+        if pattr.mode & libc::S_ISGID as u16 == 0 {
+            return Ok((req.uid(), req.gid(), mode));
+        }
+        let is_dir = mode & ext4::MODE_TYPE_MASK == ext4::MODE_DIR;
+        let mode = if is_dir { mode | libc::S_ISGID as u16 } else { mode };
+        Ok((req.uid(), pattr.gid, mode))
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, FsError>) {
+        match result {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(attr.generation.into())),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+}
+
+/// Applies `umask` to `mode` (the kernel already did unless the file system asked it not to;
+/// masking twice changes nothing).
+fn masked(mode: u32, umask: u32) -> u16 {
+    ((mode & !umask) & 0o177777) as u16
+}
+
+fn kind_of_mode(mode: u16) -> FileType {
+    match mode & ext4::MODE_TYPE_MASK {
+        ext4::MODE_DIR => FileType::Directory,
+        ext4::MODE_SYMLINK => FileType::Symlink,
+        ext4::MODE_CHRDEV => FileType::CharDevice,
+        ext4::MODE_BLKDEV => FileType::BlockDevice,
+        ext4::MODE_FIFO => FileType::NamedPipe,
+        ext4::MODE_SOCKET => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn kind_of_dirent(file_type: u8) -> Option<FileType> {
+    Some(match file_type {
+        ext4dir::FT_REG_FILE => FileType::RegularFile,
+        ext4dir::FT_DIR => FileType::Directory,
+        ext4dir::FT_CHRDEV => FileType::CharDevice,
+        ext4dir::FT_BLKDEV => FileType::BlockDevice,
+        ext4dir::FT_FIFO => FileType::NamedPipe,
+        ext4dir::FT_SOCK => FileType::Socket,
+        ext4dir::FT_SYMLINK => FileType::Symlink,
+        _ => return None,
+    })
+}
+
+/// An ext4 timestamp as a `SystemTime` (before the epoch too).
+pub fn system_time(ts: Timestamp) -> SystemTime {
+    let nanos = Duration::from_nanos(u64::from(ts.nsec.min(999_999_999)));
+    let t = if ts.sec >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(ts.sec as u64))
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_secs(ts.sec.unsigned_abs()))
+    };
+    t.and_then(|t| t.checked_add(nanos)).unwrap_or(UNIX_EPOCH)
+}
+
+/// A `SystemTime` as an ext4 timestamp (the inverse of [`system_time`]).
+pub fn timestamp(t: SystemTime) -> Timestamp {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timestamp { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+        Err(before) => {
+            let d = before.duration();
+            let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
+            if nsec > 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - nsec;
+            }
+            Timestamp { sec, nsec }
+        }
+    }
+}
+
+fn time_or_now(t: TimeOrNow) -> Timestamp {
+    match t {
+        TimeOrNow::SpecificTime(t) => timestamp(t),
+        TimeOrNow::Now => timestamp(SystemTime::now()),
+    }
+}
+
+/// The attributes FUSE sends for `attr`.
+pub fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: to_fuse(attr.ino),
+        size: attr.size,
+        blocks: attr.blocks,
+        atime: system_time(attr.atime),
+        mtime: system_time(attr.mtime),
+        ctime: system_time(attr.ctime),
+        crtime: system_time(attr.crtime),
+        kind: kind_of_mode(attr.mode),
+        perm: attr.mode & 0o7777,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: attr.rdev,
+        blksize: attr.block_size,
+        flags: 0,
+    }
+}
+
+/// Unwraps an inode number from FUSE or replies with the error and returns.
+macro_rules! ino {
+    ($ino:expr, $reply:expr) => {
+        match from_fuse($ino) {
+            Ok(ino) => ino,
+            Err(e) => return $reply.error(e),
+        }
+    };
+}
+
+impl fuser::Filesystem for QuillFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // ext4 keeps nanoseconds.
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    /// The session is over (unmounted): close what the kernel left open (an unlinked file
+    /// open at unmount is freed now instead of staying an orphan) and make everything durable.
+    /// The owner then unmounts the file system ([`unmount_fs`]).
+    fn destroy(&mut self) {
+        let open: Vec<Arc<InodeSlot>> = self.handles.lock().drain().map(|(_, s)| s).collect();
+        for slot in open {
+            if let Err(err) = self.fs.close_inode(&slot) {
+                eprintln!("quill: closing an inode left open at unmount: {err}");
+            }
+        }
+        if !self.fs.is_read_only() {
+            if let Err(err) = self.fs.sync() {
+                eprintln!("quill: sync at unmount: {err}");
+            }
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = ino!(parent, reply);
+        self.reply_entry(reply, self.fs.lookup(parent, name.as_bytes()));
+    }
+
+    // forget: the default no-op; the file system caches inodes itself and evicts them when
+    // nothing refers to them.
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ino = ino!(ino, reply);
+        match self.fs.getattr(ino) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let ino = ino!(ino, reply);
+        let set = SetAttr {
+            mode: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+        };
+        match self.fs.setattr(ino, &set) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let ino = ino!(ino, reply);
+        match self.fs.readlink(ino) {
+            Ok(target) => reply.data(&target),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let parent = ino!(parent, reply);
+        let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
+            Ok(owner) => owner,
+            Err(e) => return reply.error(e),
+        };
+        self.reply_entry(reply, self.fs.mknod(parent, name.as_bytes(), mode, rdev, uid, gid));
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let parent = ino!(parent, reply);
+        let mode = ext4::MODE_DIR | (masked(mode, umask) & 0o7777);
+        let (uid, gid, mode) = match self.new_owner(req, parent, mode) {
+            Ok(owner) => owner,
+            Err(e) => return reply.error(e),
+        };
+        self.reply_entry(reply, self.fs.mkdir(parent, name.as_bytes(), mode & 0o7777, uid, gid));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = ino!(parent, reply);
+        match self.fs.unlink(parent, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = ino!(parent, reply);
+        match self.fs.rmdir(parent, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let parent = ino!(parent, reply);
+        let (uid, gid, _) = match self.new_owner(req, parent, ext4::MODE_SYMLINK | 0o777) {
+            Ok(owner) => owner,
+            Err(e) => return reply.error(e),
+        };
+        let target = target.as_os_str().as_bytes();
+        self.reply_entry(reply, self.fs.symlink(parent, link_name.as_bytes(), target, uid, gid));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let parent = ino!(parent, reply);
+        let newparent = ino!(newparent, reply);
+        let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+        if !known.contains(flags) {
+            // RENAME_WHITEOUT (overlayfs) and unknown bits.
+            return reply.error(Errno::EINVAL);
+        }
+        let flags = RenameFlags {
+            noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        match self.fs.rename(parent, name.as_bytes(), newparent, newname.as_bytes(), flags) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let ino = ino!(ino, reply);
+        let newparent = ino!(newparent, reply);
+        self.reply_entry(reply, self.fs.link(ino, newparent, newname.as_bytes()));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = ino!(ino, reply);
+        match self.open_handle(ino) {
+            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let ino = ino!(ino, reply);
+        let mut buf = vec![0u8; size as usize];
+        match self.fs.read(ino, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let ino = ino!(ino, reply);
+        match self.fs.write(ino, offset, data) {
+            // A write request is at most max_write (16 MiB), so the count fits.
+            Ok(n) => reply.written(n as u32),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Writes reach the file system before their request is answered: close has nothing
+        // left to push.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.close_handle(fh) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(ino, reply);
+        match self.fs.fsync(ino, datasync) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Directory streams are stateless: readdir cookies are stable across changes.
+        let ino = ino!(ino, reply);
+        match self.fs.getattr(ino) {
+            Ok(attr) if attr.mode & ext4::MODE_TYPE_MASK == ext4::MODE_DIR => {
+                reply.opened(FileHandle(0), FopenFlags::empty())
+            }
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let ino = ino!(ino, reply);
+        let mut cookie = offset;
+        loop {
+            let entries = match self.fs.readdir(ino, cookie, READDIR_BATCH) {
+                Ok(entries) => entries,
+                Err(err) => return reply.error(errno(err)),
+            };
+            if entries.is_empty() {
+                break;
+            }
+            for entry in entries {
+                let kind = match kind_of_dirent(entry.file_type) {
+                    Some(kind) => kind,
+                    // No filetype feature: ask the inode.
+                    None => match self.fs.getattr(entry.ino) {
+                        Ok(attr) => kind_of_mode(attr.mode),
+                        Err(err) => return reply.error(errno(err)),
+                    },
+                };
+                let name = OsStr::from_bytes(&entry.name);
+                // The kernel resumes at the offset of the last entry it kept, so an entry that
+                // did not fit comes again in the next call.
+                if reply.add(to_fuse(entry.ino), entry.next_cookie, kind, name) {
+                    return reply.ok();
+                }
+                cookie = entry.next_cookie;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(ino, reply);
+        match self.fs.fsync(ino, datasync) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_available,
+            s.inodes,
+            s.inodes_free,
+            s.block_size,
+            s.name_max,
+            s.block_size,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(ino, reply);
+        if position != 0 {
+            // Resource forks (macOS only).
+            return reply.error(Errno::EINVAL);
+        }
+        if ACL_XATTRS.contains(&name.as_bytes()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let mode = match flags {
+            0 => SetMode::Any,
+            libc::XATTR_CREATE => SetMode::Create,
+            libc::XATTR_REPLACE => SetMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        match self.fs.setxattr(ino, name.as_bytes(), value, mode) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let ino = ino!(ino, reply);
+        if ACL_XATTRS.contains(&name.as_bytes()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        match self.fs.getxattr(ino, name.as_bytes()) {
+            Ok(value) => reply_sized(reply, &value, size),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let ino = ino!(ino, reply);
+        match self.fs.listxattr(ino) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for name in names.iter().filter(|n| !ACL_XATTRS.contains(&n.as_slice())) {
+                    list.extend_from_slice(name);
+                    list.push(0);
+                }
+                reply_sized(reply, &list, size)
+            }
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ino = ino!(ino, reply);
+        if ACL_XATTRS.contains(&name.as_bytes()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        match self.fs.removexattr(ino, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let parent = ino!(parent, reply);
+        let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
+            Ok(owner) => owner,
+            Err(e) => return reply.error(e),
+        };
+        let attr = match self.fs.create(parent, name.as_bytes(), mode & 0o7777, uid, gid) {
+            Ok(attr) => attr,
+            Err(err) => return reply.error(errno(err)),
+        };
+        match self.open_handle(attr.ino) {
+            Ok(fh) => reply.created(
+                &TTL,
+                &file_attr(&attr),
+                Generation(attr.generation.into()),
+                fh,
+                FopenFlags::empty(),
+            ),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let ino = ino!(ino, reply);
+        let mode = match mode {
+            0 => FallocateMode::Allocate,
+            libc::FALLOC_FL_KEEP_SIZE => FallocateMode::KeepSize,
+            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
+                FallocateMode::PunchHole
+            }
+            // ZERO_RANGE, COLLAPSE_RANGE, INSERT_RANGE, PUNCH_HOLE without KEEP_SIZE (which
+            // Linux rejects as EOPNOTSUPP too).
+            _ => return reply.error(Errno::EOPNOTSUPP),
+        };
+        match self.fs.fallocate(ino, mode, offset, length) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(err)),
+        }
+    }
+}
+
+/// getxattr/listxattr's size protocol: a size-0 request asks for the length; a buffer too
+/// small for the value is ERANGE.
+fn reply_sized(reply: ReplyXattr, value: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_numbers_swap_the_two_roots() {
+        assert_eq!(to_fuse(ROOT_INO), INodeNo::ROOT);
+        assert_eq!(from_fuse(INodeNo::ROOT), Ok(ROOT_INO));
+        for ino in [1u32, 3, 11, 12, 4096, u32::MAX] {
+            assert_eq!(from_fuse(to_fuse(ino)), Ok(ino), "inode {ino}");
+        }
+        assert_eq!(from_fuse(INodeNo(u64::from(u32::MAX) + 1)), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn timestamps_round_trip_before_and_after_the_epoch() {
+        for ts in [
+            Timestamp { sec: 0, nsec: 0 },
+            Timestamp { sec: 1_700_000_000, nsec: 123_456_789 },
+            Timestamp { sec: -1, nsec: 999_999_999 },
+            Timestamp { sec: -86_400, nsec: 1 },
+        ] {
+            assert_eq!(timestamp(system_time(ts)), ts);
+        }
+    }
+
+    #[test]
+    fn umask_is_applied_once() {
+        assert_eq!(masked(0o100666, 0o022), 0o100644);
+        assert_eq!(masked(0o100644, 0o022), 0o100644);
+        assert_eq!(masked(0o40777, 0o077), 0o40700);
+    }
+}

@@ -1,0 +1,314 @@
+//! Mount options in ext4's style, as `mount -o` and /etc/fstab write them: a comma-separated
+//! list, later options overriding earlier ones, except that `preset=` is applied before the
+//! individual technique settings wherever it appears (`committing_max=3,preset=cjfs` is cjfs
+//! with committing_max 3).
+//!
+//! | option | effect |
+//! |---|---|
+//! | `ro`, `rw` | read-only / read-write (default) |
+//! | `data=ordered\|journal\|writeback` | [`fs::DataMode`] |
+//! | `commit=SECONDS` | journal commit interval (0 = the default, 5 s, as ext4) |
+//! | `errors=remount-ro` | what a file-system error does ([`ErrorsPolicy`]) |
+//! | `allow_other` | let every user use the mount (permissions are still checked) |
+//! | `preset=classic\|dual\|cjfs` | journal preset ([`journal::JournalConfig::preset`]) |
+//! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N` | one journal technique setting |
+//! | `threads=N` | FUSE worker threads |
+//! | `nosuid`, `nodev`, `noexec`, `noatime`, `sync`, `dirsync` (and `suid`, `dev`, `exec`, `atime`, `async`) | generic mount flags, passed to the kernel |
+//! | `defaults`, `auto`, `noauto`, `nofail`, `_netdev`, `relatime`, `x-*`, `comment=*` | accepted for /etc/fstab, no effect |
+
+use std::time::Duration;
+
+use fuser::MountOption;
+
+use crate::MountConfig;
+
+/// What a file-system error (corruption found, an I/O error) does to the mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorsPolicy {
+    /// Abort the journal and refuse writes from then on (ext4's `errors=remount-ro`); the
+    /// file system layer's only behaviour today.
+    RemountRo,
+}
+
+/// `errors=` values quill implements. Another policy is one line here once `fs` supports it.
+const ERRORS_POLICIES: &[(&str, ErrorsPolicy)] = &[("remount-ro", ErrorsPolicy::RemountRo)];
+
+/// Everything `-o OPTIONS` says.
+#[derive(Debug, Clone)]
+pub struct MountSpec {
+    /// The file system's options (read-only, data mode, journal settings).
+    pub fs: fs::MountOptions,
+    /// The FUSE side (threads, allow_other, read-only, VFS flags); `fsname` is left for the
+    /// caller to fill in with the image path.
+    pub fuse: MountConfig,
+    pub errors: ErrorsPolicy,
+    /// Options accepted without effect (sloppy mode's unknown ones among them), for `-v`.
+    pub ignored: Vec<String>,
+}
+
+impl Default for MountSpec {
+    fn default() -> Self {
+        MountSpec {
+            fs: fs::MountOptions::default(),
+            fuse: MountConfig::default(),
+            errors: ErrorsPolicy::RemountRo,
+            ignored: Vec::new(),
+        }
+    }
+}
+
+/// Parses `-o` option lists (each may itself be comma-separated; later ones win). With
+/// `sloppy` (mount(8)'s `-s`), unknown options are ignored instead of refused; a known option
+/// with a bad value is an error either way. Errors are one line naming the option.
+pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, String> {
+    let mut spec = MountSpec::default();
+    let mut preset: Option<journal::JournalConfig> = None;
+    // Technique settings, applied on top of the preset once all options are read.
+    let mut settings: Vec<(&'static str, usize)> = Vec::new();
+    let mut commit: Option<Duration> = None;
+    for option in lists.iter().flat_map(|l| l.as_ref().split(',')).filter(|o| !o.is_empty()) {
+        let (key, value) = match option.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (option, None),
+        };
+        match key {
+            "ro" | "rw" => {
+                no_value(key, value)?;
+                spec.fs.read_only = key == "ro";
+                spec.fuse.read_only = key == "ro";
+            }
+            "data" => {
+                spec.fs.data = match need(key, value)? {
+                    "ordered" => fs::DataMode::Ordered,
+                    "journal" => fs::DataMode::Journal,
+                    "writeback" => fs::DataMode::Writeback,
+                    other => {
+                        return Err(format!(
+                            "data={other}: expected data=ordered, data=journal or data=writeback"
+                        ))
+                    }
+                }
+            }
+            "commit" => {
+                let secs: u64 = number(key, need(key, value)?)?;
+                if secs > 86_400 {
+                    return Err(format!("commit={secs}: at most 86400 seconds"));
+                }
+                // ext4: commit=0 means the default interval.
+                commit = Some(if secs == 0 {
+                    journal::JournalConfig::classic().commit_interval
+                } else {
+                    Duration::from_secs(secs)
+                });
+            }
+            "errors" => {
+                let v = need(key, value)?;
+                spec.errors = ERRORS_POLICIES
+                    .iter()
+                    .find(|(name, _)| *name == v)
+                    .map(|(_, policy)| *policy)
+                    .ok_or_else(|| {
+                        let known: Vec<_> = ERRORS_POLICIES.iter().map(|(n, _)| *n).collect();
+                        format!(
+                            "errors={v} is not supported (quill supports errors={})",
+                            known.join(", errors=")
+                        )
+                    })?;
+            }
+            "allow_other" => {
+                no_value(key, value)?;
+                spec.fuse.allow_other = true;
+            }
+            "preset" => {
+                let v = need(key, value)?;
+                preset = Some(journal::JournalConfig::preset(v).ok_or_else(|| {
+                    format!("preset={v}: expected one of {}", journal::config::PRESETS.join(", "))
+                })?);
+            }
+            "committing_max" | "flush_batch_max" | "versions_max" | "recovery_threads" => {
+                let key: &'static str = match key {
+                    "committing_max" => "committing_max",
+                    "flush_batch_max" => "flush_batch_max",
+                    "versions_max" => "versions_max",
+                    _ => "recovery_threads",
+                };
+                let n: usize = number(key, need(key, value)?)?;
+                settings.retain(|(k, _)| *k != key);
+                settings.push((key, n));
+            }
+            "coalescing" => {
+                let n = match need(key, value)? {
+                    "0" | "off" | "false" => 0,
+                    "1" | "on" | "true" => 1,
+                    other => return Err(format!("coalescing={other}: expected 0 or 1")),
+                };
+                settings.retain(|(k, _)| *k != "coalescing");
+                settings.push(("coalescing", n));
+            }
+            "threads" => {
+                let n: usize = number(key, need(key, value)?)?;
+                if !(1..=256).contains(&n) {
+                    return Err(format!("threads={n}: expected 1 to 256"));
+                }
+                spec.fuse.threads = n;
+            }
+            _ => {
+                if let Some(flag) = vfs_flag(option) {
+                    spec.fuse.vfs_flags.retain(|f| f != &flag);
+                    spec.fuse.vfs_flags.push(flag);
+                } else if is_fstab_word(option) || sloppy {
+                    spec.ignored.push(option.to_string());
+                } else {
+                    return Err(format!("unknown mount option {option:?}"));
+                }
+            }
+        }
+    }
+    let mut journal = preset.unwrap_or_else(|| spec.fs.journal.clone());
+    for (key, n) in settings {
+        match key {
+            "committing_max" => journal.committing_max = n,
+            "flush_batch_max" => journal.flush_batch_max = n,
+            "versions_max" => journal.versions_max = n,
+            "recovery_threads" => journal.recovery_threads = n,
+            _ => journal.coalescing = n == 1,
+        }
+    }
+    if let Some(interval) = commit {
+        journal.commit_interval = interval;
+    }
+    journal.validate().map_err(|e| format!("journal settings: {e}"))?;
+    spec.fs.journal = journal;
+    Ok(spec)
+}
+
+fn need<'a>(key: &str, value: Option<&'a str>) -> Result<&'a str, String> {
+    value.ok_or_else(|| format!("option {key} needs a value ({key}=...)"))
+}
+
+fn no_value(key: &str, value: Option<&str>) -> Result<(), String> {
+    match value {
+        None => Ok(()),
+        Some(v) => Err(format!("option {key} takes no value (got {key}={v})")),
+    }
+}
+
+fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
+    value.parse().map_err(|_| format!("{key}={value}: expected a non-negative integer"))
+}
+
+/// Generic mount flags the kernel applies to the FUSE mount itself.
+fn vfs_flag(option: &str) -> Option<MountOption> {
+    Some(match option {
+        "nosuid" => MountOption::NoSuid,
+        "suid" => MountOption::Suid,
+        "nodev" => MountOption::NoDev,
+        "dev" => MountOption::Dev,
+        "noexec" => MountOption::NoExec,
+        "exec" => MountOption::Exec,
+        "noatime" => MountOption::NoAtime,
+        "atime" => MountOption::Atime,
+        "sync" => MountOption::Sync,
+        "async" => MountOption::Async,
+        "dirsync" => MountOption::DirSync,
+        _ => return None,
+    })
+}
+
+/// Words /etc/fstab and mount(8) may hand a mount helper that change nothing here (relatime
+/// is the kernel's default, and quill does not update atime on reads anyway).
+fn is_fstab_word(option: &str) -> bool {
+    matches!(
+        option,
+        "defaults"
+            | "auto"
+            | "noauto"
+            | "nofail"
+            | "_netdev"
+            | "relatime"
+            | "norelatime"
+            | "nodiratime"
+            | "diratime"
+            | "lazytime"
+            | "nolazytime"
+    ) || option.starts_with("x-")
+        || option.starts_with("comment=")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_ext4s() {
+        let spec = parse::<&str>(&[], false).unwrap();
+        assert!(!spec.fs.read_only && !spec.fuse.read_only);
+        assert_eq!(spec.fs.data, fs::DataMode::Ordered);
+        assert_eq!(spec.fs.journal, journal::JournalConfig::classic());
+        assert_eq!(spec.errors, ErrorsPolicy::RemountRo);
+        assert!(!spec.fuse.allow_other);
+    }
+
+    #[test]
+    fn every_option_reaches_its_setting() {
+        let spec = parse(
+            &[
+                "ro,data=journal,commit=7",
+                "errors=remount-ro,allow_other,threads=3,nosuid,x-systemd.automount",
+            ],
+            false,
+        )
+        .unwrap();
+        assert!(spec.fs.read_only && spec.fuse.read_only);
+        assert_eq!(spec.fs.data, fs::DataMode::Journal);
+        assert_eq!(spec.fs.journal.commit_interval, Duration::from_secs(7));
+        assert!(spec.fuse.allow_other);
+        assert_eq!(spec.fuse.threads, 3);
+        assert_eq!(spec.fuse.vfs_flags, vec![MountOption::NoSuid]);
+        assert_eq!(spec.ignored, vec!["x-systemd.automount".to_string()]);
+        // Later wins.
+        assert!(!parse(&["ro,rw"], false).unwrap().fs.read_only);
+        assert_eq!(parse(&["data=writeback"], false).unwrap().fs.data, fs::DataMode::Writeback);
+    }
+
+    #[test]
+    fn settings_apply_on_top_of_the_preset_in_any_order() {
+        let spec = parse(&["committing_max=3,coalescing=0,preset=cjfs,commit=0"], false).unwrap();
+        let cjfs = journal::JournalConfig::cjfs();
+        assert_eq!(spec.fs.journal.committing_max, 3);
+        assert!(!spec.fs.journal.coalescing);
+        assert_eq!(spec.fs.journal.versions_max, cjfs.versions_max);
+        assert_eq!(spec.fs.journal.commit_interval, cjfs.commit_interval);
+        let spec = parse(&["flush_batch_max=4,versions_max=2,recovery_threads=3"], false).unwrap();
+        assert_eq!((spec.fs.journal.flush_batch_max, spec.fs.journal.versions_max), (4, 2));
+        assert_eq!(spec.fs.journal.recovery_threads, 3);
+    }
+
+    #[test]
+    fn bad_options_are_one_line_errors_naming_them() {
+        for (opts, needle) in [
+            ("data=fast", "data=fast"),
+            ("errors=continue", "errors=continue is not supported"),
+            ("errors=panic", "errors=panic"),
+            ("preset=turbo", "preset=turbo"),
+            ("commit=soon", "commit=soon"),
+            ("threads=0", "threads=0"),
+            ("committing_max=0", "committing_max"),
+            ("coalescing=2", "coalescing=2"),
+            ("ro=1", "takes no value"),
+            ("data", "needs a value"),
+            ("bogus", "unknown mount option \"bogus\""),
+        ] {
+            let err = parse(&[opts], false).unwrap_err();
+            assert!(err.contains(needle), "{opts}: {err}");
+            assert!(!err.contains('\n'), "{opts}: {err}");
+        }
+    }
+
+    #[test]
+    fn sloppy_ignores_unknown_options_but_not_bad_values() {
+        let spec = parse(&["bogus,rw"], true).unwrap();
+        assert_eq!(spec.ignored, vec!["bogus".to_string()]);
+        assert!(parse(&["data=fast"], true).is_err());
+    }
+}
