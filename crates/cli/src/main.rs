@@ -40,7 +40,8 @@ Options (-o, comma-separated, later ones win):
   ro, rw                          read-only / read-write (default)
   data=ordered|journal|writeback  how file data is written (default ordered)
   commit=SECONDS                  journal commit interval (default 5)
-  errors=remount-ro               on a file-system error, stop writing (the only policy)
+  errors=remount-ro|continue      on a file-system error: stop writing (default), or
+                                  report it, mark the image for e2fsck and go on
   allow_other                     let every user in (permissions are still checked)
   preset=classic|dual|cjfs        journal preset (default classic)
   committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N

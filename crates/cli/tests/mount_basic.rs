@@ -372,7 +372,7 @@ fn mount_options_take_effect_and_bad_ones_are_usage_errors() {
     assert_eq!(image_hash(&image), before, "a read-only mount wrote to the image");
 
     for opts in
-        ["bogus", "errors=continue", "data=fast", "preset=turbo", "commit=x", "threads=0", "ro=1"]
+        ["bogus", "errors=panic", "data=fast", "preset=turbo", "commit=x", "threads=0", "ro=1"]
     {
         let o = run(quill().args(["mount", "-f", "-o", opts]).arg(&image).arg(&mnt));
         let err = String::from_utf8_lossy(&o.stderr);

@@ -1,9 +1,10 @@
 //! The data path: read, write, truncate, fallocate.
 //!
-//! Writes go through in bounded steps, each its own handle: a step maps at most
-//! [`STEP_BLOCKS_MAX`] blocks, writes their data, and updates the inode (size, mtime, i_blocks)
-//! before its handle stops, so every committed transaction describes a file whose mapped
-//! blocks already hold their data.
+//! `write` puts data in the file data cache (`page_cache.rs`); writeback (`writeback.rs`)
+//! writes it in bounded steps, each its own handle: a step maps at most [`STEP_BLOCKS_MAX`]
+//! blocks, writes their data, and updates the inode (size, i_blocks) before its handle stops,
+//! so every committed transaction describes a file whose mapped blocks already hold their
+//! data. `read` sees cached pages over what the disk holds.
 //!
 //! Ordering (data=ordered, the default): data of newly allocated blocks is written to the
 //! device before the step's handle stops, so it is on the device before the commit's flush
@@ -22,6 +23,7 @@ use crate::adapters::{extent_ctx, ReadIo};
 use crate::error::{FsError, Result};
 use crate::extent_tree::{self, ExtentCtx, Lookup};
 use crate::filesystem::{now, DataMode, Filesystem};
+use crate::groups::Reservation;
 use crate::inodes::InodeData;
 use crate::meta_io::MetaIo;
 use crate::ops::{add_blocks, txn_write_inode};
@@ -55,7 +57,7 @@ impl Filesystem {
         if data.inode.is_dir() {
             return Err(FsError::IsDir);
         }
-        let size = data.inode.size;
+        let size = data.size();
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
@@ -68,6 +70,14 @@ impl Filesystem {
             let pos = offset + done as u64;
             let lblk = (pos / bs) as u32;
             let in_block = (pos % bs) as usize;
+            if let Some(page) = data.cache.pages.get(&lblk) {
+                let n = (bs as usize - in_block).min(len - done);
+                buf[done..done + n].copy_from_slice(&page.data[in_block..in_block + n]);
+                done += n;
+                continue;
+            }
+            // Read from disk up to the next cached page.
+            let cached_next = data.cache.pages.range(lblk..).next().map(|(&next, _)| next);
             let lookup = extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?;
             let (run_blocks, pblk) = match lookup {
                 Lookup::Mapped { pblk, len: run, unwritten: false } => (u64::from(run), Some(pblk)),
@@ -76,6 +86,8 @@ impl Filesystem {
                     (u64::from(len_to_next.unwrap_or(u32::MAX)).max(1), None)
                 }
             };
+            let run_blocks =
+                cached_next.map_or(run_blocks, |next| run_blocks.min(u64::from(next - lblk)));
             let run_bytes = (run_blocks * bs - in_block as u64).min((len - done) as u64) as usize;
             let out = &mut buf[done..done + run_bytes];
             match pblk {
@@ -87,13 +99,28 @@ impl Filesystem {
         Ok(len)
     }
 
-    /// Reads data starting `in_block` bytes into block `pblk`, across contiguous blocks.
-    fn read_data(&self, pblk: u64, in_block: usize, out: &mut [u8]) -> Result<()> {
-        let bs = self.block_size() as usize;
-        let blocks = (in_block + out.len()).div_ceil(bs) as u64;
-        if pblk.checked_add(blocks).is_none_or(|end| end > self.params.blocks_count) {
+    /// File data must lie inside the file system and outside its own metadata (superblock and
+    /// descriptor copies, bitmaps, inode tables), as `ext4_map_blocks`' check_block_validity
+    /// says: a damaged extent pointing there is corruption, and writing through it would
+    /// spread the damage.
+    fn check_data_blocks(&self, pblk: u64, blocks: u64) -> Result<()> {
+        if pblk == 0 || pblk.checked_add(blocks).is_none_or(|end| end > self.params.blocks_count) {
             return Err(FsError::corrupted(pblk, "file data mapped outside the file system"));
         }
+        if let Some(meta) = self.groups.system_zone_overlap(pblk, blocks) {
+            return Err(FsError::corrupted(
+                pblk,
+                format!("file data mapped onto metadata block {meta}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads data starting `in_block` bytes into block `pblk`, across contiguous blocks.
+    pub(crate) fn read_data(&self, pblk: u64, in_block: usize, out: &mut [u8]) -> Result<()> {
+        let bs = self.block_size() as usize;
+        let blocks = (in_block + out.len()).div_ceil(bs) as u64;
+        self.check_data_blocks(pblk, blocks)?;
         if self.options.data == DataMode::Journal {
             let mut done = 0;
             let mut block = pblk;
@@ -120,8 +147,10 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Writes `bytes` at `offset`; returns how many were written (all, or fewer when the file
-    /// system filled up after some were written; ENOSPC if none could be).
+    /// Writes `bytes` at `offset` into the file data cache; returns how many were taken (all,
+    /// or fewer when the file system filled up after some were; ENOSPC if none could be).
+    /// The data reaches the disk at writeback: fsync, sync, unmount, memory pressure, or the
+    /// flusher.
     pub fn write(&self, ino: u32, offset: u64, bytes: &[u8]) -> Result<usize> {
         self.check_writable()?;
         let bs = u64::from(self.block_size());
@@ -138,38 +167,61 @@ impl Filesystem {
         if bytes.is_empty() {
             return Ok(0);
         }
-        let mut done = 0usize;
-        while done < bytes.len() {
-            match self.write_step(ino, data, offset + done as u64, &bytes[done..]) {
-                Ok(n) => done += n,
-                Err(FsError::NoSpace) if done > 0 => break,
-                Err(err) => return Err(err),
+        // Corruption met while preparing cached pages (a damaged extent tree) is handled as
+        // it would be had the write gone to disk at once: errors= decides (ext4_error).
+        let done = self.cache_write(&slot, data, offset, bytes).map_err(|err| {
+            if err.is_corruption() {
+                self.fail(err)
+            } else {
+                err
             }
+        })?;
+        if self.dirty.bytes() > self.options.dirty_bytes_max {
+            // Over the limit: this file's data goes first, then (without its lock) the
+            // oldest other dirty files'.
+            self.writeback_locked(ino, data)?;
+            drop(guard);
+            self.balance_dirty()?;
         }
         Ok(done)
     }
 
-    /// One step of a write: at most STEP_BLOCKS_MAX blocks in one handle.
-    fn write_step(
+    /// One step of writing back: at most STEP_BLOCKS_MAX blocks in one handle. New blocks
+    /// come out of `held` (reserved when the data was cached); extent-tree blocks from the
+    /// metadata pool. Returns how many bytes it wrote.
+    pub(crate) fn write_step(
         &self,
         ino: u32,
         data: &mut InodeData,
         offset: u64,
         bytes: &[u8],
+        held: &mut Reservation,
     ) -> Result<usize> {
         let bs = u64::from(self.block_size());
         let first_lblk = offset / bs;
         let last_lblk = (offset + bytes.len() as u64 - 1) / bs;
-        let step_blocks = (last_lblk - first_lblk + 1).min(u64::from(STEP_BLOCKS_MAX)) as u32;
-        let step_end =
-            ((first_lblk + u64::from(step_blocks)) * bs).min(offset + bytes.len() as u64);
-        let step_len = (step_end - offset) as usize;
         let depth = u32::from(extent_tree::depth(&data.inode.block));
         let per_extent = extent_tree::worst_case_blocks_touched(depth as u16) + 6;
-        let reserve = u64::from(step_blocks) + u64::from(depth + 2) * 4;
+        let meta_credits = per_extent * 8 + 8;
+        // Under data=journal every data block is logged, one credit each: the step takes no
+        // more blocks than a transaction has credits for beside the metadata.
+        let step_max = if self.options.data == DataMode::Journal {
+            let room = self.journal.max_transaction_credits().saturating_sub(meta_credits);
+            STEP_BLOCKS_MAX.min(room).max(1)
+        } else {
+            STEP_BLOCKS_MAX
+        };
+        let step_blocks = (last_lblk - first_lblk + 1).min(u64::from(step_max)) as u32;
+        let step_end =
+            ((first_lblk + u64::from(step_blocks)) * bs).min(offset + bytes.len() as u64);
+        let data_credits = if self.options.data == DataMode::Journal { step_blocks } else { 0 };
         // Before the handle: under data=journal zeroing needs a handle of its own.
         self.zero_tail_before_growth(ino, data, offset)?;
-        let mut txn = self.begin(per_extent * 8 + 8, reserve)?;
+        let data_part = held.split(i64::from(step_blocks));
+        let data_given = data_part.blocks;
+        let mut data_allocated = 0i64;
+        let mut txn =
+            self.begin_with(meta_credits + data_credits, data_part, u64::from(depth + 2) * 4)?;
         let result = (|| {
             let mut ectx = extent_ctx(self, ino, data);
             let mut pos = offset;
@@ -198,6 +250,7 @@ impl Filesystem {
                         let want = (run_end_lblk - lblk + 1).min(len_to_next.unwrap_or(u32::MAX));
                         let goal = self.data_goal(&mut txn, &ectx, data, lblk)?;
                         let (pblk, got) = txn.alloc_data(goal, want)?;
+                        data_allocated += i64::from(got);
                         ectx.goal = pblk + u64::from(got);
                         (pblk, got, true)
                     }
@@ -223,22 +276,22 @@ impl Filesystem {
             if pos > data.inode.size {
                 data.inode.size = pos;
             }
-            let t = now();
-            data.inode.mtime = t;
-            data.inode.ctime = t;
+            // The times were set when the data was written (cached); they go out with it.
             txn_write_inode(self, &mut txn, ino, data, true)?;
             Ok((pos - offset) as usize)
         })();
-        let written = match result {
+        // Blocks the step did not use go back to the caller's reservation.
+        // What the step did not use of the data blocks it took goes back to the caller; the
+        // rest of the pool blocks it borrowed for the extent tree returns to the pool.
+        held.absorb(txn.reservation.split(data_given - data_allocated));
+        match result {
             Err(FsError::NoSpace) => {
-                // Nothing was changed: the reservation covered every allocation.
+                // Nothing was changed: allocation failed before any block was mapped.
                 txn.stop()?;
-                return Err(FsError::NoSpace);
+                Err(FsError::NoSpace)
             }
-            other => self.finish(other, txn)?,
-        };
-        let _ = step_len;
-        Ok(written)
+            other => self.finish(other, txn),
+        }
     }
 
     /// Where to allocate block `lblk` of a file: right after the block before it when that is
@@ -273,6 +326,7 @@ impl Filesystem {
     ) -> Result<()> {
         let bs = self.block_size() as usize;
         let blocks = (in_block + chunk.len()).div_ceil(bs);
+        self.check_data_blocks(pblk, blocks as u64)?;
         let mut image = vec![0u8; blocks * bs];
         let head_partial = in_block != 0;
         let tail_partial = !(in_block + chunk.len()).is_multiple_of(bs);
@@ -326,15 +380,25 @@ impl Filesystem {
         if data.inode.is_dir() {
             return Err(FsError::IsDir);
         }
+        if size >= data.size() {
+            // Growing: cached data goes out first, so the on-disk size never passes data
+            // that is still only in memory.
+            self.writeback_locked(ino, data)?;
+        } else {
+            self.shrink_cached(ino, data, size);
+            if size >= data.inode.size && !data.cache.is_empty() {
+                // Only cached data was cut; the cache keeps the new size for writeback.
+                let t = now();
+                data.inode.mtime = t;
+                data.inode.ctime = t;
+                return Ok(());
+            }
+        }
         if size >= data.inode.size {
-            self.zero_tail_before_growth(ino, data, size)?;
-            let mut txn = self.begin(4, 0)?;
-            data.inode.size = size;
             let t = now();
             data.inode.mtime = t;
             data.inode.ctime = t;
-            let result = txn_write_inode(self, &mut txn, ino, data, true);
-            return self.finish(result, txn);
+            return self.grow_disk_size(ino, data, size);
         }
         // Shrinking: zero the new last block's tail, then free blocks from the end in steps,
         // with the inode on the orphan list so a crash part way finishes the job at mount.
@@ -350,9 +414,22 @@ impl Filesystem {
         })();
         self.finish(result, txn)?;
         self.truncate_blocks(ino, data, size)?;
+        if data.inode.links_count == 0 {
+            // Unlinked and still open: it stays an orphan until its last close frees it.
+            return Ok(());
+        }
         let mut txn = self.begin(8, 0)?;
         let result = crate::orphan::remove(self, &mut txn, ino, data)
             .and_then(|()| txn_write_inode(self, &mut txn, ino, data, true));
+        self.finish(result, txn)
+    }
+
+    /// Sets the on-disk size to `size`, past the current one (the gap reads as zeros).
+    pub(crate) fn grow_disk_size(&self, ino: u32, data: &mut InodeData, size: u64) -> Result<()> {
+        self.zero_tail_before_growth(ino, data, size)?;
+        let mut txn = self.begin(4, 0)?;
+        data.inode.size = size;
+        let result = txn_write_inode(self, &mut txn, ino, data, true);
         self.finish(result, txn)
     }
 
@@ -397,15 +474,23 @@ impl Filesystem {
             // Journaled blocks (a directory's, or data=journal) are revoked one credit each:
             // free at most REVOKE_STEP_BLOCKS of them per step.
             let revoke = data.inode.is_dir() || self.options.data == DataMode::Journal;
+            let depth = extent_tree::depth(&data.inode.block);
+            let meta_credits =
+                TRUNCATE_EXTENTS_MAX as u32 * 4 + extent_tree::worst_case_blocks_touched(depth) * 4;
+            // A small journal's transactions hold fewer credits than a full revoke step.
+            let revoke_step = u64::from(
+                self.journal.max_transaction_credits().saturating_sub(meta_credits).max(1),
+            )
+            .min(REVOKE_STEP_BLOCKS);
             if revoke {
                 let last_end = tail.last().map_or(first_gone, |e| e.logical_end());
-                from = from.max(last_end.saturating_sub(REVOKE_STEP_BLOCKS)).max(first_gone);
+                from = from.max(last_end.saturating_sub(revoke_step)).max(first_gone);
             }
-            let depth = extent_tree::depth(&data.inode.block);
-            let credits = TRUNCATE_EXTENTS_MAX as u32 * 4
-                + extent_tree::worst_case_blocks_touched(depth) * 4
-                + if revoke { REVOKE_STEP_BLOCKS as u32 } else { 0 };
-            let mut txn = self.begin(credits, 4)?;
+            let credits = meta_credits + if revoke { revoke_step as u32 } else { 0 };
+            // Freeing takes no reservation: removing extents from the end never splits a
+            // node, so a full file system (even one whose free counts are wrong) can always
+            // be emptied.
+            let mut txn = self.begin_with(credits, self.groups.no_reservation(), 0)?;
             txn.revoke_freed_data = revoke;
             let result = (|| {
                 txn.take_blocks_delta();
@@ -454,6 +539,7 @@ impl Filesystem {
         if data.inode.is_dir() {
             return Err(FsError::IsDir);
         }
+        self.writeback_locked(ino, data)?;
         let mut lblk = offset / bs;
         let last = end.div_ceil(bs);
         while lblk < last {
@@ -517,6 +603,7 @@ impl Filesystem {
         if data.inode.is_dir() {
             return Err(FsError::IsDir);
         }
+        self.writeback_locked(ino, data)?;
         let end = end.min(data.inode.size.max(offset));
         // Partial blocks at either edge are zeroed in place; whole blocks are deallocated.
         let first_whole = offset.div_ceil(bs);

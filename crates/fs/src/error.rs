@@ -96,6 +96,15 @@ impl FsError {
         }
     }
 
+    /// Whether the error reports damaged metadata (EUCLEAN), as opposed to a caller's mistake
+    /// or an ordinary condition.
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            FsError::OnDisk(_) | FsError::Corrupted { .. } | FsError::BlockOutOfRange { .. }
+        )
+    }
+
     /// The errno this error stands for (positive, as libc defines them).
     pub fn errno(&self) -> i32 {
         match self {

@@ -25,6 +25,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use blockdev::BlockDevice;
 use journal::{Handle, Journal, JournalConfig};
@@ -36,6 +37,7 @@ use crate::groups::{Groups, Reservation};
 use crate::image::Ext4Image;
 use crate::inodes::{self, InodeCache, InodeData, InodeGuard, InodeSlot};
 use crate::meta_io::MetaIo;
+use crate::page_cache::DirtyInodes;
 
 /// How file data is written, as ext4's `data=` mount option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,14 +51,37 @@ pub enum DataMode {
     Writeback,
 }
 
+/// What an error found while changing metadata does, as ext4's `errors=` mount option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorPolicy {
+    /// Abort the journal (the half-done change never commits) and refuse writes from then on.
+    #[default]
+    RemountReadOnly,
+    /// Report the error to the caller and go on; the file system is marked as having errors
+    /// (`s_state`), so the next e2fsck checks it in full. A change cut short by the error may
+    /// commit half done, as with ext4's `errors=continue`.
+    Continue,
+}
+
 /// How to open a file system.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
+    /// Open without writing anything (unless the journal needs replaying, which a read-only
+    /// open does first, as the kernel does).
     pub read_only: bool,
     pub data: DataMode,
     pub journal: JournalConfig,
+    pub errors: ErrorPolicy,
     /// Most inodes kept in the in-memory cache.
     pub inode_cache_max: usize,
+    /// Bytes of cached metadata blocks kept (the journal's buffer cache); blocks the journal
+    /// still needs are kept regardless.
+    pub metadata_cache_bytes: u64,
+    /// Bytes of written file data held in memory before writes start writing back.
+    pub dirty_bytes_max: u64,
+    /// Written data older than this is written back by the flusher
+    /// ([`Filesystem::start_flusher`]).
+    pub dirty_expire: Duration,
 }
 
 impl Default for MountOptions {
@@ -65,7 +90,11 @@ impl Default for MountOptions {
             read_only: false,
             data: DataMode::Ordered,
             journal: JournalConfig::classic(),
+            errors: ErrorPolicy::RemountReadOnly,
             inode_cache_max: 65536,
+            metadata_cache_bytes: 64 << 20,
+            dirty_bytes_max: 64 << 20,
+            dirty_expire: Duration::from_secs(5),
         }
     }
 }
@@ -123,8 +152,12 @@ pub struct Filesystem {
     pub(crate) options: MountOptions,
     pub(crate) rename_lock: Mutex<()>,
     /// The orphan list in order, head first (see `orphan.rs`).
-    pub(crate) orphans: Mutex<Vec<u32>>,
+    pub(crate) orphans: Mutex<crate::orphan::Orphans>,
+    /// Inodes with written data not yet written back (`page_cache.rs`).
+    pub(crate) dirty: DirtyInodes,
     read_only: AtomicBool,
+    /// An error was met under `errors=continue` (written to `s_state` at unmount).
+    errors_seen: AtomicBool,
     next_generation: AtomicU32,
 }
 
@@ -148,11 +181,23 @@ impl Filesystem {
         let location = image.journal_location()?;
         let needs_recovery = sb.needs_recovery();
         drop(image);
-        let journal = if needs_recovery || !options.read_only {
+        let journal = if !options.read_only {
             Journal::recover_and_open(dev.clone(), location, options.journal.clone())?.0
         } else {
-            Journal::open(dev.clone(), location, options.journal.clone())?
+            if needs_recovery {
+                // As the kernel's read-only mount: replay (which writes the device), mark the
+                // file system recovered, then attach without writing anything more.
+                journal::recover(&*dev, &location, options.journal.recovery_threads)?;
+                let image = Ext4Image::open(dev.clone())?;
+                let mut sb = image.superblock().clone();
+                sb.set_needs_recovery(false);
+                dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
+                dev.flush()?;
+            }
+            Journal::open_read_only(dev.clone(), location, options.journal.clone())?
         };
+        let block_size = u64::from(sb.block_size());
+        journal.set_cache_limit((options.metadata_cache_bytes / block_size).max(64) as usize);
         // Recovery may have replayed the superblock and descriptors: read them again.
         let image = Ext4Image::open(dev.clone())?;
         let mut sb = image.superblock().clone();
@@ -163,6 +208,10 @@ impl Filesystem {
             // file system is not known clean (VALID_FS off) until unmount.
             sb.set_needs_recovery(true);
             sb.state &= !ext4::STATE_VALID_FS;
+            if sb.feature_compat & feature::COMPAT_ORPHAN_FILE != 0 {
+                // As ext4_setup_super: the orphan file may hold entries until unmount.
+                sb.feature_ro_compat |= feature::RO_COMPAT_ORPHAN_PRESENT;
+            }
             sb.mnt_count = sb.mnt_count.wrapping_add(1);
             sb.mtime = now().sec as u32;
             dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
@@ -178,7 +227,9 @@ impl Filesystem {
             read_only: AtomicBool::new(options.read_only),
             options,
             rename_lock: Mutex::new(()),
-            orphans: Mutex::new(Vec::new()),
+            orphans: Mutex::new(crate::orphan::Orphans::default()),
+            dirty: DirtyInodes::default(),
+            errors_seen: AtomicBool::new(false),
             next_generation: AtomicU32::new(now().nsec),
         };
         if !fs.options.read_only {
@@ -209,6 +260,11 @@ impl Filesystem {
     /// ext4_handle_error with errors=remount-ro: abort the journal (so a half-done operation
     /// never commits) and refuse writes from now on. Returns `err` for the caller to report.
     pub(crate) fn fail(&self, err: FsError) -> FsError {
+        if self.options.errors == ErrorPolicy::Continue && !matches!(err, FsError::Journal(_)) {
+            // The journal itself failing (an I/O error) cannot be continued past.
+            self.errors_seen.store(true, Ordering::Release);
+            return err;
+        }
         if !self.read_only.swap(true, Ordering::AcqRel) {
             let _ = self.journal.abort(format!("file system error: {err}"), err.errno());
         }
@@ -218,7 +274,22 @@ impl Filesystem {
     /// Clean unmount: commits and checkpoints everything, writes the superblock with the free
     /// counts and the clean state, and flushes.
     pub fn unmount(self) -> Result<()> {
+        // Cached data first: writing it back needs the journal.
+        let writeback = if self.is_read_only() { Ok(()) } else { self.writeback_all() };
+        if let Err(err) = writeback {
+            // The data cannot be kept: leave the journal as a crash would, so nothing
+            // half-written commits, and report it.
+            let _ = self.journal.abort(format!("unmount: writeback failed: {err}"), err.errno());
+            self.read_only.store(true, Ordering::Release);
+            let _ = self.journal.shutdown();
+            return Err(err);
+        }
         let read_only = self.options.read_only || self.is_read_only();
+        let errors_seen = self.errors_seen.load(Ordering::Acquire);
+        // Inodes still open and unlinked at unmount stay in the orphan file for the next
+        // mount to free; orphan_present must then stay set.
+        let orphan_file_used =
+            self.orphans.lock().file.as_ref().is_some_and(|f| !f.recorded().is_empty());
         let Filesystem { dev, sb, groups, journal, .. } = self;
         journal.shutdown()?;
         if read_only {
@@ -236,7 +307,13 @@ impl Filesystem {
         home.free_blocks_count = sb.free_blocks_count;
         home.free_inodes_count = sb.free_inodes_count;
         home.set_needs_recovery(false);
+        if !orphan_file_used {
+            home.feature_ro_compat &= !feature::RO_COMPAT_ORPHAN_PRESENT;
+        }
         home.state |= ext4::STATE_VALID_FS;
+        if errors_seen {
+            home.state |= ext4::STATE_ERROR_FS;
+        }
         home.wtime = now().sec as u32;
         dev.write_at(ext4::SUPERBLOCK_OFFSET, &home.encode())?;
         dev.flush()?;
@@ -246,6 +323,10 @@ impl Filesystem {
     /// Leaves the device as a crash would (tests): nothing more is committed or written.
     pub fn crash(self) {
         self.journal.abandon();
+    }
+
+    pub fn options(&self) -> &MountOptions {
+        &self.options
     }
 
     /// Locks inode `slot`, loading its record on first use.
@@ -275,8 +356,8 @@ impl Filesystem {
             return Err(FsError::corrupted(block, format!("inode {ino}: checksum mismatch")));
         }
         let inode = inodes::parse_record(block, &raw)?;
-        let orphan = self.orphans.lock().contains(&ino);
-        Ok(InodeData { inode, raw, last_tid: None, last_data_tid: None, orphan })
+        let orphan = self.orphans.lock().contains(ino);
+        Ok(InodeData::new(inode, raw, orphan))
     }
 
     /// Writes `data`'s inode into the inode table under `handle`, with its checksum.
@@ -292,7 +373,7 @@ impl Filesystem {
         // An orphan's i_dtime is the orphan list's next pointer, which another inode's removal
         // may have changed: take it from the list, under the list's lock (orphan.rs).
         let orphans = data.orphan.then(|| self.orphans.lock());
-        if let Some(next) = orphans.as_ref().and_then(|list| crate::orphan::next_of(list, ino)) {
+        if let Some(next) = orphans.as_ref().and_then(|o| crate::orphan::next_of(&o.list, ino)) {
             data.inode.dtime = next;
         }
         data.inode.encode_into(&mut data.raw);
@@ -316,6 +397,21 @@ impl Filesystem {
     pub(crate) fn begin(&self, credits: u32, blocks: u64) -> Result<Txn<'_>> {
         self.check_writable()?;
         let reservation = self.groups.reserve(&self.journal, blocks)?;
+        self.begin_with(credits, reservation, 0)
+    }
+
+    /// Starts an operation with blocks reserved already (writeback of cached data), plus
+    /// `pool_blocks` for extent-tree blocks, which may come from the metadata pool.
+    pub(crate) fn begin_with(
+        &self,
+        credits: u32,
+        mut reservation: crate::groups::Reservation,
+        pool_blocks: u64,
+    ) -> Result<Txn<'_>> {
+        self.check_writable()?;
+        if pool_blocks > 0 {
+            reservation.absorb(self.groups.reserve_from_pool(&self.journal, pool_blocks)?);
+        }
         let credits = credits.min(self.journal.max_transaction_credits());
         let handle = self.journal.start(credits)?;
         Ok(Txn {
@@ -347,7 +443,7 @@ impl Filesystem {
     }
 
     fn process_orphans(&self) -> Result<()> {
-        crate::orphan::process_orphan_list(self)
+        crate::orphan::process_orphans(self)
     }
 }
 
@@ -370,7 +466,13 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
             feature::incompat_names(incompat)
         )));
     }
-    let ro_compat = sb.feature_ro_compat & !RO_COMPAT_WRITABLE;
+    // orphan_present only says the orphan file may hold entries, which open processes.
+    let orphan_present = if sb.feature_compat & feature::COMPAT_ORPHAN_FILE != 0 {
+        feature::RO_COMPAT_ORPHAN_PRESENT
+    } else {
+        0
+    };
+    let ro_compat = sb.feature_ro_compat & !(RO_COMPAT_WRITABLE | orphan_present);
     if ro_compat != 0 {
         return Err(FsError::Unsupported(format!(
             "cannot write a file system with {} (open it read-only)",

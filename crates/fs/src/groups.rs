@@ -142,6 +142,20 @@ pub(crate) struct Reservation {
     pub blocks: i64,
 }
 
+impl Reservation {
+    /// Moves up to `blocks` of this reservation into a new one.
+    pub fn split(&mut self, blocks: i64) -> Reservation {
+        let moved = blocks.clamp(0, self.blocks.max(0));
+        self.blocks -= moved;
+        Reservation { counters: self.counters.clone(), blocks: moved }
+    }
+
+    /// Takes over `other`'s blocks.
+    pub fn absorb(&mut self, mut other: Reservation) {
+        self.blocks += std::mem::take(&mut other.blocks);
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.counters.reserved_blocks.fetch_sub(self.blocks, Ordering::AcqRel);
@@ -175,6 +189,11 @@ pub(crate) struct Groups {
     /// allocation may hand these out and no free may release them, whatever a bitmap or an
     /// extent says.
     system_zone: Vec<(u64, u64)>,
+    /// Blocks ordinary reservations leave free (ext4's `s_resv_clusters`: 2% of the file
+    /// system or 4096 blocks, whichever is smaller), so that writing back delayed-allocation
+    /// data, whose blocks were reserved when it was written, can still find blocks for the
+    /// extent-tree nodes it needs.
+    pub metadata_pool: i64,
 }
 
 impl Groups {
@@ -220,6 +239,7 @@ impl Groups {
             sb: sb.clone(),
             base_meta_blocks,
             counters,
+            metadata_pool: (sb.blocks_count / 50).min(4096) as i64,
         })
     }
 
@@ -227,6 +247,22 @@ impl Groups {
     /// freed by not-yet-durable transactions stand in the way, waits for them to become durable
     /// (the caller holds no handle) and tries again, as ext4_should_retry_alloc does.
     pub fn reserve(&self, journal: &Journal, blocks: u64) -> Result<Reservation> {
+        self.reserve_above(journal, blocks, self.metadata_pool)
+    }
+
+    /// Like [`Groups::reserve`], but may dip into the metadata pool: for the extent-tree
+    /// blocks of a writeback, whose data blocks were reserved already.
+    pub fn reserve_from_pool(&self, journal: &Journal, blocks: u64) -> Result<Reservation> {
+        self.reserve_above(journal, blocks, 0)
+    }
+
+    /// An empty reservation (to gather blocks into with [`Reservation::absorb`]).
+    pub fn no_reservation(&self) -> Reservation {
+        Reservation { counters: self.counters.clone(), blocks: 0 }
+    }
+
+    /// Reserves `blocks` if that leaves at least `floor` blocks available.
+    fn reserve_above(&self, journal: &Journal, blocks: u64, floor: i64) -> Result<Reservation> {
         let want = blocks as i64;
         for attempt in 0..3 {
             let c = &self.counters;
@@ -234,7 +270,8 @@ impl Groups {
             loop {
                 let available = c.free_blocks.load(Ordering::Acquire)
                     - c.pending_blocks.load(Ordering::Acquire)
-                    - reserved;
+                    - reserved
+                    - floor;
                 if available < want {
                     break;
                 }
@@ -711,11 +748,14 @@ impl Groups {
         (zone_start < end).then(|| zone_start.max(start))
     }
 
-    /// Free blocks not held back for pending frees or reservations (what statfs reports).
+    /// Free blocks not set aside: neither freed by a transaction that is not durable yet, nor
+    /// reserved (delayed-allocation data waiting for writeback, operations in progress).
     pub fn available_blocks(&self) -> u64 {
         let c = &self.counters;
-        (c.free_blocks.load(Ordering::Acquire) - c.pending_blocks.load(Ordering::Acquire)).max(0)
-            as u64
+        (c.free_blocks.load(Ordering::Acquire)
+            - c.pending_blocks.load(Ordering::Acquire)
+            - c.reserved_blocks.load(Ordering::Acquire))
+        .max(0) as u64
     }
 }
 

@@ -21,9 +21,10 @@ use ondisk::Tid;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::Result;
+use crate::page_cache::FileCache;
 
 /// One inode's in-memory state (valid while its slot is locked).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct InodeData {
     pub inode: Inode,
     /// The whole on-disk record (`s_inode_size` bytes).
@@ -35,6 +36,27 @@ pub(crate) struct InodeData {
     pub last_data_tid: Option<Tid>,
     /// The inode is on the orphan list (its i_dtime is the list's next pointer).
     pub orphan: bool,
+    /// Written data not yet written back (`page_cache.rs`); `inode.size` is the on-disk size.
+    pub cache: FileCache,
+}
+
+impl InodeData {
+    pub fn new(inode: Inode, raw: Vec<u8>, orphan: bool) -> InodeData {
+        InodeData {
+            inode,
+            raw,
+            last_tid: None,
+            last_data_tid: None,
+            orphan,
+            cache: FileCache::default(),
+        }
+    }
+
+    /// The file's size as callers see it: the on-disk size, or further when cached writes
+    /// extend the file.
+    pub fn size(&self) -> u64 {
+        self.cache.size.unwrap_or(self.inode.size).max(self.inode.size)
+    }
 }
 
 /// A cached inode and its lock.

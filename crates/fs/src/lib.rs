@@ -34,17 +34,22 @@ pub mod xattr;
 
 mod adapters;
 mod data;
+mod file;
 mod filesystem;
 mod groups;
 mod inodes;
 mod ops;
 mod orphan;
+mod page_cache;
 mod rename;
+mod writeback;
 
 pub use data::FallocateMode;
 pub use error::FsError;
-pub use filesystem::{DataMode, Filesystem, MountOptions};
+pub use file::File;
+pub use filesystem::{DataMode, ErrorPolicy, Filesystem, MountOptions};
 pub use image::Ext4Image;
 pub use inodes::InodeSlot;
 pub use ops::{Attr, DirEntry, RenameFlags, SetAttr, StatFs, ROOT_INO};
+pub use writeback::Flusher;
 pub use xattr::SetMode;

@@ -92,7 +92,10 @@ pub struct StatFs {
 }
 
 impl Filesystem {
-    pub(crate) fn attr_of(&self, ino: u32, inode: &Inode) -> Attr {
+    /// The attributes of a locked inode: the size and block count include cached writes.
+    pub(crate) fn attr_of(&self, ino: u32, data: &InodeData) -> Attr {
+        let inode = &data.inode;
+        let delayed_512 = data.cache.hole_pages() * u64::from(self.block_size() / 512);
         let rdev = if matches!(inode.file_type(), ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
             decode_rdev(&inode.block)
         } else {
@@ -104,8 +107,8 @@ impl Filesystem {
             nlink: u32::from(inode.links_count),
             uid: inode.uid,
             gid: inode.gid,
-            size: inode.size,
-            blocks: inode.blocks_512(self.block_size()),
+            size: data.size(),
+            blocks: inode.blocks_512(self.block_size()) + delayed_512,
             atime: inode.atime,
             mtime: inode.mtime,
             ctime: inode.ctime,
@@ -130,7 +133,7 @@ impl Filesystem {
     pub fn getattr(&self, ino: u32) -> Result<Attr> {
         let slot = self.inodes.slot(ino);
         let guard = self.lock_live(&slot)?;
-        Ok(self.attr_of(ino, &guard.as_ref().expect("loaded").inode))
+        Ok(self.attr_of(ino, guard.as_ref().expect("loaded")))
     }
 
     /// Looks `name` up in directory `parent`; returns the child's attributes.
@@ -139,7 +142,7 @@ impl Filesystem {
         self.getattr(ino)
     }
 
-    fn lookup_ino(&self, parent: u32, name: &[u8]) -> Result<u32> {
+    pub(crate) fn lookup_ino(&self, parent: u32, name: &[u8]) -> Result<u32> {
         let slot = self.inodes.slot(parent);
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
@@ -214,7 +217,7 @@ impl Filesystem {
         if !data.inode.is_symlink() {
             return Err(FsError::Invalid(format!("inode {ino} is not a symbolic link")));
         }
-        let len = data.inode.size as usize;
+        let len = data.size() as usize;
         if data.inode.flags & ext4::EXTENTS_FL == 0 && len < ext4::INODE_BLOCK_SIZE {
             // A fast symlink: the target lives in i_block.
             if len > ext4::INODE_BLOCK_SIZE {
@@ -239,7 +242,9 @@ impl Filesystem {
             block_size: self.block_size(),
             blocks: self.params.blocks_count,
             blocks_free: free,
-            blocks_available: free.saturating_sub(self.params.r_blocks_count),
+            blocks_available: free
+                .saturating_sub(self.params.r_blocks_count)
+                .saturating_sub(self.groups.metadata_pool as u64),
             inodes: u64::from(self.params.inodes_count),
             inodes_free: counters.free_inodes.load(std::sync::atomic::Ordering::Acquire).max(0)
                 as u64,
@@ -249,6 +254,7 @@ impl Filesystem {
 
     /// Makes everything done so far durable (syncfs).
     pub fn sync(&self) -> Result<()> {
+        self.writeback_all()?;
         self.journal.commit_all()?;
         self.dev.flush()?;
         Ok(())
@@ -261,8 +267,9 @@ impl Filesystem {
     pub fn fsync(&self, ino: u32, datasync: bool) -> Result<()> {
         let slot = self.inodes.slot(ino);
         let tid = {
-            let guard = self.lock_live(&slot)?;
-            let data = guard.as_ref().expect("loaded");
+            let mut guard = self.lock_live(&slot)?;
+            let data = guard.as_mut().expect("loaded");
+            self.writeback_locked(ino, data)?;
             if datasync {
                 data.last_data_tid
             } else {
@@ -293,7 +300,7 @@ impl Filesystem {
             && set.atime.is_none()
             && set.mtime.is_none()
         {
-            return Ok(self.attr_of(ino, &data.inode));
+            return Ok(self.attr_of(ino, data));
         }
         let mut txn = self.begin(4, 0)?;
         let inode = &mut data.inode;
@@ -314,7 +321,7 @@ impl Filesystem {
         }
         inode.ctime = now();
         self.finish(txn_write_inode(self, &mut txn, ino, data, false), txn)?;
-        Ok(self.attr_of(ino, &data.inode))
+        Ok(self.attr_of(ino, data))
     }
 
     /// Creates a regular file.
@@ -350,8 +357,17 @@ impl Filesystem {
             return Err(FsError::Invalid(format!("file type {kind:#o}")));
         }
         self.create_node(parent, name, kind | (mode & 0o7777), uid, gid, |_, inode| {
-            if matches!(kind, ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
+            // Device, fifo and socket inodes map nothing: ext4 gives them no extent header
+            // (e2fsck calls one that has it an illegal inode); devices keep their number in
+            // i_block.
+            if matches!(
+                kind,
+                ext4::MODE_CHRDEV | ext4::MODE_BLKDEV | ext4::MODE_FIFO | ext4::MODE_SOCKET
+            ) {
                 inode.flags &= !ext4::EXTENTS_FL;
+                inode.block = [0; ext4::INODE_BLOCK_SIZE];
+            }
+            if matches!(kind, ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
                 encode_rdev(&mut inode.block, rdev);
             }
             Ok(())
@@ -384,8 +400,11 @@ impl Filesystem {
                 Ok(())
             })?;
         if target.len() > FAST_SYMLINK_MAX {
-            // A slow symlink: the target is the file's one data block.
+            // A slow symlink: the target is the file's one data block, written back at once
+            // (a symlink is complete when symlink returns; it has no fsync of its own).
             self.write(attr.ino, 0, target)?;
+            let slot = self.inodes.slot(attr.ino);
+            self.writeback_inode(&slot)?;
         }
         self.getattr(attr.ino)
     }
@@ -431,8 +450,7 @@ impl Filesystem {
             inode.generation = fs.new_generation();
             extent_tree::init_root(&mut inode.block);
             init(ino, &mut inode)?;
-            let mut data =
-                InodeData { inode, raw, last_tid: None, last_data_tid: None, orphan: false };
+            let mut data = InodeData::new(inode, raw, false);
             if is_dir {
                 fs.with_dir(&mut txn, ino, &mut data, |access, ctx| {
                     dir::init_dir(access, ctx, ino, parent)
@@ -451,7 +469,7 @@ impl Filesystem {
             txn_write_inode(fs, &mut txn, parent, pdata, true)?;
             // The new inode's slot starts out loaded (nobody else knows its number yet).
             let slot = fs.inodes.slot(ino);
-            let attr = fs.attr_of(ino, &data.inode);
+            let attr = fs.attr_of(ino, &data);
             *slot.state.lock() = Some(data);
             Ok(attr)
         })();
@@ -550,7 +568,7 @@ impl Filesystem {
             data.inode.links_count += 1;
             data.inode.ctime = t;
             txn_write_inode(self, &mut txn, ino, data, false)?;
-            Ok(self.attr_of(ino, &data.inode))
+            Ok(self.attr_of(ino, data))
         })();
         self.finish(result, txn)
     }
@@ -587,7 +605,8 @@ impl Filesystem {
         if is_dir && !self.dir_is_empty(ino, data)? {
             return Err(FsError::NotEmpty);
         }
-        let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
+        // Removing an entry allocates nothing: no reservation, so a full disk can be emptied.
+        let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
         let result = (|| {
             self.dir_remove(&mut txn, parent, pdata, name)?;
             let t = now();
@@ -636,6 +655,7 @@ impl Filesystem {
     /// the orphan list. Runs in as many transactions as the file's size needs.
     pub(crate) fn release_inode(&self, slot: &InodeSlot, data: &mut InodeData) -> Result<()> {
         let ino = slot.ino;
+        self.drop_cached(ino, data);
         self.truncate_blocks(ino, data, 0)?;
         let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
         let result = (|| {

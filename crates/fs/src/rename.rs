@@ -61,6 +61,16 @@ impl Filesystem {
         if flags.exchange && flags.noreplace {
             return Err(FsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE".into()));
         }
+        if !flags.exchange {
+            // ext4's auto_da_alloc: replacing a file by rename writes the new file's cached
+            // data back first, in a transaction no later than the rename's, so after a crash
+            // the name holds the old file or all of the new one, never an empty file.
+            if let (Ok(src), Ok(_)) =
+                (self.lookup_ino(parent, name), self.lookup_ino(new_parent, new_name))
+            {
+                self.writeback_inode(&self.inodes.slot(src))?;
+            }
+        }
         let cross = parent != new_parent;
         let _rename_guard = cross.then(|| self.rename_lock.lock());
         let new_parent_chain = if cross { self.ancestors(new_parent)? } else { Vec::new() };

@@ -1878,31 +1878,11 @@ fn line_allowed(line: &str, case: &Case, extra_inos: &BTreeSet<u32>) -> bool {
 // ---------------------------------------------------------------------------------------------
 // The test
 
-/// Cases that fail for want of a fix in a file outside this test's reach (another change is
-/// under way there), with the fix. Their failures are reported as XFAIL instead of failing the
-/// test; once fixed they report XPASS and the entry should go.
-fn known_issue(name: &str) -> Option<&'static str> {
-    const DATA_ZONE: &str = "data.rs read_data/write_data/zero_in_place must refuse file blocks \
-        in the system zone (Groups::system_zone_overlap), as ext4_map_blocks' \
-        check_block_validity does: a write to such a file overwrites the superblock, the \
-        descriptors or the inode table";
-    const TRUNCATE_RESERVE: &str = "data.rs truncate_blocks reserves 4 blocks (begin(credits, 4)) \
-        to free blocks: with no free blocks (or wrong free counts) a shrinking truncate fails \
-        with ENOSPC after it put the inode on the orphan list and cut i_size, and the clean \
-        unmount leaves both";
-    let case = name.split_once('/').map_or(name, |(_, c)| c);
-    // (The tree of /deep and directories are covered: their blocks are parsed or checked.)
-    for file in ["small", "frag_a", "xattr_in", "xattr_blk"] {
-        for target in ["superblock", "gdt", "inode-table"] {
-            if case == format!("inode-{file}-extent-root-ptr-{target}") {
-                return Some(DATA_ZONE);
-            }
-        }
-    }
-    match case {
-        "gdt-free-counts-zero" => Some(TRUNCATE_RESERVE),
-        _ => None,
-    }
+/// Cases that fail for want of a fix elsewhere, with the fix; their failures are reported as
+/// XFAIL instead of failing the test, and once fixed they report XPASS and the entry should
+/// go. None are open now.
+fn known_issue(_name: &str) -> Option<&'static str> {
+    None
 }
 
 #[derive(Debug, Default)]

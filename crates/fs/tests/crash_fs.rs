@@ -659,8 +659,8 @@ fn an_unlinked_open_file_never_leaks_and_its_name_goes_with_the_unlink() {
         fs.write(v, 12_288, &pattern(3, 40_000)).unwrap();
         fs.fsync(v, false).unwrap();
         ack(2);
-        // (Truncating the orphan here would leak it: see
-        // bug_truncating_an_unlinked_open_file_keeps_it_on_the_orphan_list.)
+        // (Truncating the orphan is covered by
+        // truncating_an_unlinked_open_file_keeps_it_on_the_orphan_list.)
         fs.write(v, 0, &pattern(4, 8192)).unwrap();
         fs.sync().unwrap();
         ack(3);
@@ -864,8 +864,8 @@ fn truncate_in_steps_leaves_the_old_or_the_new_size_and_never_stale_data() {
 
 #[test]
 fn truncate_in_steps_under_data_journal() {
-    // An 8 MiB journal: a 4 MiB one cannot hold a data=journal truncate step (see
-    // bug_truncate_under_data_journal_fits_a_small_journal).
+    // An 8 MiB journal (a 4 MiB one is covered by
+    // truncate_under_data_journal_fits_a_small_journal).
     truncate_scenario(
         DataMode::Journal,
         "truncate_steps_data_journal",
@@ -1050,7 +1050,7 @@ fn fdatasync_and_fsync_make_overwrites_and_appends_durable_under_data_journal() 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reproducers of bugs these tests found (ignored so the suite stays green; see the reasons)
+// Regressions: bugs these tests found, fixed since
 
 /// A fresh 16 MiB image with 4 KiB blocks (a 1024-block journal) on a memory device.
 fn fresh_image(scratch: &Scratch, mount: MountOptions) -> Option<(Arc<MemDevice>, Filesystem)> {
@@ -1065,10 +1065,7 @@ fn fresh_image(scratch: &Scratch, mount: MountOptions) -> Option<(Arc<MemDevice>
 }
 
 #[test]
-#[ignore = "bug: truncate of an unlinked open file takes it off the orphan list (data.rs \
-            truncate calls orphan::remove even when links_count == 0), so a crash before the \
-            last close leaks the inode"]
-fn bug_truncating_an_unlinked_open_file_keeps_it_on_the_orphan_list() {
+fn truncating_an_unlinked_open_file_keeps_it_on_the_orphan_list() {
     let scratch = Scratch::new("bug-orphan-truncate");
     let Some((dev, fs)) = fresh_image(&scratch, MountOptions::default()) else { return };
     let base = inodes_used(&fs);
@@ -1094,10 +1091,7 @@ fn bug_truncating_an_unlinked_open_file_keeps_it_on_the_orphan_list() {
 }
 
 #[test]
-#[ignore = "bug: under data=journal a write of more than ~64 blocks in one call fails with \
-            CreditsExhausted (write_step journals every data block but starts its handle with \
-            metadata credits only) and turns the file system read-only"]
-fn bug_a_large_write_under_data_journal_fits_its_handle() {
+fn a_large_write_under_data_journal_fits_its_handle() {
     let scratch = Scratch::new("bug-journal-write");
     let Some((_dev, fs)) = fresh_image(&scratch, mount_options(DataMode::Journal)) else {
         return;
@@ -1111,11 +1105,7 @@ fn bug_a_large_write_under_data_journal_fits_its_handle() {
 }
 
 #[test]
-#[ignore = "bug: under data=journal truncate asks for REVOKE_STEP_BLOCKS (256) revoke credits \
-            plus metadata per step, more than a 1024-block journal's transaction allows (252): \
-            freeing 256 or more blocks fails with CreditsExhausted and turns the file system \
-            read-only"]
-fn bug_truncate_under_data_journal_fits_a_small_journal() {
+fn truncate_under_data_journal_fits_a_small_journal() {
     let scratch = Scratch::new("bug-journal-truncate");
     let Some((_dev, fs)) = fresh_image(&scratch, mount_options(DataMode::Journal)) else {
         return;

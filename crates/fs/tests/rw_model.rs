@@ -35,7 +35,8 @@ fn open(image: &Path) -> Filesystem {
 }
 
 fn open_with(image: &Path, data: DataMode) -> Filesystem {
-    let options = MountOptions { data, ..MountOptions::default() };
+    // A small dirty-data bound: operations meet files partly cached and partly written back.
+    let options = MountOptions { data, dirty_bytes_max: 256 << 10, ..MountOptions::default() };
     Filesystem::open(open_device(image), options).expect("open file system")
 }
 
@@ -535,16 +536,18 @@ fn filling_the_disk_from_several_threads_gives_enospc_and_deleting_frees_the_spa
     mkfs(&image, "16M", &["-b", "4096"]);
     let fs = Arc::new(open(&image));
     let chunk = vec![0xA5u8; 256 * 1024];
+    // The files exist first: a cached writer can fill the disk before another thread's
+    // create, which would then (rightly) get ENOSPC itself.
+    let files: Vec<u32> = (0..4)
+        .map(|t| fs.create(ROOT_INO, format!("fill{t}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+        .collect();
     let written: u64 = std::thread::scope(|s| {
         let workers: Vec<_> = (0..4)
             .map(|t| {
                 let fs = fs.clone();
                 let chunk = &chunk;
+                let ino = files[t];
                 s.spawn(move || {
-                    let ino = fs
-                        .create(ROOT_INO, format!("fill{t}").as_bytes(), 0o644, 0, 0)
-                        .unwrap()
-                        .ino;
                     let mut offset = 0u64;
                     loop {
                         match fs.write(ino, offset, chunk) {
@@ -561,7 +564,13 @@ fn filling_the_disk_from_several_threads_gives_enospc_and_deleting_frees_the_spa
         workers.into_iter().map(|w| w.join().expect("worker")).sum()
     });
     assert!(written > 8 << 20, "only {written} bytes fit on a 16 MiB file system");
-    assert!(fs.statfs().blocks_free < 64, "disk not full: {:?}", fs.statfs());
+    // Full: nothing available to users; what is free is at most the 2% metadata pool kept
+    // for writeback (as ext4's s_resv_clusters) plus a little.
+    let statfs = fs.statfs();
+    assert!(statfs.blocks_available == 0, "disk not full: {statfs:?}");
+    assert!(statfs.blocks_free < statfs.blocks / 50 + 64, "disk not full: {statfs:?}");
+    // Everything accepted was reserved: writing it all back on a full disk succeeds.
+    fs.sync().expect("writeback of a full file system");
     for t in 0..4 {
         fs.unlink(ROOT_INO, format!("fill{t}").as_bytes()).unwrap();
     }

@@ -150,6 +150,9 @@ pub fn unmount_fs(fs: Arc<fs::Filesystem>) -> Result<(), FsError> {
     }
 }
 
+/// How often the flusher looks for expired dirty data.
+const FLUSHER_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// FUSE inode number of ext4 inode `ino`.
 pub fn to_fuse(ino: u32) -> INodeNo {
     match ino {
@@ -175,6 +178,9 @@ fn errno(err: FsError) -> Errno {
 /// The FUSE file system: the adapter between fuser's requests and [`fs::Filesystem`].
 pub struct QuillFuse {
     fs: Arc<fs::Filesystem>,
+    /// Writes back cached file data older than `MountOptions::dirty_expire` while mounted;
+    /// stopped at `destroy`, before the final sync.
+    flusher: Option<fs::Flusher>,
     /// Open files: FUSE file handle → the inode slot [`Filesystem::open_inode`] returned.
     handles: Mutex<HashMap<u64, Arc<InodeSlot>>>,
     next_fh: AtomicU64,
@@ -188,7 +194,10 @@ impl std::fmt::Debug for QuillFuse {
 
 impl QuillFuse {
     pub fn new(fs: Arc<fs::Filesystem>) -> QuillFuse {
-        QuillFuse { fs, handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1) }
+        // Without a flusher (the thread could not start), data is still written back by
+        // fsync, sync, memory pressure and unmount.
+        let flusher = fs.start_flusher(FLUSHER_INTERVAL).ok();
+        QuillFuse { fs, flusher, handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1) }
     }
 
     fn open_handle(&self, ino: u32) -> Result<FileHandle, FsError> {
@@ -331,6 +340,9 @@ impl fuser::Filesystem for QuillFuse {
     /// open at unmount is freed now instead of staying an orphan) and make everything durable.
     /// The owner then unmounts the file system ([`unmount_fs`]).
     fn destroy(&mut self) {
+        if let Some(flusher) = self.flusher.take() {
+            flusher.stop();
+        }
         let open: Vec<Arc<InodeSlot>> = self.handles.lock().drain().map(|(_, s)| s).collect();
         for slot in open {
             if let Err(err) = self.fs.close_inode(&slot) {

@@ -8,7 +8,7 @@
 //! | `ro`, `rw` | read-only / read-write (default) |
 //! | `data=ordered\|journal\|writeback` | [`fs::DataMode`] |
 //! | `commit=SECONDS` | journal commit interval (0 = the default, 5 s, as ext4) |
-//! | `errors=remount-ro` | what a file-system error does ([`ErrorsPolicy`]) |
+//! | `errors=remount-ro\|continue` | what a file-system error does ([`fs::ErrorPolicy`]) |
 //! | `allow_other` | let every user use the mount (permissions are still checked) |
 //! | `preset=classic\|dual\|cjfs` | journal preset ([`journal::JournalConfig::preset`]) |
 //! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N` | one journal technique setting |
@@ -22,16 +22,10 @@ use fuser::MountOption;
 
 use crate::MountConfig;
 
-/// What a file-system error (corruption found, an I/O error) does to the mount.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorsPolicy {
-    /// Abort the journal and refuse writes from then on (ext4's `errors=remount-ro`); the
-    /// file system layer's only behaviour today.
-    RemountRo,
-}
-
-/// `errors=` values quill implements. Another policy is one line here once `fs` supports it.
-const ERRORS_POLICIES: &[(&str, ErrorsPolicy)] = &[("remount-ro", ErrorsPolicy::RemountRo)];
+/// `errors=` values quill implements (ext4 also has `panic`, which a userspace file system
+/// has no business imitating).
+const ERRORS_POLICIES: &[(&str, fs::ErrorPolicy)] =
+    &[("remount-ro", fs::ErrorPolicy::RemountReadOnly), ("continue", fs::ErrorPolicy::Continue)];
 
 /// Everything `-o OPTIONS` says.
 #[derive(Debug, Clone)]
@@ -41,7 +35,6 @@ pub struct MountSpec {
     /// The FUSE side (threads, allow_other, read-only, VFS flags); `fsname` is left for the
     /// caller to fill in with the image path.
     pub fuse: MountConfig,
-    pub errors: ErrorsPolicy,
     /// Options accepted without effect (sloppy mode's unknown ones among them), for `-v`.
     pub ignored: Vec<String>,
 }
@@ -51,7 +44,6 @@ impl Default for MountSpec {
         MountSpec {
             fs: fs::MountOptions::default(),
             fuse: MountConfig::default(),
-            errors: ErrorsPolicy::RemountRo,
             ignored: Vec::new(),
         }
     }
@@ -103,7 +95,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
             }
             "errors" => {
                 let v = need(key, value)?;
-                spec.errors = ERRORS_POLICIES
+                spec.fs.errors = ERRORS_POLICIES
                     .iter()
                     .find(|(name, _)| *name == v)
                     .map(|(_, policy)| *policy)
@@ -245,7 +237,9 @@ mod tests {
         assert!(!spec.fs.read_only && !spec.fuse.read_only);
         assert_eq!(spec.fs.data, fs::DataMode::Ordered);
         assert_eq!(spec.fs.journal, journal::JournalConfig::classic());
-        assert_eq!(spec.errors, ErrorsPolicy::RemountRo);
+        assert_eq!(spec.fs.errors, fs::ErrorPolicy::RemountReadOnly);
+        let spec = parse(&["errors=continue"], false).unwrap();
+        assert_eq!(spec.fs.errors, fs::ErrorPolicy::Continue);
         assert!(!spec.fuse.allow_other);
     }
 
@@ -288,7 +282,6 @@ mod tests {
     fn bad_options_are_one_line_errors_naming_them() {
         for (opts, needle) in [
             ("data=fast", "data=fast"),
-            ("errors=continue", "errors=continue is not supported"),
             ("errors=panic", "errors=panic"),
             ("preset=turbo", "preset=turbo"),
             ("commit=soon", "commit=soon"),

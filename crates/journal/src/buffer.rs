@@ -25,6 +25,7 @@
 use ondisk::Tid;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub(crate) type BlockData = Arc<Vec<u8>>;
@@ -159,13 +160,39 @@ impl std::fmt::Debug for Buffer {
 /// [`BufferCache::evict_clean`].
 pub(crate) struct BufferCache {
     shards: Vec<Mutex<HashMap<u64, Arc<Buffer>>>>,
+    /// Buffers cached (kept in step with the shards, read without their locks).
+    len: AtomicUsize,
+    /// Size at which [`BufferCache::get_or_insert_with`] sweeps clean buffers out; 0 means
+    /// unbounded. After a sweep that leaves most buffers busy, the next sweep waits until the
+    /// cache grows by a quarter of the limit again, so a cache full of busy buffers is not
+    /// swept on every insert.
+    limit: AtomicUsize,
+    next_sweep: AtomicUsize,
 }
 
 const CACHE_SHARDS: usize = 64;
 
 impl BufferCache {
     pub fn new() -> Self {
-        BufferCache { shards: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        BufferCache {
+            shards: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            len: AtomicUsize::new(0),
+            limit: AtomicUsize::new(0),
+            next_sweep: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// Bounds the cache to about `buffers` buffers (0: unbounded). Busy buffers (dirty, in a
+    /// transaction, awaiting checkpoint, or referenced by a caller) are never dropped, so the
+    /// cache can exceed the bound while that many are busy.
+    pub fn set_limit(&self, buffers: usize) {
+        self.limit.store(buffers, Ordering::Release);
+        self.next_sweep.store(if buffers == 0 { usize::MAX } else { buffers }, Ordering::Release);
+    }
+
+    /// Buffers cached now.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
     }
 
     fn shard(&self, block: u64) -> &Mutex<HashMap<u64, Arc<Buffer>>> {
@@ -187,8 +214,36 @@ impl BufferCache {
             return Ok(b);
         }
         let data = fill()?;
-        let mut shard = self.shard(block).lock();
-        Ok(shard.entry(block).or_insert_with(|| Arc::new(Buffer::new(block, data))).clone())
+        let buffer = {
+            let mut shard = self.shard(block).lock();
+            shard
+                .entry(block)
+                .or_insert_with(|| {
+                    self.len.fetch_add(1, Ordering::AcqRel);
+                    Arc::new(Buffer::new(block, data))
+                })
+                .clone()
+        };
+        if self.len() > self.next_sweep.load(Ordering::Acquire) {
+            self.sweep();
+        }
+        Ok(buffer)
+    }
+
+    /// Drops clean buffers when the cache is over its limit (see `limit`).
+    fn sweep(&self) {
+        let limit = self.limit.load(Ordering::Acquire);
+        if limit == 0 {
+            return;
+        }
+        // One sweeper at a time: others go on (the cache is briefly over the bound).
+        let threshold = self.next_sweep.swap(usize::MAX, Ordering::AcqRel);
+        if threshold == usize::MAX {
+            return;
+        }
+        self.evict_clean();
+        let next = limit.max(self.len() + limit / 4);
+        self.next_sweep.store(next, Ordering::Release);
     }
 
     /// Drops buffers nobody else references and the journal no longer needs. Returns how many.
@@ -212,6 +267,7 @@ impl BufferCache {
                 busy
             });
         }
+        self.len.fetch_sub(evicted, Ordering::AcqRel);
         evicted
     }
 }

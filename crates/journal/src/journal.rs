@@ -118,6 +118,8 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// Most credits one transaction may hold (JBD2: a quarter of the journal).
     pub max_txn_credits: u32,
+    /// Opened with [`Journal::open_read_only`]: no handles, no threads, nothing written.
+    pub read_only: bool,
 }
 
 impl Shared {
@@ -203,6 +205,27 @@ impl Journal {
         location: JournalLocation,
         config: JournalConfig,
     ) -> Result<Journal> {
+        Journal::attach(dev, location, config, false)
+    }
+
+    /// Attaches to a clean journal without writing anything: metadata reads go through the
+    /// buffer cache as usual, but no handle can start, no thread runs, and neither this call
+    /// nor [`Journal::shutdown`] writes the device (a read-only mount). A journal that needs
+    /// recovery is refused, as in [`Journal::open`].
+    pub fn open_read_only(
+        dev: Arc<dyn BlockDevice>,
+        location: JournalLocation,
+        config: JournalConfig,
+    ) -> Result<Journal> {
+        Journal::attach(dev, location, config, true)
+    }
+
+    fn attach(
+        dev: Arc<dyn BlockDevice>,
+        location: JournalLocation,
+        config: JournalConfig,
+        read_only: bool,
+    ) -> Result<Journal> {
         config.validate().map_err(JournalError::Invalid)?;
         let mut sb = read_superblock(&*dev, &location)?;
         if sb.start != 0 {
@@ -221,7 +244,9 @@ impl Journal {
         sb.feature_incompat |= feature::INCOMPAT_REVOKE;
         sb.sequence = next_tid;
         sb.start = sb.first;
-        write_superblock(&*dev, &location, &sb)?;
+        if !read_only {
+            write_superblock(&*dev, &location, &sb)?;
+        }
 
         let format = sb.format();
         let max_txn_credits = {
@@ -237,7 +262,7 @@ impl Journal {
             last_durable: next_tid.prev(),
             commit_request: None,
             abort: None,
-            closing: false,
+            closing: read_only,
             stop_threads: false,
         };
         let shared = Arc::new(Shared {
@@ -254,9 +279,13 @@ impl Journal {
             cache: BufferCache::new(),
             counters: Counters::default(),
             max_txn_credits,
+            read_only,
         });
         // A failed spawn drops `journal`, which stops the threads already running.
         let mut journal = Journal { shared, threads: Vec::new() };
+        if read_only {
+            return Ok(journal);
+        }
         journal.spawn_stage("commit", commit::commit_stage)?;
         if journal.shared.config.committing_max > 1 {
             journal.spawn_stage("flush", flush::flush_stage)?;
@@ -377,10 +406,25 @@ impl Journal {
         self.shared.cache.evict_clean()
     }
 
+    /// Bounds the metadata buffer cache to about `buffers` blocks (0: unbounded): when it
+    /// grows past that, buffers the journal no longer needs are dropped. Buffers in use
+    /// (in a transaction, awaiting checkpoint, held by a caller) always stay.
+    pub fn set_cache_limit(&self, buffers: usize) {
+        self.shared.cache.set_limit(buffers);
+    }
+
+    /// Metadata buffers cached now.
+    pub fn cached_buffers(&self) -> usize {
+        self.shared.cache.len()
+    }
+
     /// Clean unmount: commits what is running, waits for it to be durable, checkpoints
     /// everything and marks the journal empty (`s_start = 0`).
     pub fn shutdown(mut self) -> Result<()> {
         let shared = self.shared.clone();
+        if shared.read_only {
+            return Ok(());
+        }
         {
             let mut st = shared.state.lock();
             st.closing = true;

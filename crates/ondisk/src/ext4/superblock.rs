@@ -28,6 +28,8 @@ pub const EXT4_MAGIC: u16 = 0xEF53;
 pub const CHECKSUM_TYPE_CRC32C: u8 = 1;
 /// `s_state` bit: cleanly unmounted.
 pub const STATE_VALID_FS: u16 = 0x1;
+/// s_state: errors were detected (ext4's EXT4_ERROR_FS).
+pub const STATE_ERROR_FS: u16 = 0x2;
 /// `s_creator_os` value for Linux; the inode checksum exists only in Linux's inode layout.
 pub const CREATOR_OS_LINUX: u32 = 0;
 /// Largest `s_log_block_size`: 1024 << 6 = 64 KiB (EXT4_MAX_BLOCK_LOG_SIZE 16).

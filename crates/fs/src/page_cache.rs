@@ -1,0 +1,136 @@
+//! The file data cache: written data waits in memory until it is written back.
+//!
+//! A `write` copies its bytes into whole-block pages kept with the inode ([`FileCache`], under
+//! the inode lock) and returns; blocks are not allocated yet (ext4's delayed allocation).
+//! Writeback (`writeback.rs`) later allocates blocks for runs of pages, writes the data, and
+//! only then maps it and grows the on-disk size in one handle, so data=ordered holds by
+//! construction: no transaction ever maps a block whose data is not on the device.
+//!
+//! Space is reserved when the data is cached, one block per page over a hole, so writeback
+//! never meets ENOSPC for data that `write` accepted; the extent-tree blocks writeback may
+//! need come from the file system's metadata pool (`Groups::reserve_from_pool`).
+//!
+//! Two sizes: `Inode::size` is what the disk says (ext4's `i_disksize`); the cache's
+//! [`FileCache::size`] adds cached writes past it (ext4's `i_size`). Callers see the latter.
+//!
+//! Bounds: the bytes held in dirty pages across the file system are counted in
+//! [`DirtyInodes`]; a write that takes the total over `MountOptions::dirty_bytes_max` writes
+//! back before it returns (as the kernel's `balance_dirty_pages`), and a flusher writes back
+//! inodes whose oldest dirty data is older than `MountOptions::dirty_expire`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::groups::Reservation;
+use crate::inodes::InodeSlot;
+
+/// One cached block of file data.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub data: Box<[u8]>,
+    /// The block is a hole on disk: writeback must allocate it (one reserved block).
+    pub hole: bool,
+}
+
+/// An inode's dirty data (empty for clean inodes).
+#[derive(Debug, Default)]
+pub(crate) struct FileCache {
+    /// Dirty pages by logical block; bytes past [`FileCache::size`] are zero.
+    pub pages: BTreeMap<u32, Page>,
+    /// The file size including cached writes; `None` when no cached write extends the file.
+    pub size: Option<u64>,
+    /// Blocks reserved for the pages over holes.
+    pub reservation: Option<Reservation>,
+    /// When the oldest dirty page was cached.
+    pub dirty_since: Option<Instant>,
+}
+
+impl FileCache {
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// Pages over holes: blocks the file will own after writeback (counted in `st_blocks`,
+    /// as ext4 counts delayed-allocation blocks).
+    pub fn hole_pages(&self) -> u64 {
+        self.pages.values().filter(|p| p.hole).count() as u64
+    }
+
+    /// Adds `reservation` to the blocks held for hole pages.
+    pub fn hold(&mut self, reservation: Reservation) {
+        match &mut self.reservation {
+            Some(held) => held.absorb(reservation),
+            None => self.reservation = Some(reservation),
+        }
+    }
+
+    /// Drops the pages at or past block `first`; returns how many. Their reserved blocks are
+    /// released.
+    pub fn drop_from(&mut self, first: u32) -> usize {
+        let gone = self.pages.split_off(&first);
+        let holes = gone.values().filter(|p| p.hole).count() as i64;
+        if let Some(held) = &mut self.reservation {
+            drop(held.split(holes));
+        }
+        gone.len()
+    }
+
+    /// Drops everything (the inode is being freed, or the file system crashed); returns how
+    /// many pages were dropped.
+    pub fn clear(&mut self) -> usize {
+        let pages = self.pages.len();
+        *self = FileCache::default();
+        pages
+    }
+}
+
+/// The inodes with dirty pages, and the bytes those pages hold. The map holds each dirty
+/// inode's slot, which keeps the inode cache from evicting it (and its pages) until it is
+/// written back. Its lock is a leaf: nothing is locked while it is held.
+#[derive(Default)]
+pub(crate) struct DirtyInodes {
+    inodes: Mutex<HashMap<u32, (Arc<InodeSlot>, Instant)>>,
+    bytes: AtomicU64,
+}
+
+impl DirtyInodes {
+    /// Bytes held in dirty pages across the file system.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    pub fn add_bytes(&self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    pub fn sub_bytes(&self, bytes: u64) {
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Records that `slot`'s inode has dirty pages since `since` (no-op if already recorded).
+    pub fn mark(&self, slot: &Arc<InodeSlot>, since: Instant) {
+        self.inodes.lock().entry(slot.ino).or_insert_with(|| (slot.clone(), since));
+    }
+
+    /// Records that inode `ino` has no dirty pages any more.
+    pub fn clear(&self, ino: u32) {
+        self.inodes.lock().remove(&ino);
+    }
+
+    /// The dirty inodes, oldest first; with `older_than`, only those dirty since before it.
+    pub fn oldest_first(&self, older_than: Option<Instant>) -> Vec<Arc<InodeSlot>> {
+        let mut list: Vec<_> = self
+            .inodes
+            .lock()
+            .values()
+            .filter(|(_, since)| older_than.is_none_or(|limit| *since < limit))
+            .map(|(slot, since)| (*since, slot.clone()))
+            .collect();
+        list.sort_by_key(|(since, slot)| (*since, slot.ino));
+        list.into_iter().map(|(_, slot)| slot).collect()
+    }
+}
