@@ -28,7 +28,7 @@ const ERRORS_POLICIES: &[(&str, fs::ErrorPolicy)] =
     &[("remount-ro", fs::ErrorPolicy::RemountReadOnly), ("continue", fs::ErrorPolicy::Continue)];
 
 /// Everything `-o OPTIONS` says.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct MountSpec {
     /// The file system's options (read-only, data mode, journal settings).
     pub fs: fs::MountOptions,
@@ -37,16 +37,6 @@ pub struct MountSpec {
     pub fuse: MountConfig,
     /// Options accepted without effect (sloppy mode's unknown ones among them), for `-v`.
     pub ignored: Vec<String>,
-}
-
-impl Default for MountSpec {
-    fn default() -> Self {
-        MountSpec {
-            fs: fs::MountOptions::default(),
-            fuse: MountConfig::default(),
-            ignored: Vec::new(),
-        }
-    }
 }
 
 /// Parses `-o` option lists (each may itself be comma-separated; later ones win). With
