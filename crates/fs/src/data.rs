@@ -178,10 +178,13 @@ impl Filesystem {
         })?;
         if self.dirty.bytes() > self.options.dirty_bytes_max {
             // Over the limit: this file's data goes first, then (without its lock) the
-            // oldest other dirty files'.
-            self.writeback_locked(ino, data)?;
+            // oldest other dirty files'. The bytes are accepted whatever happens here, as the
+            // kernel's buffered write: a failed writeback leaves the pages cached for fsync,
+            // sync or unmount to retry and report (and a fatal one has turned the file
+            // system read-only already).
+            let _ = self.writeback_locked(ino, data);
             drop(guard);
-            self.balance_dirty()?;
+            self.balance_dirty();
         }
         Ok(done)
     }
@@ -217,11 +220,18 @@ impl Filesystem {
         let data_credits = if self.options.data == DataMode::Journal { step_blocks } else { 0 };
         // Before the handle: under data=journal zeroing needs a handle of its own.
         self.zero_tail_before_growth(ino, data, offset)?;
+        // Extent-tree blocks come from the metadata pool, as many as it can spare (an
+        // overwrite or an append to the last extent needs none); the data blocks were
+        // reserved when the data was cached and move into the handle only once it started.
+        let mut txn = self.begin_with(
+            meta_credits + data_credits,
+            self.groups.reserve_up_to(u64::from(depth + 2) * 4),
+        )?;
         let data_part = held.split(i64::from(step_blocks));
         let data_given = data_part.blocks;
+        txn.reservation.absorb(data_part);
         let mut data_allocated = 0i64;
-        let mut txn =
-            self.begin_with(meta_credits + data_credits, data_part, u64::from(depth + 2) * 4)?;
+        let mut mapped = false;
         let result = (|| {
             let mut ectx = extent_ctx(self, ino, data);
             let mut pos = offset;
@@ -236,6 +246,7 @@ impl Filesystem {
                     Lookup::Mapped { pblk, len, unwritten } => {
                         let run = len.min(run_end_lblk - lblk + 1);
                         if unwritten {
+                            mapped = true;
                             extent_tree::mark_written(
                                 &mut txn,
                                 &ectx,
@@ -251,6 +262,7 @@ impl Filesystem {
                         let goal = self.data_goal(&mut txn, &ectx, data, lblk)?;
                         let (pblk, got) = txn.alloc_data(goal, want)?;
                         data_allocated += i64::from(got);
+                        mapped = true;
                         ectx.goal = pblk + u64::from(got);
                         (pblk, got, true)
                     }
@@ -285,11 +297,12 @@ impl Filesystem {
         // rest of the pool blocks it borrowed for the extent tree returns to the pool.
         held.absorb(txn.reservation.split(data_given - data_allocated));
         match result {
-            Err(FsError::NoSpace) => {
+            Err(FsError::NoSpace) if !mapped => {
                 // Nothing was changed: allocation failed before any block was mapped.
                 txn.stop()?;
                 Err(FsError::NoSpace)
             }
+            // Blocks mapped and the inode not written: cannot be committed half done.
             other => self.finish(other, txn),
         }
     }
@@ -379,6 +392,9 @@ impl Filesystem {
         let data = guard.as_mut().expect("loaded");
         if data.inode.is_dir() {
             return Err(FsError::IsDir);
+        }
+        if size == 0 {
+            data.flush_on_close = true;
         }
         if size >= data.size() {
             // Growing: cached data goes out first, so the on-disk size never passes data
@@ -490,7 +506,7 @@ impl Filesystem {
             // Freeing takes no reservation: removing extents from the end never splits a
             // node, so a full file system (even one whose free counts are wrong) can always
             // be emptied.
-            let mut txn = self.begin_with(credits, self.groups.no_reservation(), 0)?;
+            let mut txn = self.begin_with(credits, self.groups.no_reservation())?;
             txn.revoke_freed_data = revoke;
             let result = (|| {
                 txn.take_blocks_delta();

@@ -276,13 +276,17 @@ impl Filesystem {
     pub fn unmount(self) -> Result<()> {
         // Cached data first: writing it back needs the journal.
         let writeback = if self.is_read_only() { Ok(()) } else { self.writeback_all() };
-        if let Err(err) = writeback {
-            // The data cannot be kept: leave the journal as a crash would, so nothing
-            // half-written commits, and report it.
-            let _ = self.journal.abort(format!("unmount: writeback failed: {err}"), err.errno());
-            self.read_only.store(true, Ordering::Release);
-            let _ = self.journal.shutdown();
-            return Err(err);
+        if writeback.is_err() {
+            if self.is_read_only() {
+                // The failure aborted the journal (errors=remount-ro): what is committed is
+                // what a crash would leave; recovery takes it from there.
+                let _ = self.journal.shutdown();
+                return writeback;
+            }
+            // Not fatal (a failed step changes nothing, or errors=continue): the data that
+            // could not be written is lost, everything else is committed as usual, and the
+            // image is marked for e2fsck.
+            self.errors_seen.store(true, Ordering::Release);
         }
         let read_only = self.options.read_only || self.is_read_only();
         let errors_seen = self.errors_seen.load(Ordering::Acquire);
@@ -293,7 +297,7 @@ impl Filesystem {
         let Filesystem { dev, sb, groups, journal, .. } = self;
         journal.shutdown()?;
         if read_only {
-            return Ok(());
+            return writeback;
         }
         let mut sb = sb.into_inner();
         let counters = &groups.counters;
@@ -317,7 +321,8 @@ impl Filesystem {
         home.wtime = now().sec as u32;
         dev.write_at(ext4::SUPERBLOCK_OFFSET, &home.encode())?;
         dev.flush()?;
-        Ok(())
+        // A writeback failure is still reported, after everything else was kept.
+        writeback
     }
 
     /// Leaves the device as a crash would (tests): nothing more is committed or written.
@@ -397,21 +402,17 @@ impl Filesystem {
     pub(crate) fn begin(&self, credits: u32, blocks: u64) -> Result<Txn<'_>> {
         self.check_writable()?;
         let reservation = self.groups.reserve(&self.journal, blocks)?;
-        self.begin_with(credits, reservation, 0)
+        self.begin_with(credits, reservation)
     }
 
-    /// Starts an operation with blocks reserved already (writeback of cached data), plus
-    /// `pool_blocks` for extent-tree blocks, which may come from the metadata pool.
+    /// Starts an operation with blocks reserved already (writeback of cached data, whose
+    /// blocks were reserved when it was written; freeing, which needs none).
     pub(crate) fn begin_with(
         &self,
         credits: u32,
-        mut reservation: crate::groups::Reservation,
-        pool_blocks: u64,
+        reservation: crate::groups::Reservation,
     ) -> Result<Txn<'_>> {
         self.check_writable()?;
-        if pool_blocks > 0 {
-            reservation.absorb(self.groups.reserve_from_pool(&self.journal, pool_blocks)?);
-        }
         let credits = credits.min(self.journal.max_transaction_credits());
         let handle = self.journal.start(credits)?;
         Ok(Txn {

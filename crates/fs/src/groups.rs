@@ -250,10 +250,28 @@ impl Groups {
         self.reserve_above(journal, blocks, self.metadata_pool)
     }
 
-    /// Like [`Groups::reserve`], but may dip into the metadata pool: for the extent-tree
-    /// blocks of a writeback, whose data blocks were reserved already.
-    pub fn reserve_from_pool(&self, journal: &Journal, blocks: u64) -> Result<Reservation> {
-        self.reserve_above(journal, blocks, 0)
+    /// Reserves as many of `blocks` as are available, down to none (never waits or fails):
+    /// the extent-tree blocks a writeback step may need, from the metadata pool. A step that
+    /// needs a tree block and got none allocates unreserved; the pool exists so that this is
+    /// rare.
+    pub fn reserve_up_to(&self, blocks: u64) -> Reservation {
+        let c = &self.counters;
+        let mut reserved = c.reserved_blocks.load(Ordering::Acquire);
+        loop {
+            let available = c.free_blocks.load(Ordering::Acquire)
+                - c.pending_blocks.load(Ordering::Acquire)
+                - reserved;
+            let take = (blocks as i64).min(available.max(0));
+            match c.reserved_blocks.compare_exchange(
+                reserved,
+                reserved + take,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Reservation { counters: c.clone(), blocks: take },
+                Err(now) => reserved = now,
+            }
+        }
     }
 
     /// An empty reservation (to gather blocks into with [`Reservation::absorb`]).
@@ -264,6 +282,10 @@ impl Groups {
     /// Reserves `blocks` if that leaves at least `floor` blocks available.
     fn reserve_above(&self, journal: &Journal, blocks: u64, floor: i64) -> Result<Reservation> {
         let want = blocks as i64;
+        if want == 0 {
+            // Nothing to set aside: even a file system whose pool is drawn on can do it.
+            return Ok(self.no_reservation());
+        }
         for attempt in 0..3 {
             let c = &self.counters;
             let mut reserved = c.reserved_blocks.load(Ordering::Acquire);

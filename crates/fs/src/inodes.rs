@@ -38,6 +38,10 @@ pub(crate) struct InodeData {
     pub orphan: bool,
     /// Written data not yet written back (`page_cache.rs`); `inode.size` is the on-disk size.
     pub cache: FileCache,
+    /// Truncated to zero: write back at the last close (ext4's auto_da_alloc
+    /// `DA_ALLOC_CLOSE`), so truncate-and-rewrite without fsync does not come back empty
+    /// after a crash.
+    pub flush_on_close: bool,
 }
 
 impl InodeData {
@@ -49,6 +53,7 @@ impl InodeData {
             last_data_tid: None,
             orphan,
             cache: FileCache::default(),
+            flush_on_close: false,
         }
     }
 

@@ -700,6 +700,9 @@ impl Filesystem {
         let data = guard.as_mut().expect("loaded");
         if data.inode.links_count == 0 && data.inode.mode != 0 && !self.is_read_only() {
             self.release_inode(slot, data)?;
+        } else if std::mem::take(&mut data.flush_on_close) && !self.is_read_only() {
+            // ext4's auto_da_alloc on close after a truncate to zero.
+            self.writeback_locked(slot.ino, data)?;
         }
         Ok(())
     }

@@ -8,7 +8,8 @@
 //!
 //! Space is reserved when the data is cached, one block per page over a hole, so writeback
 //! never meets ENOSPC for data that `write` accepted; the extent-tree blocks writeback may
-//! need come from the file system's metadata pool (`Groups::reserve_from_pool`).
+//! need come from the file system's metadata pool (`Groups::reserve_up_to`), which ordinary
+//! reservations leave free.
 //!
 //! Two sizes: `Inode::size` is what the disk says (ext4's `i_disksize`); the cache's
 //! [`FileCache::size`] adds cached writes past it (ext4's `i_size`). Callers see the latter.

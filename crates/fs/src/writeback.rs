@@ -64,6 +64,9 @@ impl Filesystem {
             } else {
                 None
             };
+            // Every page of the chunk is built (old contents read) before any is inserted, so
+            // an error leaves the cache, its reservation and the dirty accounting as they were.
+            let mut pages = Vec::with_capacity(new_pages.len());
             for (lblk, source) in new_pages {
                 let mut page = vec![0u8; bs as usize].into_boxed_slice();
                 let block_start = u64::from(lblk) * bs;
@@ -73,7 +76,15 @@ impl Filesystem {
                         self.read_data(pblk, 0, &mut page)?;
                     }
                 }
-                data.cache.pages.insert(lblk, Page { data: page, hole: source.is_none() });
+                pages.push((lblk, Page { data: page, hole: source.is_none() }));
+            }
+            if !pages.is_empty() && data.cache.dirty_since.is_none() {
+                let since = Instant::now();
+                data.cache.dirty_since = Some(since);
+                self.dirty.mark(slot, since);
+            }
+            for (lblk, page) in pages {
+                data.cache.pages.insert(lblk, page);
                 self.dirty.add_bytes(bs);
             }
             if let Some(reservation) = reservation {
@@ -96,6 +107,7 @@ impl Filesystem {
         }
         if pos > offset {
             if data.cache.dirty_since.is_none() {
+                // Only existing pages were written to: they are dirty again.
                 let since = Instant::now();
                 data.cache.dirty_since = Some(since);
                 self.dirty.mark(slot, since);
@@ -147,7 +159,7 @@ impl Filesystem {
 
     /// Writes back all of `ino`'s dirty pages (its lock is held: `data` is its state).
     pub(crate) fn writeback_locked(&self, ino: u32, data: &mut InodeData) -> Result<()> {
-        if data.cache.is_empty() {
+        if data.cache.is_empty() && data.cache.size.is_none_or(|size| size <= data.inode.size) {
             return Ok(());
         }
         let bs = u64::from(self.block_size());
@@ -174,15 +186,34 @@ impl Filesystem {
                 bytes.truncate((end - start) as usize);
                 let mut part = held.split(holes);
                 let mut done = 0usize;
+                let mut removed = first;
+                let mut step_result = Ok(());
                 while done < bytes.len() {
-                    done +=
-                        self.write_step(ino, data, start + done as u64, &bytes[done..], &mut part)?;
+                    match self.write_step(ino, data, start + done as u64, &bytes[done..], &mut part)
+                    {
+                        Ok(n) => done += n,
+                        Err(err) => {
+                            step_result = Err(err);
+                            break;
+                        }
+                    }
+                    // Pages written so far leave the cache (with the blocks they reserved:
+                    // the step used them), so a failure later in the run keeps only the rest.
+                    let written_to = if done == bytes.len() {
+                        first + count
+                    } else {
+                        first + (done as u64 / bs) as u32
+                    };
+                    for lblk in removed..written_to {
+                        data.cache.pages.remove(&lblk);
+                    }
+                    self.dirty.sub_bytes(u64::from(written_to - removed) * bs);
+                    removed = written_to;
                 }
+                // What the run did not use goes back to the file, on failure too: its pages
+                // over holes are still cached and still need their blocks.
                 held.absorb(part);
-                for lblk in first..first + count {
-                    data.cache.pages.remove(&lblk);
-                }
-                self.dirty.sub_bytes(u64::from(count) * bs);
+                step_result?;
             }
             // A truncate may have set a size past the last page (zeros to the end).
             if data.inode.size < target_size {
@@ -190,10 +221,11 @@ impl Filesystem {
             }
             Ok(())
         })();
-        if data.cache.is_empty() {
+        if data.cache.is_empty() && result.is_ok() {
             data.cache.clear();
             self.dirty.clear(ino);
         } else {
+            // Failed: the pages (or a size past them) stay for the next writeback to retry.
             data.cache.hold(held);
         }
         result
@@ -234,18 +266,19 @@ impl Filesystem {
 
     /// After a write, while the dirty total is over the limit, writes back the oldest dirty
     /// inodes (the caller holds no inode lock).
-    pub(crate) fn balance_dirty(&self) -> Result<()> {
+    pub(crate) fn balance_dirty(&self) {
         let max = self.options.dirty_bytes_max;
         if self.dirty.bytes() <= max {
-            return Ok(());
+            return;
         }
         for slot in self.dirty.oldest_first(None) {
             if self.dirty.bytes() <= max / 2 {
                 break;
             }
-            self.writeback_inode(&slot)?;
+            // An inode that fails to write back is skipped (it stays dirty for fsync, sync
+            // and unmount to report), so one bad file cannot stall every writer.
+            let _ = self.writeback_inode(&slot);
         }
-        Ok(())
     }
 
     /// Forgets `ino`'s dirty pages (the inode is being freed); their reserved blocks return.

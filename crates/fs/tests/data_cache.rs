@@ -223,6 +223,30 @@ fn replacing_a_file_by_rename_writes_its_data_first() {
     fs.unmount().unwrap();
 }
 
+/// Truncate-and-rewrite without fsync (ext4's auto_da_alloc on close): the data is written back
+/// when the file closes, so the next periodic commit holds it together with the truncate.
+#[test]
+fn a_file_truncated_to_zero_is_written_back_at_close() {
+    let dev = fresh(4096);
+    let fs = open(&dev, MountOptions::default());
+    let file = fs.create_file(ROOT_INO, b"state", 0o644).unwrap();
+    file.write_at(0, b"version one").unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    let file = fs.open_path("/state").unwrap();
+    file.set_len(0).unwrap();
+    file.write_at(0, b"version two, longer").unwrap();
+    assert!(fs.dirty_bytes() > 0);
+    drop(file);
+    assert_eq!(fs.dirty_bytes(), 0, "written back at close");
+    // The journal's periodic commit, not an fsync; then a crash.
+    fs.journal().commit_all().unwrap();
+    fs.crash();
+    let fs = open(&dev, MountOptions::default());
+    assert_eq!(read_all(&fs, fs.resolve("/state").unwrap()), b"version two, longer");
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn the_metadata_cache_stays_near_its_bound() {
     let dev = fresh(4096);

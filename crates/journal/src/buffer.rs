@@ -25,7 +25,7 @@
 use ondisk::Tid;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub(crate) type BlockData = Arc<Vec<u8>>;
@@ -168,6 +168,10 @@ pub(crate) struct BufferCache {
     /// swept on every insert.
     limit: AtomicUsize,
     next_sweep: AtomicUsize,
+    /// Buffers evicted so far. A fill that read the device while a buffer of the same block
+    /// was modified, checkpointed and evicted would insert a copy older than the disk: a fill
+    /// during which this changed reads again.
+    evictions: AtomicU64,
 }
 
 const CACHE_SHARDS: usize = 64;
@@ -179,6 +183,7 @@ impl BufferCache {
             len: AtomicUsize::new(0),
             limit: AtomicUsize::new(0),
             next_sweep: AtomicUsize::new(usize::MAX),
+            evictions: AtomicU64::new(0),
         }
     }
 
@@ -204,25 +209,30 @@ impl BufferCache {
     }
 
     /// Returns the cached buffer or inserts the one `fill` builds (called without the shard
-    /// lock held, so it may do I/O; a racing insert wins and `fill`'s result is dropped).
+    /// lock held, so it may do I/O; a racing insert wins and `fill`'s result is dropped; an
+    /// eviction during the fill makes it fill again).
     pub fn get_or_insert_with<E>(
         &self,
         block: u64,
-        fill: impl FnOnce() -> Result<Vec<u8>, E>,
+        mut fill: impl FnMut() -> Result<Vec<u8>, E>,
     ) -> Result<Arc<Buffer>, E> {
-        if let Some(b) = self.get(block) {
-            return Ok(b);
-        }
-        let data = fill()?;
-        let buffer = {
+        let buffer = loop {
+            if let Some(b) = self.get(block) {
+                return Ok(b);
+            }
+            let evictions = self.evictions.load(Ordering::Acquire);
+            let data = fill()?;
             let mut shard = self.shard(block).lock();
-            shard
-                .entry(block)
-                .or_insert_with(|| {
-                    self.len.fetch_add(1, Ordering::AcqRel);
-                    Arc::new(Buffer::new(block, data))
-                })
-                .clone()
+            if let Some(b) = shard.get(&block) {
+                break b.clone();
+            }
+            if self.evictions.load(Ordering::Acquire) != evictions {
+                continue;
+            }
+            self.len.fetch_add(1, Ordering::AcqRel);
+            let buffer = Arc::new(Buffer::new(block, data));
+            shard.insert(block, buffer.clone());
+            break buffer;
         };
         if self.len() > self.next_sweep.load(Ordering::Acquire) {
             self.sweep();
@@ -262,6 +272,8 @@ impl BufferCache {
                     || inner.checkpoint.is_some()
                     || inner.checkpoint_writing;
                 if !busy {
+                    // Counted before the entry goes, under its shard's lock (see `evictions`).
+                    self.evictions.fetch_add(1, Ordering::AcqRel);
                     evicted += 1;
                 }
                 busy
