@@ -11,6 +11,8 @@ use journal::config::PRESETS;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::progress::Progress;
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// Devices: file, file-direct, simssd, memory (comma-separated).
@@ -80,22 +82,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     // Interleave repetitions so slow drift of the machine affects every configuration alike.
     let mut runs: Vec<Vec<JournalBenchResult>> = vec![Vec::new(); configs.len()];
+    // One tick per run; on a terminal the run lines scroll above the bar.
+    let bar = Progress::new("Benchmark runs", (configs.len() * args.repeat) as u64, true, false);
     for round in 0..args.repeat {
         for (i, params) in configs.iter().enumerate() {
-            eprintln!(
+            bar.println(&format!(
                 "run {}/{}: {} {} {} threads",
                 round + 1,
                 args.repeat,
                 params.device.name(),
                 params.preset,
                 params.threads
-            );
+            ));
             runs[i].push(
                 run_one(params)
                     .with_context(|| format!("{} {}", params.device.name(), params.preset))?,
             );
+            bar.inc();
         }
     }
+    bar.finish();
     let medians: Vec<JournalBenchResult> = runs.iter().map(|r| median_result(r)).collect();
     print!("{}", format_table(&medians));
     print_ratios(&medians);

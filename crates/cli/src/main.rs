@@ -5,9 +5,11 @@
 
 mod bench_cmd;
 mod dump;
+mod info;
 mod mkfs_cmd;
 mod mount_cmd;
 mod mount_helper;
+mod progress;
 mod recover;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +32,8 @@ enum Command {
     Journal(JournalCommand),
     /// Format an image or block device as ext4, as mkfs.ext4 does.
     Mkfs(mkfs_cmd::MkfsArgs),
+    /// Describe an image (like dumpe2fs -h): geometry, features, free space, state, journal.
+    Info(info::InfoArgs),
     /// Mount an image through FUSE; goes to the background once the mount is live.
     #[command(after_help = MOUNT_HELP)]
     Mount(MountArgs),
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
         Command::Journal(JournalCommand::Dump(args)) => dump::run(args),
         Command::Journal(JournalCommand::Bench(args)) => bench_cmd::run(args),
         Command::Mkfs(args) => mkfs_cmd::run(args),
+        Command::Info(args) => info::run(args),
         Command::Mount(args) => {
             let request = mount_cmd::MountRequest {
                 image: args.image,

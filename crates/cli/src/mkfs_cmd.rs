@@ -11,7 +11,6 @@
 //! inode tables and the journal need not be written.
 
 use std::fmt;
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -19,11 +18,11 @@ use blockdev::file::{FileDevice, FileOptions};
 use blockdev::BlockDevice;
 use fs::mkfs::{self, Features, MkfsOptions, MkfsProgress, MkfsReport};
 
+use crate::progress::Progress;
+
 /// Offset of `s_magic` in the superblock, which starts at byte 1024.
 const MAGIC_OFFSET: u64 = 1024 + 0x38;
 const EXT_MAGIC: u16 = 0xEF53;
-/// Progress is drawn at most this often (in percent steps) to keep the terminal quiet.
-const PROGRESS_STEP_PERCENT: u64 = 1;
 
 /// A bad option value: printed on one line, exit status 2.
 #[derive(Debug)]
@@ -296,29 +295,12 @@ fn holds_ext_file_system(path: &Path) -> Result<bool> {
     }
 }
 
-/// Runs mkfs, with a progress line on stderr when it is a terminal.
+/// Runs mkfs, with a progress bar on stderr when it is a terminal (and -q is not given).
 fn format(dev: &dyn BlockDevice, options: &MkfsOptions, quiet: bool) -> Result<MkfsReport> {
-    let show = !quiet && std::io::stderr().is_terminal();
-    let mut last_percent = None;
-    let mut progress = |p: MkfsProgress| {
-        if !show || p.bytes_total == 0 {
-            return;
-        }
-        let percent = p.bytes_done * 100 / p.bytes_total;
-        if last_percent.is_some_and(|last| percent < last + PROGRESS_STEP_PERCENT) {
-            return;
-        }
-        last_percent = Some(percent);
-        let width = 40;
-        let filled = (percent * width / 100) as usize;
-        let bar = format!("{}{}", "#".repeat(filled), "-".repeat(width as usize - filled));
-        eprint!("\rWriting metadata [{bar}] {percent:3}%");
-        let _ = std::io::stderr().flush();
-    };
+    let bar = Progress::new("Writing metadata", 0, !quiet, true);
+    let mut progress = |p: MkfsProgress| bar.set(p.bytes_done, p.bytes_total);
     let report = mkfs::mkfs_with_progress(dev, options, &mut progress).context("mkfs failed");
-    if show {
-        eprintln!();
-    }
+    bar.finish();
     report
 }
 

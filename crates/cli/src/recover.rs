@@ -9,6 +9,8 @@ use ondisk::jbd2::feature;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::progress::Progress;
+
 #[derive(clap::Args)]
 pub struct RecoverArgs {
     /// The ext4 image (or block device).
@@ -38,8 +40,12 @@ pub fn run(args: RecoverArgs) -> Result<()> {
              nothing was changed (e2fsck -fy replays them)"
         );
     }
-    let report =
-        journal::recover(&*dev, &location, args.threads).context("journal recovery failed")?;
+    let bar = Progress::new("Replaying the journal", 0, !args.json, false);
+    let report = journal::recover_with_progress(&*dev, &location, args.threads, &|done, total| {
+        bar.set(done, total)
+    })
+    .context("journal recovery failed")?;
+    bar.finish();
     let flag_was_set = image.superblock().needs_recovery();
     if flag_was_set {
         image.set_needs_recovery(false).context("cannot clear needs_recovery")?;

@@ -50,5 +50,5 @@ pub use handle::Handle;
 pub use journal::Journal;
 pub use location::{JournalLocation, LocationError, LocationExtent};
 pub use ordered::{OrderedData, OrderedWrite};
-pub use recovery::{recover, scan_log, LogScan, RecoveryReport};
+pub use recovery::{recover, recover_with_progress, scan_log, LogScan, RecoveryReport};
 pub use stats::JournalStats;

@@ -36,6 +36,7 @@ use ondisk::jbd2::{
 };
 use ondisk::Tid;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One transaction found by the scan.
 #[derive(Debug, Clone)]
@@ -89,6 +90,19 @@ pub fn recover(
     location: &JournalLocation,
     threads: usize,
 ) -> Result<RecoveryReport> {
+    recover_with_progress(dev, location, threads, &|_, _| {})
+}
+
+/// [`recover`], calling `progress(done, total)` as the replay goes: `total` is the number of
+/// logged blocks the scan found, `done` how many of them the replay has dealt with (written,
+/// skipped as revoked, or superseded by a newer copy). With `threads > 1` the calls come from
+/// the replay threads, in no particular order of `done`.
+pub fn recover_with_progress(
+    dev: &dyn BlockDevice,
+    location: &JournalLocation,
+    threads: usize,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<RecoveryReport> {
     let sb = read_superblock(dev, location)?;
     if sb.start == 0 {
         return Ok(RecoveryReport {
@@ -102,10 +116,12 @@ pub fn recover(
     }
     let scan = scan_log(dev, location)?;
     let revokes = pass_revoke(&scan);
+    let total: u64 = scan.transactions.iter().map(|t| t.tags.len() as u64).sum();
+    progress(0, total);
     let replay = if threads > 1 {
-        pass_replay_parallel(dev, location, &scan, &revokes, threads)?
+        pass_replay_parallel(dev, location, &scan, &revokes, threads, total, progress)?
     } else {
-        pass_replay(dev, location, &scan, &revokes)?
+        pass_replay(dev, location, &scan, &revokes, total, progress)?
     };
     dev.flush()?;
     let mut clean = scan.superblock.clone();
@@ -382,12 +398,17 @@ fn pass_replay(
     location: &JournalLocation,
     scan: &LogScan,
     revokes: &RevokeTable,
+    total: u64,
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<ReplayOutcome> {
     let format = scan.superblock.format();
     let mut outcome = ReplayOutcome::default();
     let mut image = vec![0u8; format.block_size as usize];
+    let mut done = 0u64;
     for txn in &scan.transactions {
         for (log_block, tag) in &txn.tags {
+            done += 1;
+            progress(done, total);
             if revokes.is_revoked(tag.block, txn.tid) {
                 outcome.revoke_hits += 1;
                 continue;
@@ -415,6 +436,8 @@ fn pass_replay_parallel(
     scan: &LogScan,
     revokes: &RevokeTable,
     threads: usize,
+    total: u64,
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<ReplayOutcome> {
     let format = scan.superblock.format();
     let mut outcome = ReplayOutcome::default();
@@ -432,6 +455,10 @@ fn pass_replay_parallel(
     }
     let mut blocks: Vec<&Vec<LoggedCopy>> = copies.values().collect();
     blocks.sort_by_key(|c| c[0].2.block);
+    // Revoked copies are dealt with already; each home block's copies count when it is done.
+    let done = AtomicU64::new(outcome.revoke_hits);
+    progress(outcome.revoke_hits, total);
+    let done = &done;
     let chunk = blocks.len().div_ceil(threads.max(1)).max(1);
     // Per worker: the home blocks written, and (log block, home block) of failed checksums.
     type WorkerOutcome = Result<(Vec<u64>, Vec<(u32, u64)>)>;
@@ -454,6 +481,8 @@ fn pass_replay_parallel(
                             }
                             failures.push((*log_block, tag.block));
                         }
+                        let n = copies.len() as u64;
+                        progress(done.fetch_add(n, Ordering::Relaxed) + n, total);
                     }
                     Ok((written, failures))
                 })

@@ -251,6 +251,44 @@ fn parallel_recovery_reaches_the_same_state_as_serial_recovery() {
 }
 
 #[test]
+fn recovery_progress_counts_every_logged_block_up_to_the_total() {
+    let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
+    let journal = open(dev.clone(), &loc, JournalConfig::classic());
+    commit_fills(&journal, &[(70, 1), (71, 2), (72, 3)]);
+    commit_revoke(&journal, 70, true);
+    commit_fills(&journal, &[(71, 4), (73, 5)]);
+    journal.abandon();
+    let crash = dev.snapshot();
+    let scan = journal::scan_log(&*dev, &loc).unwrap();
+    let logged: u64 = scan.transactions.iter().map(|t| t.tags.len() as u64).sum();
+    assert_eq!(logged, 5);
+    for threads in [1, 3] {
+        let dev = MemDevice::from_bytes(crash.clone());
+        let calls = parking_lot::Mutex::new(Vec::new());
+        let report = journal::recover_with_progress(&dev, &loc, threads, &|done, total| {
+            calls.lock().push((done, total))
+        })
+        .unwrap();
+        assert_eq!(report.revoke_hits, 1, "{threads} threads");
+        let mut calls = calls.into_inner();
+        assert!(calls.iter().all(|&(done, total)| total == logged && done <= total), "{calls:?}");
+        calls.sort();
+        assert_eq!(calls.first(), Some(&(0, logged)), "{threads} threads: starts at 0");
+        assert_eq!(calls.last(), Some(&(logged, logged)), "{threads} threads: ends at the total");
+    }
+    // A clean journal replays nothing and reports no progress.
+    let called = std::sync::atomic::AtomicBool::new(false);
+    let dev = MemDevice::from_bytes(crash);
+    recover(&dev, &loc, 1).unwrap();
+    let report = journal::recover_with_progress(&dev, &loc, 1, &|_, _| {
+        called.store(true, std::sync::atomic::Ordering::Relaxed)
+    })
+    .unwrap();
+    assert!(!report.needed);
+    assert!(!called.into_inner());
+}
+
+#[test]
 fn every_preset_survives_a_many_threaded_stress_run_and_recovers_a_committed_prefix() {
     let seed = seed("stress", 7);
     for name in journal::config::PRESETS {

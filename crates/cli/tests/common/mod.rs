@@ -91,3 +91,22 @@ pub fn read_block(image: &Path, block: u64, block_size: u64) -> Vec<u8> {
     file.read_exact_at(&mut buf, block * block_size).unwrap();
     buf
 }
+
+/// A 64 MiB image made by quill's mkfs, used by quill, synced, then crashed: the journal holds
+/// committed transactions that were never checkpointed.
+pub fn crashed_image(image: &Path) {
+    let dev: std::sync::Arc<dyn blockdev::BlockDevice> =
+        std::sync::Arc::new(blockdev::file::FileDevice::create(image, 64 << 20).unwrap());
+    let options = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
+    fs::mkfs::mkfs(dev.as_ref(), &options).unwrap();
+    let mounted = fs::Filesystem::open(dev, fs::MountOptions::default()).unwrap();
+    for round in 0..3u8 {
+        for i in 0..4u8 {
+            let name = format!("file-{round}-{i}");
+            let ino = mounted.create(fs::ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+            mounted.write(ino, 0, &vec![round ^ i; 20_000]).unwrap();
+        }
+        mounted.sync().unwrap();
+    }
+    mounted.crash();
+}

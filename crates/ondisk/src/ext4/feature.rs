@@ -86,6 +86,22 @@ pub const INCOMPAT_UNREADABLE: u32 = !(INCOMPAT_FILETYPE
     | INCOMPAT_ENCRYPT
     | INCOMPAT_CASEFOLD);
 
+/// The names e2fsprogs uses for COMPAT bits (`lib/e2p/feature.c`, what `dumpe2fs` prints).
+const COMPAT_NAMES: [(u32, &str); 12] = [
+    (COMPAT_DIR_PREALLOC, "dir_prealloc"),
+    (COMPAT_IMAGIC_INODES, "imagic_inodes"),
+    (COMPAT_HAS_JOURNAL, "has_journal"),
+    (COMPAT_EXT_ATTR, "ext_attr"),
+    (COMPAT_RESIZE_INODE, "resize_inode"),
+    (COMPAT_DIR_INDEX, "dir_index"),
+    (COMPAT_LAZY_BG, "lazy_bg"),
+    (COMPAT_EXCLUDE_BITMAP, "snapshot_bitmap"),
+    (COMPAT_SPARSE_SUPER2, "sparse_super2"),
+    (COMPAT_FAST_COMMIT, "fast_commit"),
+    (COMPAT_STABLE_INODES, "stable_inodes"),
+    (COMPAT_ORPHAN_FILE, "orphan_file"),
+];
+
 /// The names e2fsprogs uses for INCOMPAT bits (what `dumpe2fs` and `tune2fs -O` print).
 const INCOMPAT_NAMES: [(u32, &str); 16] = [
     (INCOMPAT_COMPRESSION, "compression"),
@@ -106,24 +122,64 @@ const INCOMPAT_NAMES: [(u32, &str); 16] = [
     (INCOMPAT_CASEFOLD, "casefold"),
 ];
 
-/// Human-readable names of the INCOMPAT `bits`, e.g. `"inline_data, incompat 0x80000000"`,
-/// for error messages that must name what quill refuses.
+/// The names e2fsprogs uses for RO_COMPAT bits; e2fsprogs names neither BTREE_DIR nor
+/// HAS_SNAPSHOT, so those two carry the kernel's names.
+const RO_COMPAT_NAMES: [(u32, &str); 17] = [
+    (RO_COMPAT_SPARSE_SUPER, "sparse_super"),
+    (RO_COMPAT_LARGE_FILE, "large_file"),
+    (RO_COMPAT_BTREE_DIR, "btree_dir"),
+    (RO_COMPAT_HUGE_FILE, "huge_file"),
+    (RO_COMPAT_GDT_CSUM, "uninit_bg"),
+    (RO_COMPAT_DIR_NLINK, "dir_nlink"),
+    (RO_COMPAT_EXTRA_ISIZE, "extra_isize"),
+    (RO_COMPAT_HAS_SNAPSHOT, "has_snapshot"),
+    (RO_COMPAT_QUOTA, "quota"),
+    (RO_COMPAT_BIGALLOC, "bigalloc"),
+    (RO_COMPAT_METADATA_CSUM, "metadata_csum"),
+    (RO_COMPAT_REPLICA, "replica"),
+    (RO_COMPAT_READONLY, "read-only"),
+    (RO_COMPAT_PROJECT, "project"),
+    (RO_COMPAT_SHARED_BLOCKS, "shared_blocks"),
+    (RO_COMPAT_VERITY, "verity"),
+    (RO_COMPAT_ORPHAN_PRESENT, "orphan_present"),
+];
+
+/// The name of every bit set in `bits`, lowest bit first; a bit without a name becomes
+/// `"{word} 0x..."` (e.g. `incompat 0x80000000`).
+fn bit_names(table: &[(u32, &'static str)], word: &str, bits: u32) -> Vec<String> {
+    (0..32)
+        .map(|shift| 1u32 << shift)
+        .filter(|bit| bits & bit != 0)
+        .map(|bit| match table.iter().find(|(b, _)| *b == bit) {
+            Some((_, name)) => (*name).to_string(),
+            None => format!("{word} {bit:#x}"),
+        })
+        .collect()
+}
+
+/// Human-readable names of the COMPAT `bits`, comma-separated (see [`incompat_names`]).
+pub fn compat_names(bits: u32) -> String {
+    bit_names(&COMPAT_NAMES, "compat", bits).join(", ")
+}
+
+/// Human-readable names of the INCOMPAT `bits`, e.g. `"64bit, inline_data, incompat
+/// 0x80000000"`, for error messages that must name what quill refuses.
 pub fn incompat_names(bits: u32) -> String {
-    let mut names: Vec<String> = Vec::new();
-    let mut rest = bits;
-    for (bit, name) in INCOMPAT_NAMES {
-        if bits & bit != 0 {
-            names.push(name.to_string());
-            rest &= !bit;
-        }
-    }
-    for shift in 0..32 {
-        let bit = 1u32 << shift;
-        if rest & bit != 0 {
-            names.push(format!("incompat {bit:#x}"));
-        }
-    }
-    names.join(", ")
+    bit_names(&INCOMPAT_NAMES, "incompat", bits).join(", ")
+}
+
+/// Human-readable names of the RO_COMPAT `bits`, comma-separated (see [`incompat_names`]).
+pub fn ro_compat_names(bits: u32) -> String {
+    bit_names(&RO_COMPAT_NAMES, "ro_compat", bits).join(", ")
+}
+
+/// Every feature of the three words, in the order `dumpe2fs` lists them under "Filesystem
+/// features": COMPAT, then INCOMPAT, then RO_COMPAT, each from its lowest bit up.
+pub fn feature_list(compat: u32, incompat: u32, ro_compat: u32) -> Vec<String> {
+    let mut names = bit_names(&COMPAT_NAMES, "compat", compat);
+    names.extend(bit_names(&INCOMPAT_NAMES, "incompat", incompat));
+    names.extend(bit_names(&RO_COMPAT_NAMES, "ro_compat", ro_compat));
+    names
 }
 
 #[cfg(test)]
@@ -136,6 +192,54 @@ mod tests {
         assert_eq!(
             incompat_names(INCOMPAT_INLINE_DATA | INCOMPAT_64BIT | 0x8000_0000),
             "64bit, inline_data, incompat 0x80000000"
+        );
+    }
+
+    #[test]
+    fn compat_and_ro_compat_names_follow_e2fsprogs() {
+        assert_eq!(compat_names(0), "");
+        assert_eq!(
+            compat_names(COMPAT_HAS_JOURNAL | COMPAT_ORPHAN_FILE | COMPAT_EXCLUDE_BITMAP | 0x2000),
+            "has_journal, snapshot_bitmap, orphan_file, compat 0x2000"
+        );
+        assert_eq!(
+            ro_compat_names(RO_COMPAT_GDT_CSUM | RO_COMPAT_METADATA_CSUM | RO_COMPAT_READONLY),
+            "uninit_bg, metadata_csum, read-only"
+        );
+        assert_eq!(
+            ro_compat_names(RO_COMPAT_ORPHAN_PRESENT | 0x20000),
+            "orphan_present, ro_compat 0x20000"
+        );
+        // Every named bit is one bit, named once.
+        for table in [&COMPAT_NAMES[..], &INCOMPAT_NAMES[..], &RO_COMPAT_NAMES[..]] {
+            for (i, (bit, name)) in table.iter().enumerate() {
+                assert!(bit.is_power_of_two(), "{name}");
+                assert!(table[..i].iter().all(|(b, n)| b != bit && n != name), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn feature_list_is_in_dumpe2fs_order() {
+        // mkfs.ext4 1.47's default set, as `dumpe2fs -h` prints it.
+        let list = feature_list(
+            COMPAT_HAS_JOURNAL | COMPAT_EXT_ATTR | COMPAT_RESIZE_INODE | COMPAT_DIR_INDEX,
+            INCOMPAT_FILETYPE
+                | INCOMPAT_RECOVER
+                | INCOMPAT_EXTENTS
+                | INCOMPAT_64BIT
+                | INCOMPAT_FLEX_BG,
+            RO_COMPAT_SPARSE_SUPER
+                | RO_COMPAT_LARGE_FILE
+                | RO_COMPAT_HUGE_FILE
+                | RO_COMPAT_DIR_NLINK
+                | RO_COMPAT_EXTRA_ISIZE
+                | RO_COMPAT_METADATA_CSUM,
+        );
+        assert_eq!(
+            list.join(" "),
+            "has_journal ext_attr resize_inode dir_index filetype needs_recovery extent 64bit \
+             flex_bg sparse_super large_file huge_file dir_nlink extra_isize metadata_csum"
         );
     }
 

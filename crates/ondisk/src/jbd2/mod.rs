@@ -120,6 +120,36 @@ pub mod feature {
     pub const COMPAT_KNOWN: u32 = COMPAT_CHECKSUM;
     /// `JBD2_KNOWN_ROCOMPAT_FEATURES`: none are defined.
     pub const RO_COMPAT_KNOWN: u32 = 0;
+
+    /// The journal features of the three words, as `dumpe2fs` lists them under "Journal
+    /// features" (e2fsprogs' names; fast commit, which e2fsprogs does not name, is
+    /// `journal_fast_commit`; a bit nobody names is `journal_{word} 0x..`). COMPAT first, then
+    /// INCOMPAT, then RO_COMPAT, each from its lowest bit up.
+    pub fn names(compat: u32, incompat: u32, ro_compat: u32) -> Vec<String> {
+        const COMPAT: [(u32, &str); 1] = [(COMPAT_CHECKSUM, "journal_checksum")];
+        const INCOMPAT: [(u32, &str); 6] = [
+            (INCOMPAT_REVOKE, "journal_incompat_revoke"),
+            (INCOMPAT_64BIT, "journal_64bit"),
+            (INCOMPAT_ASYNC_COMMIT, "journal_async_commit"),
+            (INCOMPAT_CSUM_V2, "journal_checksum_v2"),
+            (INCOMPAT_CSUM_V3, "journal_checksum_v3"),
+            (INCOMPAT_FAST_COMMIT, "journal_fast_commit"),
+        ];
+        let mut names = Vec::new();
+        for (table, word, bits) in [
+            (&COMPAT[..], "compat", compat),
+            (&INCOMPAT[..], "incompat", incompat),
+            (&[][..], "ro_compat", ro_compat),
+        ] {
+            for bit in (0..32).map(|shift| 1u32 << shift).filter(|bit| bits & bit != 0) {
+                names.push(match table.iter().find(|(b, _)| *b == bit) {
+                    Some((_, name)) => (*name).to_string(),
+                    None => format!("journal_{word} {bit:#x}"),
+                });
+            }
+        }
+        names
+    }
 }
 
 // Big-endian field access. Readers return `None` past the end of the slice so parsers can turn
@@ -246,6 +276,29 @@ pub(crate) mod test_support {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn journal_feature_names_follow_dumpe2fs() {
+        assert!(feature::names(0, 0, 0).is_empty());
+        assert_eq!(
+            feature::names(
+                0,
+                feature::INCOMPAT_REVOKE | feature::INCOMPAT_64BIT | feature::INCOMPAT_CSUM_V3,
+                0
+            )
+            .join(" "),
+            "journal_incompat_revoke journal_64bit journal_checksum_v3"
+        );
+        assert_eq!(
+            feature::names(feature::COMPAT_CHECKSUM | 0x4, feature::INCOMPAT_FAST_COMMIT, 0x1),
+            [
+                "journal_checksum",
+                "journal_compat 0x4",
+                "journal_fast_commit",
+                "journal_ro_compat 0x1"
+            ]
+        );
+    }
 
     #[test]
     fn header_round_trips_and_rejects_short_or_foreign_blocks() {
