@@ -116,29 +116,6 @@ const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
     | feature::RO_COMPAT_EXTRA_ISIZE
     | feature::RO_COMPAT_METADATA_CSUM;
 
-/// Names of the RO_COMPAT bits in `bits`.
-fn ro_compat_names(bits: u32) -> String {
-    const NAMES: &[(u32, &str)] = &[
-        (feature::RO_COMPAT_BTREE_DIR, "btree_dir"),
-        (feature::RO_COMPAT_HAS_SNAPSHOT, "snapshot"),
-        (feature::RO_COMPAT_QUOTA, "quota"),
-        (feature::RO_COMPAT_BIGALLOC, "bigalloc"),
-        (feature::RO_COMPAT_REPLICA, "replica"),
-        (feature::RO_COMPAT_READONLY, "read-only"),
-        (feature::RO_COMPAT_PROJECT, "project"),
-        (feature::RO_COMPAT_SHARED_BLOCKS, "shared_blocks"),
-        (feature::RO_COMPAT_VERITY, "verity"),
-        (feature::RO_COMPAT_ORPHAN_PRESENT, "orphan_present"),
-    ];
-    let mut names: Vec<String> =
-        NAMES.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, n)| n.to_string()).collect();
-    let known = NAMES.iter().fold(0, |acc, (bit, _)| acc | bit);
-    if bits & !known != 0 {
-        names.push(format!("{:#x}", bits & !known));
-    }
-    names.join(", ")
-}
-
 /// An open ext4 file system.
 pub struct Filesystem {
     pub(crate) dev: Arc<dyn BlockDevice>,
@@ -477,7 +454,7 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
     if ro_compat != 0 {
         return Err(FsError::Unsupported(format!(
             "cannot write a file system with {} (open it read-only)",
-            ro_compat_names(ro_compat)
+            feature::ro_compat_names(ro_compat)
         )));
     }
     if !sb.has_journal() {
