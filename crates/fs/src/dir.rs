@@ -1537,7 +1537,7 @@ mod tests {
         let (a, b) = (&colliding[0], &colliding[1]);
         for name in [a, b] {
             if lookup(&mut io, &ctx, name).unwrap().is_none() {
-                add_entry(&mut io, &ctx, name, 7, FT_REG_FILE).unwrap();
+                add_entry(&mut io, &ctx, name, 77, FT_REG_FILE).unwrap();
             }
         }
         remove_entry(&mut io, &ctx, a).unwrap();
