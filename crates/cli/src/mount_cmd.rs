@@ -298,8 +298,9 @@ fn open_and_mount(
     let read_only = spec.fs.read_only;
     let dev = FileDevice::open(image, FileOptions { read_only, direct: false })
         .map_err(|e| failed(format!("cannot open {shown}: {e}")))?;
-    let dev: Arc<dyn BlockDevice> =
-        if read_only { Arc::new(ShadowDevice::new(dev)) } else { Arc::new(dev) };
+    // Opened read-only, the device refuses writes; Filesystem::open with read_only attaches
+    // the journal without writing, so nothing ever tries.
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     if read_only {
         // Replaying the journal writes; a read-only mount must not (the kernel would, unless
         // the device is read-only: quill treats `ro` as a promise not to write the image).
@@ -444,75 +445,5 @@ fn unmount_mountpoint(mountpoint: &Path) -> Result<(), String> {
             Err(format!("cannot unmount {}: fusermount3 -u failed", mountpoint.display()))
         }
         _ => Err(format!("cannot unmount {}: {}", mountpoint.display(), io_reason(&err))),
-    }
-}
-
-/// A read-only mount's device: reads come from the image, writes land in memory on top of it
-/// and never reach the image. The file system opened read-only still resets the journal
-/// superblock (`Journal::open` always writes it) and rewrites it at unmount; those are the
-/// only writes, so the shadow stays a few sectors, but it is capped in case that changes.
-struct ShadowDevice {
-    base: FileDevice,
-    sectors: Mutex<std::collections::HashMap<u64, Box<[u8]>>>,
-}
-
-/// Most sectors the shadow holds (16 MiB) before writes fail with EROFS.
-const SHADOW_SECTORS_MAX: usize = 32768;
-
-impl ShadowDevice {
-    fn new(base: FileDevice) -> ShadowDevice {
-        ShadowDevice { base, sectors: Mutex::new(std::collections::HashMap::new()) }
-    }
-
-    fn shadow_write(
-        &self,
-        op: blockdev::Op,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<(), blockdev::DeviceError> {
-        blockdev::check_range(op, offset, data.len(), self.size_bytes())?;
-        let sector = blockdev::SECTOR_SIZE as usize;
-        let mut sectors = self.sectors.lock();
-        if sectors.len() + data.len() / sector > SHADOW_SECTORS_MAX {
-            let source = std::io::Error::from_raw_os_error(libc::EROFS);
-            return Err(blockdev::DeviceError::Io { op, offset, source });
-        }
-        for (i, chunk) in data.chunks(sector).enumerate() {
-            sectors.insert(offset / sector as u64 + i as u64, chunk.into());
-        }
-        Ok(())
-    }
-}
-
-impl BlockDevice for ShadowDevice {
-    fn size_bytes(&self) -> u64 {
-        self.base.size_bytes()
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
-        self.base.read_at(offset, buf)?;
-        let sector = blockdev::SECTOR_SIZE as usize;
-        let sectors = self.sectors.lock();
-        if sectors.is_empty() {
-            return Ok(());
-        }
-        for (i, chunk) in buf.chunks_mut(sector).enumerate() {
-            if let Some(shadow) = sectors.get(&(offset / sector as u64 + i as u64)) {
-                chunk.copy_from_slice(shadow);
-            }
-        }
-        Ok(())
-    }
-
-    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
-        self.shadow_write(blockdev::Op::Write, offset, data)
-    }
-
-    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
-        self.shadow_write(blockdev::Op::WriteFua, offset, data)
-    }
-
-    fn flush(&self) -> Result<(), blockdev::DeviceError> {
-        Ok(())
     }
 }
