@@ -509,16 +509,7 @@ impl Filesystem {
             let mut txn = self.begin_with(credits, self.groups.no_reservation())?;
             txn.revoke_freed_data = revoke;
             let result = (|| {
-                txn.take_blocks_delta();
-                extent_tree::remove_range(
-                    &mut txn,
-                    &ectx,
-                    &mut data.inode.block,
-                    from as u32,
-                    LBLK_LIMIT,
-                )?;
-                let delta = txn.take_blocks_delta();
-                add_blocks(&mut data.inode, delta, self.block_size());
+                self.remove_blocks(&mut txn, &ectx, data, from as u32, LBLK_LIMIT)?;
                 txn_write_inode(self, &mut txn, ino, data, true)
             })();
             self.finish(result, txn)?;
@@ -526,6 +517,23 @@ impl Filesystem {
                 return Ok(());
             }
         }
+    }
+
+    /// Unmaps and frees logical blocks `[from, to)` under `txn` and counts them out of
+    /// i_blocks (truncate and punch).
+    fn remove_blocks(
+        &self,
+        txn: &mut crate::filesystem::Txn<'_>,
+        ectx: &ExtentCtx,
+        data: &mut InodeData,
+        from: u32,
+        to: u64,
+    ) -> Result<()> {
+        txn.take_blocks_delta();
+        extent_tree::remove_range(txn, ectx, &mut data.inode.block, from, to)?;
+        let delta = txn.take_blocks_delta();
+        add_blocks(&mut data.inode, delta, self.block_size());
+        Ok(())
     }
 
     /// fallocate: allocate (as unwritten extents) or punch a hole in `[offset, offset + len)`.
@@ -636,16 +644,7 @@ impl Filesystem {
             let depth = extent_tree::depth(&data.inode.block);
             let mut txn = self.begin(64 + extent_tree::worst_case_blocks_touched(depth) * 4, 4)?;
             let result = (|| {
-                txn.take_blocks_delta();
-                extent_tree::remove_range(
-                    &mut txn,
-                    &ectx,
-                    &mut data.inode.block,
-                    first_whole as u32,
-                    last_whole,
-                )?;
-                let delta = txn.take_blocks_delta();
-                add_blocks(&mut data.inode, delta, self.block_size());
+                self.remove_blocks(&mut txn, &ectx, data, first_whole as u32, last_whole)?;
                 let t = now();
                 data.inode.mtime = t;
                 data.inode.ctime = t;
