@@ -1149,6 +1149,7 @@ fn entry_info(entry: &DirEntry<'_>) -> DirEntryInfo {
 
 #[cfg(test)]
 mod tests {
+    use ondisk::testing::Rng;
     use std::collections::{BTreeMap, HashMap};
 
     use ondisk::ext4::dir::{FT_DIR, FT_REG_FILE, FT_SYMLINK};
@@ -1201,35 +1202,6 @@ mod tests {
         fn set_indexed(&mut self, on: bool) {
             self.indexed = on;
         }
-    }
-
-    /// xorshift64*.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
-    /// The seed comes from QUILL_SEED when set (to replay a failure), else from the clock; it is
-    /// printed so a failing run can be repeated.
-    fn seeded_rng(what: &str) -> Rng {
-        let seed =
-            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        println!("{what} seed: {seed} (replay with QUILL_SEED={seed})");
-        Rng(seed | 1)
     }
 
     const DIR_INO: u32 = 12;
@@ -1445,7 +1417,7 @@ mod tests {
 
     #[test]
     fn random_operations_match_a_model_for_every_layout() {
-        let mut rng = seeded_rng("directory model");
+        let mut rng = Rng::from_env("directory model");
         let mut config = 0u8;
         for block_size in [1024, 4096] {
             for csum in [false, true] {
@@ -1475,7 +1447,7 @@ mod tests {
         // Sixteen hash values for thousands of names: long chains of leaves that continue one
         // hash, entries sharing a readdir position, splits inside runs of equal hashes.
         TEST_HASH_MASK.with(|mask| mask.set(0xF000_0000));
-        let mut rng = seeded_rng("colliding hashes");
+        let mut rng = Rng::from_env("colliding hashes");
         for (block_size, csum) in [(1024, true), (4096, false)] {
             let ctx = ctx(csum, true, htree::DX_HASH_HALF_MD4);
             let mut io = new_dir(block_size, &ctx);
@@ -1519,7 +1491,7 @@ mod tests {
     #[test]
     fn real_legacy_hash_collisions_are_found_listed_and_removed_independently() {
         let colliding = legacy_collisions(4);
-        let mut rng = seeded_rng("legacy collisions");
+        let mut rng = Rng::from_env("legacy collisions");
         let ctx = ctx(true, true, htree::DX_HASH_LEGACY);
         let mut io = new_dir(1024, &ctx);
         let model = run_model(&mut rng, &mut io, &ctx, 3000, &colliding);
@@ -1603,7 +1575,7 @@ mod tests {
 
     #[test]
     fn readdir_returns_every_stable_entry_exactly_once_while_entries_come_and_go() {
-        let mut rng = seeded_rng("readdir stability");
+        let mut rng = Rng::from_env("readdir stability");
         // (block size, csum, dir_index, names before the listing starts)
         let cases = [
             (1024, true, true, 10),  // converts from one block to an htree mid-listing
@@ -1798,7 +1770,7 @@ mod tests {
 
     #[test]
     fn random_and_mutated_directories_never_panic_any_operation() {
-        let mut rng = seeded_rng("hostile directory");
+        let mut rng = Rng::from_env("hostile directory");
         let mut bases = Vec::new();
         for (block_size, csum, dir_index, names) in [
             (1024, false, true, 20),

@@ -979,41 +979,8 @@ impl Removal {
 mod tests {
     use super::*;
     use crate::meta_io::mem::MemMetaIo;
+    use ondisk::testing::Rng;
     use std::collections::{BTreeMap, BTreeSet};
-
-    /// xorshift64*: small and seedable.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-
-        fn chance(&mut self, one_in: u64) -> bool {
-            self.below(one_in) == 0
-        }
-    }
-
-    /// The seed comes from QUILL_SEED when set (to replay a failure), else from the clock; it
-    /// is printed so a failing run can be repeated.
-    fn seed(test: &str) -> u64 {
-        let seed =
-            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        println!("{test}: seed {seed} (replay with QUILL_SEED={seed})");
-        seed | 1
-    }
 
     /// Data blocks live above this block; tree blocks are allocated below it (goal 1).
     const DATA_BASE: u64 = 1 << 22;
@@ -1304,7 +1271,7 @@ mod tests {
 
     #[test]
     fn random_operations_match_a_model_after_every_step() {
-        let mut rng = Rng(seed("random_operations_match_a_model_after_every_step"));
+        let mut rng = Rng::from_env("random_operations_match_a_model_after_every_step");
         for (block_size, csum) in [(1024, true), (4096, false), (1024, false), (4096, true)] {
             let mut h = Harness::new(block_size, csum);
             let span = 4000 + rng.below(6000) as u32;
@@ -1321,7 +1288,7 @@ mod tests {
 
     #[test]
     fn sequential_appends_grow_a_1k_tree_to_depth_three_and_removal_frees_it_all() {
-        let mut rng = Rng(seed("sequential_appends_grow_a_1k_tree_to_depth_three"));
+        let mut rng = Rng::from_env("sequential_appends_grow_a_1k_tree_to_depth_three");
         let mut h = Harness::new(1024, true);
         // Every other logical block: nothing merges, and appends fill nodes completely
         // (4 * 84 * 84 extents fit in depth 2).
@@ -1366,7 +1333,7 @@ mod tests {
 
     #[test]
     fn descending_inserts_split_in_half_and_keep_indexes_at_each_childs_first_block() {
-        let mut rng = Rng(seed("descending_inserts_split_in_half"));
+        let mut rng = Rng::from_env("descending_inserts_split_in_half");
         for block_size in [1024, 4096] {
             let mut h = Harness::new(block_size, block_size == 1024);
             // Inserting in front of everything moves every ancestor index down each time.
@@ -1645,7 +1612,7 @@ mod tests {
 
     #[test]
     fn hostile_tree_blocks_never_panic_or_hang_any_operation() {
-        let mut rng = Rng(seed("hostile_tree_blocks_never_panic_or_hang_any_operation"));
+        let mut rng = Rng::from_env("hostile_tree_blocks_never_panic_or_hang_any_operation");
         for (block_size, csum) in [(1024, false), (1024, true), (4096, false)] {
             let mut h = Harness::new(block_size, csum);
             h.io.blocks_count = DATA_BASE * 2;

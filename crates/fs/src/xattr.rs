@@ -357,43 +357,11 @@ fn refuse_inline_data(index: u8, suffix: &[u8]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::meta_io::mem::MemMetaIo;
+    use ondisk::testing::Rng;
     use std::collections::BTreeMap;
 
     const SEED: u32 = 0x5EED_C5C5;
     const BLOCKS: u64 = 64;
-
-    /// xorshift64*: small and seedable.
-    struct Rng(u64);
-
-    impl Rng {
-        /// The seed comes from QUILL_SEED when set, else from the clock; it is printed so a
-        /// failing run can be replayed.
-        fn from_env() -> Rng {
-            let seed = std::env::var("QUILL_SEED")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or_else(|| {
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos() as u64)
-                        .unwrap_or(1)
-                });
-            println!("xattr seed: {seed} (replay with QUILL_SEED={seed})");
-            Rng(seed | 1)
-        }
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn bytes(&mut self, len: usize) -> Vec<u8> {
-            (0..len).map(|_| self.next() as u8).collect()
-        }
-    }
 
     /// One inode's xattr state plus the device it lives on.
     struct Inode {
@@ -565,7 +533,7 @@ mod tests {
 
     #[test]
     fn random_operations_agree_with_a_map_for_every_inode_and_block_size() {
-        let mut rng = Rng::from_env();
+        let mut rng = Rng::from_env("xattr");
         for area_len in [0, 32, 96, 384] {
             for block_size in [1024, 4096] {
                 for checksums in [false, true] {
@@ -754,7 +722,7 @@ mod tests {
 
     #[test]
     fn random_and_mutated_areas_and_blocks_never_panic() {
-        let mut rng = Rng::from_env();
+        let mut rng = Rng::from_env("xattr");
         let entries = vec![
             XattrEntry { name_index: 1, name: b"a".to_vec(), value: b"alpha".to_vec() },
             XattrEntry { name_index: 1, name: b"mid".to_vec(), value: vec![3; 40] },

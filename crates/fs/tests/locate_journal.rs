@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::Scratch;
+use common::{Rng, Scratch};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -420,32 +420,6 @@ fn flipped_journal_inode_byte_is_a_checksum_error() {
     }
 }
 
-/// xorshift64*, seeded from QUILL_SEED or the clock; the seed is printed for replay.
-struct Rng(u64);
-
-impl Rng {
-    fn from_env_or_clock() -> Rng {
-        let seed =
-            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        println!("seed: {seed} (replay with QUILL_SEED={seed})");
-        Rng(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[test]
 fn randomly_corrupted_metadata_gives_errors_never_panics() {
     if !common::have_tools(&TOOLS) {
@@ -462,13 +436,13 @@ fn randomly_corrupted_metadata_gives_errors_never_panics() {
         (gdt, inode_offset(&image, ext4::JOURNAL_INO))
     };
     let regions = [(1024, 1024), (gdt, 64 * 2), (inode8, 256)];
-    let mut rng = Rng::from_env_or_clock();
+    let mut rng = Rng::from_env("locate_journal");
     let (mut opened, mut located) = (0, 0);
     for _ in 0..300 {
         let mut bytes = pristine.clone();
         for _ in 0..=rng.below(4) {
-            let (start, len) = regions[rng.below(regions.len())];
-            bytes[start + rng.below(len)] = match rng.below(3) {
+            let (start, len) = regions[rng.below(regions.len() as u64) as usize];
+            bytes[start + rng.below(len as u64) as usize] = match rng.below(3) {
                 0 => 0,
                 1 => 0xFF,
                 _ => rng.next() as u8,

@@ -8,6 +8,7 @@ pub mod crc;
 pub mod error;
 pub mod ext4;
 pub mod jbd2;
+pub mod testing;
 pub mod tid;
 
 pub use error::OnDiskError;

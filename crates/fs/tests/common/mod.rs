@@ -93,38 +93,9 @@ pub fn open_device(image: &Path) -> Arc<dyn BlockDevice> {
     Arc::new(FileDevice::open(image, FileOptions::default()).expect("open image"))
 }
 
-/// The seed of a randomized test: QUILL_SEED when set, else the clock; printed for replay.
-pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    });
-    println!("{test}: seed {seed} (replay with QUILL_SEED={seed})");
-    seed
-}
-
-/// xorshift64*: small and seedable.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
+/// The seed convention and generator of every randomized test.
+#[allow(unused_imports)] // each test binary uses its own share of this module
+pub use ondisk::testing::{seed, Rng};
 
 /// Every entry of directory `dir`, read in batches of `batch` by following the cookies
 /// (small batches exercise cookie resumption).

@@ -680,8 +680,7 @@ pub(crate) mod tests {
 
     #[test]
     fn random_and_mutated_blocks_never_panic_the_block_functions() {
-        let seed = crate::ext4::htree::tests::seed("dir block");
-        let mut rng = crate::ext4::htree::tests::Rng(seed);
+        let mut rng = crate::testing::Rng::from_env("dir block");
         let valid = sample_block(true, &[b"one", b"two", b"three", &[b'z'; 200]]);
         for round in 0..6000 {
             let mut block = if round % 2 == 0 {

@@ -541,38 +541,10 @@ fn root_corrupted(reason: String) -> OnDiskError {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::ext4::dir::FT_DIR;
-
-    /// xorshift64*: small, seedable, good enough to shake parsers.
-    pub(crate) struct Rng(pub(crate) u64);
-
-    impl Rng {
-        pub(crate) fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        pub(crate) fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
-    /// The seed comes from QUILL_SEED when set (to replay a failure), else from the clock; it is
-    /// printed so a failing run can be repeated.
-    pub(crate) fn seed(what: &str) -> u64 {
-        let seed =
-            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        println!("{what} seed: {seed} (replay with QUILL_SEED={seed})");
-        seed | 1
-    }
+    use crate::testing::Rng;
 
     fn sample_root(has_csum: bool, levels: u8, entries: &[DxEntry]) -> Vec<u8> {
         let mut block = vec![0u8; 4096];
@@ -712,7 +684,7 @@ pub(crate) mod tests {
 
     #[test]
     fn random_and_mutated_index_blocks_never_panic_the_parsers() {
-        let mut rng = Rng(seed("htree block"));
+        let mut rng = Rng::from_env("htree block");
         let valid_root = sample_root(true, 1, &[e(0, 1), e(0x100, 2), e(0x201, 3)]);
         let mut valid_node = vec![0u8; 4096];
         encode_dx_node(&mut valid_node, &[e(0, 4), e(0x300, 5)], true);

@@ -53,40 +53,7 @@ mod hostile_input_tests {
     //! Random and mutated bytes fed to every parser: any outcome but a panic is acceptable.
 
     use super::*;
-
-    /// xorshift64*: small, seedable, good enough to shake parsers.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn fill(&mut self, bytes: &mut [u8]) {
-            for b in bytes {
-                *b = self.next() as u8;
-            }
-        }
-    }
-
-    /// The seed comes from QUILL_SEED when set (to replay a failure), else from the clock;
-    /// it is printed so a failing run can be repeated.
-    fn seed() -> u64 {
-        let seed =
-            std::env::var("QUILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        println!("hostile input seed: {seed} (replay with QUILL_SEED={seed})");
-        seed | 1
-    }
+    use crate::testing::Rng;
 
     /// Flips a few random bytes of `bytes`, sometimes to the extreme values parsers trip on.
     fn mutate(rng: &mut Rng, bytes: &mut [u8]) {
@@ -114,7 +81,7 @@ mod hostile_input_tests {
 
     #[test]
     fn random_bytes_never_panic_any_parser() {
-        let mut rng = Rng(seed());
+        let mut rng = Rng::from_env("hostile input");
         let sb = superblock::tests::sample();
         for _ in 0..4000 {
             let len = rng.below(1100) as usize;
@@ -133,7 +100,7 @@ mod hostile_input_tests {
 
     #[test]
     fn mutated_valid_structures_never_panic_any_parser() {
-        let mut rng = Rng(seed());
+        let mut rng = Rng::from_env("hostile input");
         let sb = superblock::tests::sample();
         let valid_sb = superblock::tests::sample_raw();
         let valid_inode = inode::tests::sample_raw(&sb, 8);
@@ -163,7 +130,7 @@ mod hostile_input_tests {
     #[test]
     fn resealed_mutated_superblocks_never_panic_and_always_reencode_identically() {
         // Mutations get past the checksum here, so the geometry checks do the rejecting.
-        let mut rng = Rng(seed());
+        let mut rng = Rng::from_env("hostile input");
         for _ in 0..3000 {
             let mut raw = superblock::tests::sample_raw();
             mutate(&mut rng, &mut raw[..0x3FC]);

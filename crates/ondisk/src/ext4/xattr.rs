@@ -545,6 +545,7 @@ fn round_down(len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Rng;
 
     fn entry(name_index: u8, name: &[u8], value: &[u8]) -> XattrEntry {
         XattrEntry { name_index, name: name.to_vec(), value: value.to_vec() }
@@ -558,39 +559,6 @@ mod tests {
             entry(XATTR_INDEX_POSIX_ACL_ACCESS, b"", &[2, 0, 0, 0, 1, 0, 6, 0]),
             entry(XATTR_INDEX_USER, b"mid", &[0xAB; 37]),
         ]
-    }
-
-    /// xorshift64*: small and seedable.
-    struct Rng(u64);
-
-    impl Rng {
-        /// The seed comes from QUILL_SEED when set, else from the clock; it is printed so a
-        /// failing run can be replayed.
-        fn from_env() -> Rng {
-            let seed = std::env::var("QUILL_SEED")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or_else(|| {
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos() as u64)
-                        .unwrap_or(1)
-                });
-            println!("xattr seed: {seed} (replay with QUILL_SEED={seed})");
-            Rng(seed | 1)
-        }
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn bytes(&mut self, len: usize) -> Vec<u8> {
-            (0..len).map(|_| self.next() as u8).collect()
-        }
     }
 
     #[test]
@@ -851,7 +819,7 @@ mod tests {
 
     #[test]
     fn random_bytes_never_panic_the_xattr_parsers() {
-        let mut rng = Rng::from_env();
+        let mut rng = Rng::from_env("xattr");
         for _ in 0..5000 {
             let len = rng.below(1100) as usize;
             let mut bytes = rng.bytes(len);
@@ -867,7 +835,7 @@ mod tests {
 
     #[test]
     fn mutated_valid_areas_and_blocks_never_panic_and_reencode_faithfully() {
-        let mut rng = Rng::from_env();
+        let mut rng = Rng::from_env("xattr");
         let entries = sample_entries();
         let block = encode_xattr_block(&entries, 1, 1024).unwrap();
         let area = encode_inode_xattrs(&entries[..3], 160).unwrap();
