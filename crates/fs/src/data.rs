@@ -340,9 +340,15 @@ impl Filesystem {
         let bs = self.block_size() as usize;
         let blocks = (in_block + chunk.len()).div_ceil(bs);
         self.check_data_blocks(pblk, blocks as u64)?;
-        let mut image = vec![0u8; blocks * bs];
         let head_partial = in_block != 0;
         let tail_partial = !(in_block + chunk.len()).is_multiple_of(bs);
+        if !head_partial && !tail_partial && self.options.data != DataMode::Journal {
+            // Whole blocks (writeback's usual run of pages): straight to the device, without
+            // another copy.
+            self.dev.write_at(pblk * bs as u64, chunk)?;
+            return Ok(());
+        }
+        let mut image = vec![0u8; blocks * bs];
         if !fresh && (head_partial || tail_partial) {
             if head_partial {
                 self.read_data(pblk, 0, &mut image[..bs])?;
