@@ -1,5 +1,8 @@
-//! quill's benchmarks. Timings live here, never in pass/fail tests; the test suite runs each
-//! benchmark at its smallest size so it never rots.
+//! quill's benchmarks: the journal benchmark (`quill journal bench`) and the file-system
+//! benchmark (`quill bench`): the seed papers' workloads run side by side on quill, the
+//! kernel's ext4, fuse2fs and any mounted directory, with a device probe, tables, JSON, CSV
+//! and plots.
 
 pub mod journal_bench;
 pub mod percentile;
+pub mod results;
