@@ -3,6 +3,14 @@
 //! kernel's ext4, fuse2fs and any mounted directory, with a device probe, tables, JSON, CSV
 //! and plots.
 
+pub mod fsapi;
 pub mod journal_bench;
 pub mod percentile;
+pub mod probe;
+pub mod queue_depth;
+pub mod recovery;
+pub mod report;
 pub mod results;
+pub mod runner;
+pub mod targets;
+pub mod workloads;

@@ -59,6 +59,8 @@ pub struct RunResult {
     pub fsck_clean: Option<bool>,
     /// Anything worth knowing about the run (the reference tool's own figure, a skipped check).
     pub note: String,
+    /// Why the run failed, if it did (its figures are then not used in summaries).
+    pub error: Option<String>,
 }
 
 /// Points kept of a latency distribution (enough for a smooth CDF plot, small in JSON).
@@ -174,7 +176,8 @@ pub struct Summary {
 /// `baseline` names the target the ratios are taken against.
 pub fn summarize(runs: &[RunResult], baseline: Option<&str>) -> Vec<Summary> {
     let mut keys: Vec<(&str, &str, usize)> = Vec::new();
-    for r in runs {
+    let runs: Vec<&RunResult> = runs.iter().filter(|r| r.error.is_none()).collect();
+    for r in &runs {
         let key = (r.workload.as_str(), r.target.as_str(), r.threads);
         if !keys.contains(&key) {
             keys.push(key);
@@ -185,6 +188,7 @@ pub fn summarize(runs: &[RunResult], baseline: Option<&str>) -> Vec<Summary> {
         .map(|&(workload, target, threads)| {
             let group: Vec<&RunResult> = runs
                 .iter()
+                .copied()
                 .filter(|r| r.workload == workload && r.target == target && r.threads == threads)
                 .collect();
             let kind = headline(workload);

@@ -1,0 +1,259 @@
+//! A report as a terminal table and as CSV files (JSON is the [`Report`] itself, via serde).
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::results::{Report, RunResult, Summary};
+
+/// The summary table: one row per (workload, target, threads) with the headline's median and
+/// range, the ratio against the baseline, throughput, fsync latency, the share of the device's
+/// fsync limit, the engine's figures and the e2fsck verdict; then failed runs, if any.
+pub fn format_table(report: &Report) -> String {
+    let mut out = String::new();
+    let limit = report.probe.as_ref().map(|p| p.fdatasyncs_per_sec_limit);
+    let mut workload = "";
+    for s in &report.summaries {
+        if s.workload != workload {
+            workload = &s.workload;
+            let base = report.baseline.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "\n{workload} (headline {}, {}; ratio vs {base}, above 1 is better)",
+                s.headline.label(),
+                if s.headline.higher_is_better() { "higher is better" } else { "lower is better" }
+            );
+            let _ = writeln!(
+                out,
+                "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>5} {:>5}",
+                "target", "thr", "median", "min..max", "ratio", "MB/s", "fs p50", "fs p99", "fs p99.9",
+                "%lim", "hdl/tx", "cfl/tx", "qd", "fsck"
+            );
+        }
+        let _ = writeln!(out, "{}", row(s, limit));
+    }
+    let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(out, "\nFAILED RUNS");
+        for r in failed {
+            let _ = writeln!(
+                out,
+                "  {} on {}, {} threads, round {}: {}",
+                r.workload,
+                r.target,
+                r.threads,
+                r.round + 1,
+                r.error.as_deref().unwrap_or("")
+            );
+        }
+    }
+    out
+}
+
+fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
+    let r = &s.median_run;
+    let ratio = s.vs_baseline.map_or("-".to_string(), |v| format!("{v:.2}x"));
+    let (hdl, cfl, qd) = match &r.engine {
+        Some(e) => (
+            format!("{:.1}", e.handles_per_transaction),
+            format!("{:.2}", e.conflicts_per_transaction),
+            format!("{:.1}", e.queue_depth_mean),
+        ),
+        None => ("-".into(), "-".into(), "-".into()),
+    };
+    // fsyncs per second as a share of what one thread's write+fdatasync gets from the disk.
+    let share = match fsync_limit {
+        Some(limit) if r.fsyncs > 0 && limit > 0.0 && r.seconds > 0.0 => {
+            format!("{:.0}%", r.fsyncs as f64 / r.seconds / limit * 100.0)
+        }
+        _ => "-".into(),
+    };
+    let fsck = match r.fsck_clean {
+        Some(true) => "clean",
+        Some(false) => "BAD",
+        None => "-",
+    };
+    let latency = |v: u64| if r.fsyncs == 0 { "-".to_string() } else { v.to_string() };
+    format!(
+        "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8.1} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>5} {:>5}",
+        truncate(&s.target, 28),
+        s.threads,
+        number(s.median),
+        format!("{}..{}", number(s.min), number(s.max)),
+        ratio,
+        r.mb_per_sec,
+        latency(r.fsync_us_p50),
+        latency(r.fsync_us_p99),
+        latency(r.fsync_us_p999),
+        share,
+        hdl,
+        cfl,
+        qd,
+        fsck
+    )
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('~');
+        t
+    }
+}
+
+/// A figure with sensible precision: 3 decimals below 10, none from 1000.
+fn number(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v.abs() < 10.0 {
+        format!("{v:.3}")
+    } else if v.abs() < 1000.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// Quotes a CSV field when it needs it (RFC 4180).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+const RUN_COLUMNS: &str = "workload,target,threads,round,seconds,ops,ops_per_sec,bytes_read,\
+bytes_written,mb_per_sec,files_created,files_per_sec,fsyncs,fsync_us_p50,fsync_us_p99,\
+fsync_us_p999,transactions,handles_per_transaction,conflicts_per_transaction,\
+flushes_per_transaction,ms_locked,ms_writing,ms_flushing,queue_depth_mean,queue_depth_max,\
+fsck_clean,error,note";
+
+fn run_csv_row(r: &RunResult) -> String {
+    let e = r.engine.clone().unwrap_or_default();
+    let engine = if r.engine.is_some() {
+        format!(
+            "{},{:.3},{:.3},{:.3},{:.1},{:.1},{:.1},{:.3},{}",
+            e.transactions,
+            e.handles_per_transaction,
+            e.conflicts_per_transaction,
+            e.flushes_per_transaction,
+            e.ms_locked,
+            e.ms_writing,
+            e.ms_flushing,
+            e.queue_depth_mean,
+            e.queue_depth_max
+        )
+    } else {
+        ",,,,,,,,".to_string()
+    };
+    format!(
+        "{},{},{},{},{:.3},{},{:.1},{},{},{:.3},{},{:.1},{},{},{},{},{},{},{},{}",
+        csv_field(&r.workload),
+        csv_field(&r.target),
+        r.threads,
+        r.round,
+        r.seconds,
+        r.ops,
+        r.ops_per_sec,
+        r.bytes_read,
+        r.bytes_written,
+        r.mb_per_sec,
+        r.files_created,
+        r.files_per_sec,
+        r.fsyncs,
+        r.fsync_us_p50,
+        r.fsync_us_p99,
+        r.fsync_us_p999,
+        engine,
+        r.fsck_clean.map_or(String::new(), |c| c.to_string()),
+        csv_field(r.error.as_deref().unwrap_or("")),
+        csv_field(&r.note)
+    )
+}
+
+/// `runs.csv` (every run) and `summary.csv` (medians) in `dir`; returns the files written.
+pub fn write_csv(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut runs = format!("{RUN_COLUMNS}\n");
+    for r in &report.runs {
+        runs += &run_csv_row(r);
+        runs.push('\n');
+    }
+    let mut summary = String::from(
+        "workload,target,threads,rounds,headline,median,min,max,vs_baseline,fsync_us_p50,fsync_us_p99,fsync_us_p999\n",
+    );
+    for s in &report.summaries {
+        let r = &s.median_run;
+        let _ = writeln!(
+            summary,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            csv_field(&s.workload),
+            csv_field(&s.target),
+            s.threads,
+            s.rounds,
+            csv_field(s.headline.label()),
+            s.median,
+            s.min,
+            s.max,
+            s.vs_baseline.map_or(String::new(), |v| format!("{v:.4}")),
+            r.fsync_us_p50,
+            r.fsync_us_p99,
+            r.fsync_us_p999
+        );
+    }
+    let files = vec![dir.join("runs.csv"), dir.join("summary.csv")];
+    std::fs::write(&files[0], runs)?;
+    std::fs::write(&files[1], summary)?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::summarize;
+
+    #[test]
+    fn table_and_csv_have_a_row_per_summary_and_run() {
+        let mut a = RunResult {
+            workload: "varmail-shared".into(),
+            target: "lib".into(),
+            threads: 2,
+            seconds: 1.0,
+            ops: 1300,
+            fsyncs: 200,
+            note: "a, \"quoted\" note".into(),
+            fsck_clean: Some(true),
+            ..Default::default()
+        };
+        a.set_rates();
+        let mut b = a.clone();
+        b.target = "kernel-ext4".into();
+        let mut failed = a.clone();
+        failed.error = Some("boom".into());
+        let runs = vec![a, b, failed];
+        let report = Report {
+            summaries: summarize(&runs, Some("kernel-ext4")),
+            runs,
+            baseline: Some("kernel-ext4".into()),
+            ..Default::default()
+        };
+        let table = format_table(&report);
+        assert!(table.contains("varmail-shared"));
+        assert!(table.contains("1.00x"));
+        assert!(table.contains("FAILED RUNS") && table.contains("boom"));
+        let dir = std::env::temp_dir().join(format!("quill-report-{}", std::process::id()));
+        let files = write_csv(&report, &dir).unwrap();
+        let runs_csv = std::fs::read_to_string(&files[0]).unwrap();
+        assert_eq!(runs_csv.lines().count(), 4);
+        let columns = RUN_COLUMNS.split(',').count();
+        // The quoted note holds a comma; every other row has exactly the header's columns.
+        assert!(runs_csv.contains("\"a, \"\"quoted\"\" note\""));
+        assert_eq!(runs_csv.lines().next().unwrap().split(',').count(), columns);
+        let summary_csv = std::fs::read_to_string(&files[1]).unwrap();
+        assert_eq!(summary_csv.lines().count(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

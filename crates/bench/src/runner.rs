@@ -1,0 +1,260 @@
+//! Runs a benchmark plan: every workload × thread count × target, repeated in rounds that
+//! interleave the targets (A B A B …, never A A B B) so slow drift of the machine — page
+//! cache, host noise, a warming disk — hits every target alike. Every run gets a fresh file
+//! system, checked by `e2fsck -fn` after it is torn down.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::recovery::{self, CrashedImage};
+use crate::results::{summarize, Report, RunResult};
+use crate::targets::{Env, Kind, TargetSpec};
+use crate::workloads::{self, Size, Workload, WorkloadParams};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub workloads: Vec<Workload>,
+    pub targets: Vec<TargetSpec>,
+    pub threads: Vec<usize>,
+    pub rounds: usize,
+    pub duration: Duration,
+    pub size: Size,
+    /// Per-thread iteration cap (tests use it to bound a run by work, not time).
+    pub iterations: Option<u64>,
+    pub env: Env,
+    /// The target ratios are taken against (by label).
+    pub baseline: Option<String>,
+    pub background_mb_per_sec: f64,
+    pub seed: u64,
+}
+
+/// Progress, for a progress bar and log lines.
+pub enum Event<'a> {
+    /// A target or workload left out, and why (said once).
+    Skipped(String),
+    /// Run `index` of `total` begins.
+    Starting {
+        index: usize,
+        total: usize,
+        label: String,
+    },
+    Finished(&'a RunResult),
+}
+
+/// One run to do.
+#[derive(Debug, Clone)]
+struct Job {
+    round: usize,
+    workload: Workload,
+    threads: usize,
+    target: usize,
+}
+
+impl Plan {
+    /// The runs, in the order they execute, and what was left out (with the reason).
+    fn jobs(&self) -> (Vec<Job>, Vec<String>) {
+        let mut skipped = Vec::new();
+        let mut usable = Vec::new();
+        for (i, t) in self.targets.iter().enumerate() {
+            match t.available() {
+                Ok(()) => usable.push(i),
+                Err(reason) => skipped.push(format!("target {}: SKIP, {reason}", t.label)),
+            }
+        }
+        let dbench = workloads::dbench::available();
+        let mut jobs = Vec::new();
+        for round in 0..self.rounds {
+            for &workload in &self.workloads {
+                let threads: &[usize] =
+                    if workload.sweeps_threads() { &self.threads } else { &[1] };
+                for &threads in threads {
+                    for &target in &usable {
+                        if self.applies(
+                            workload,
+                            &self.targets[target],
+                            &dbench,
+                            round == 0,
+                            &mut skipped,
+                        ) {
+                            jobs.push(Job { round, workload, threads, target });
+                        }
+                    }
+                }
+            }
+        }
+        skipped.dedup();
+        (jobs, skipped)
+    }
+
+    fn applies(
+        &self,
+        workload: Workload,
+        target: &TargetSpec,
+        dbench: &Result<(), String>,
+        say: bool,
+        skipped: &mut Vec<String>,
+    ) -> bool {
+        let reason = match workload {
+            Workload::Dbench if !target.is_mounted() => {
+                Some("dbench is a program: it runs on mounted targets only".to_string())
+            }
+            Workload::Dbench => dbench.clone().err(),
+            Workload::Recovery if matches!(target.kind, Kind::Dir(_)) => {
+                Some("a directory has no image to crash".to_string())
+            }
+            _ => None,
+        };
+        match reason {
+            None => true,
+            Some(reason) => {
+                let line = format!("{} on {}: SKIP, {reason}", workload.name(), target.label);
+                if say && !skipped.contains(&line) {
+                    skipped.push(line);
+                }
+                false
+            }
+        }
+    }
+}
+
+/// Runs `plan`, reporting progress to `on`. A failed run is recorded with its error and the
+/// plan goes on; the caller decides what a failure means.
+pub fn run_plan(plan: &Plan, on: &mut dyn FnMut(Event)) -> Report {
+    let (jobs, skipped) = plan.jobs();
+    for line in skipped {
+        on(Event::Skipped(line));
+    }
+    let mut runs = Vec::new();
+    // The crashed image of each round, made once and replayed by every target.
+    let mut crashed: Option<(usize, Result<CrashedImage, String>)> = None;
+    for (index, job) in jobs.iter().enumerate() {
+        let target = &plan.targets[job.target];
+        let label = format!(
+            "round {}/{}: {} on {}, {} threads",
+            job.round + 1,
+            plan.rounds,
+            job.workload.name(),
+            target.label,
+            job.threads
+        );
+        on(Event::Starting { index, total: jobs.len(), label });
+        let id = format!("quill-bench-{}-{index}", std::process::id());
+        let mut result = RunResult {
+            workload: job.workload.name().to_string(),
+            target: target.label.clone(),
+            threads: job.threads,
+            round: job.round,
+            ..Default::default()
+        };
+        let outcome = if job.workload == Workload::Recovery {
+            if crashed.as_ref().map(|c| c.0) != Some(job.round) {
+                if let Some((_, Ok(old))) = crashed.take() {
+                    let _ = std::fs::remove_file(&old.path);
+                }
+                let path = plan.env.scratch.join(format!(
+                    "quill-bench-{}-crashed-{}.img",
+                    std::process::id(),
+                    job.round
+                ));
+                crashed = Some((job.round, recovery::make_crashed_image(&path, plan.size)));
+            }
+            match &crashed.as_ref().expect("made above").1 {
+                Ok(image) => run_recovery(target, image, &plan.env, &id, &mut result),
+                Err(e) => Err(format!("making the crashed image: {e}")),
+            }
+        } else {
+            run_workload(plan, job, target, &id, &mut result)
+        };
+        if let Err(e) = outcome {
+            result.error = Some(e);
+        }
+        on(Event::Finished(&result));
+        runs.push(result);
+    }
+    if let Some((_, Ok(image))) = crashed {
+        let _ = std::fs::remove_file(image.path);
+    }
+    let baseline = plan.baseline.clone();
+    let summaries = summarize(&runs, baseline.as_deref());
+    Report { command: String::new(), probe: None, baseline, runs, summaries }
+}
+
+fn run_workload(
+    plan: &Plan,
+    job: &Job,
+    target: &TargetSpec,
+    id: &str,
+    result: &mut RunResult,
+) -> Result<(), String> {
+    let prepared = target.setup(&plan.env, id)?;
+    let mut params = WorkloadParams::new(job.threads, plan.duration, plan.size);
+    params.iterations = plan.iterations;
+    params.seed = plan.seed;
+    params.background_mb_per_sec = plan.background_mb_per_sec;
+    params.on_start = prepared.measure_hook();
+    let measured = workloads::run(job.workload, prepared.api(), prepared.mounted_dir(), &params);
+    drop(params);
+    result.engine = prepared.engine_figures();
+    // Tear down even after a failed run, and report the run's own error first.
+    let finished = prepared.finish();
+    let measured = measured.map_err(|e| e.to_string())?;
+    result.fsck_clean = finished?;
+    result.seconds = measured.seconds;
+    let c = measured.counters;
+    result.ops = c.ops;
+    result.bytes_read = c.bytes_read;
+    result.bytes_written = c.bytes_written;
+    result.files_created = c.files_created;
+    result.set_fsync_latencies(c.fsync_us);
+    result.set_rates();
+    if let Some(mb) = measured.mb_per_sec {
+        result.mb_per_sec = mb;
+    }
+    result.note = measured.note;
+    if result.ops == 0 {
+        return Err("the workload did no operations".into());
+    }
+    Ok(())
+}
+
+fn run_recovery(
+    target: &TargetSpec,
+    image: &CrashedImage,
+    env: &Env,
+    id: &str,
+    result: &mut RunResult,
+) -> Result<(), String> {
+    let replay = recovery::replay(target, image, env, id)?;
+    result.seconds = replay.seconds;
+    result.ops = image.log_blocks as u64;
+    result.set_rates();
+    result.fsck_clean = replay.fsck_clean;
+    result.note = format!(
+        "{} of {} log blocks, {} transactions; {}",
+        image.log_blocks, image.log_capacity, image.transactions, replay.note
+    );
+    Ok(())
+}
+
+/// A scratch directory for images and mount points, removed when dropped.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(parent: &std::path::Path) -> std::io::Result<Scratch> {
+        let stamp = Instant::now().elapsed().as_nanos();
+        let path = parent.join(format!("quill-bench-scratch-{}-{stamp}", std::process::id()));
+        std::fs::create_dir_all(&path)?;
+        Ok(Scratch { path })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Every run removed its own files; what is left is empty directories, or the files of
+        // a run that failed to unmount (kept out of the way of a live mount).
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}

@@ -1,0 +1,621 @@
+//! Benchmark targets: what a workload runs on, set up fresh for every run and torn down
+//! after it, with `e2fsck -fn` on the image.
+//!
+//! | target | what it is | image made by |
+//! |---|---|---|
+//! | `lib` | quill in-process ([`fs::Filesystem`] called directly) on an image file, or with `dev=simssd` on the simulated SSD | quill's mkfs |
+//! | `quill-fuse` | quill mounted through FUSE in this process (the kernel's VFS in the path) | quill's mkfs |
+//! | `kernel-ext4` | the kernel's ext4 on a loop-mounted image | mkfs.ext4 |
+//! | `fuse2fs` | e2fsprogs' FUSE driver | mkfs.ext4 |
+//! | `dir:PATH` | any mounted directory (a fresh subdirectory, removed after) | — |
+//!
+//! Options follow a colon, comma-separated: `lib:preset=cjfs,data=journal`.
+//! - quill (`lib`, `quill-fuse`): `preset=classic|dual|cjfs`, any journal setting
+//!   (`versions_max=3`, …), `data=ordered|journal|writeback`; `lib` also `dev=file|simssd`.
+//! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
+//!   `mount -o` (`data=journal`, `journal_async_commit`, …).
+//! - `fuse2fs`: options go to `fuse2fs -o`.
+//!
+//! The label (the whole spec as written) names the target in tables, files and plots.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blockdev::file::{FileDevice, FileOptions};
+use blockdev::simssd::{SimSsd, SimSsdConfig};
+use blockdev::BlockDevice;
+use fs::{DataMode, Filesystem, MountOptions};
+use journal::{JournalConfig, JournalStats};
+
+use crate::fsapi::{FsApi, LibApi, PosixApi};
+use crate::queue_depth::QueueDepthDevice;
+use crate::results::EngineFigures;
+use crate::workloads::StartHook;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Lib,
+    QuillFuse,
+    KernelExt4,
+    Fuse2fs,
+    Dir(PathBuf),
+}
+
+/// Where `lib` keeps its image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibDevice {
+    File,
+    SimSsd,
+}
+
+/// A parsed target.
+#[derive(Debug, Clone)]
+pub struct TargetSpec {
+    pub label: String,
+    pub kind: Kind,
+    /// quill targets: the mount options.
+    pub quill: MountOptions,
+    pub lib_device: LibDevice,
+    /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
+    pub fast_commit: bool,
+    /// kernel-ext4 and fuse2fs: passed to the mount.
+    pub mount_options: Vec<String>,
+}
+
+/// Where the targets keep their images and mount points.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub scratch: PathBuf,
+    pub image_bytes: u64,
+}
+
+impl TargetSpec {
+    pub fn parse(text: &str) -> Result<TargetSpec, String> {
+        let (name, options) = match text.split_once(':') {
+            Some((n, o)) => (n, o),
+            None => (text, ""),
+        };
+        let kind = match name {
+            "lib" => Kind::Lib,
+            "quill-fuse" => Kind::QuillFuse,
+            "kernel-ext4" => Kind::KernelExt4,
+            "fuse2fs" => Kind::Fuse2fs,
+            "dir" if !options.is_empty() => Kind::Dir(PathBuf::from(options)),
+            "dir" => return Err("target dir needs a path: dir:/mnt/somewhere".into()),
+            other => {
+                return Err(format!(
+                    "unknown target {other}; expected lib, quill-fuse, kernel-ext4, fuse2fs or dir:PATH"
+                ))
+            }
+        };
+        let mut spec = TargetSpec {
+            label: text.to_string(),
+            kind: kind.clone(),
+            quill: MountOptions::default(),
+            lib_device: LibDevice::File,
+            fast_commit: false,
+            mount_options: Vec::new(),
+        };
+        if matches!(kind, Kind::Dir(_)) {
+            return Ok(spec);
+        }
+        let options: Vec<&str> = options.split(',').filter(|o| !o.is_empty()).collect();
+        match kind {
+            Kind::Lib | Kind::QuillFuse => {
+                // preset= first wherever it is, then the settings on top (as mount -o does).
+                for option in &options {
+                    if let Some(preset) = option.strip_prefix("preset=") {
+                        spec.quill.journal = JournalConfig::preset(preset).ok_or_else(|| {
+                            format!(
+                                "{text}: unknown preset {preset}; expected classic, dual or cjfs"
+                            )
+                        })?;
+                    }
+                }
+                for option in options.iter().filter(|o| !o.starts_with("preset=")) {
+                    let (key, value) = option
+                        .split_once('=')
+                        .ok_or_else(|| format!("{text}: option {option} needs a value"))?;
+                    match key {
+                        "data" => {
+                            spec.quill.data = match value {
+                                "ordered" => DataMode::Ordered,
+                                "journal" => DataMode::Journal,
+                                "writeback" => DataMode::Writeback,
+                                _ => return Err(format!("{text}: data={value}?")),
+                            }
+                        }
+                        "dev" if kind == Kind::Lib => {
+                            spec.lib_device = match value {
+                                "file" => LibDevice::File,
+                                "simssd" => LibDevice::SimSsd,
+                                _ => return Err(format!("{text}: dev={value}? (file or simssd)")),
+                            }
+                        }
+                        _ => spec
+                            .quill
+                            .journal
+                            .set(key, value)
+                            .map_err(|e| format!("{text}: {e}"))?,
+                    }
+                }
+            }
+            Kind::KernelExt4 | Kind::Fuse2fs => {
+                for option in options {
+                    if option == "fast_commit" && kind == Kind::KernelExt4 {
+                        spec.fast_commit = true;
+                    } else {
+                        spec.mount_options.push(option.to_string());
+                    }
+                }
+            }
+            Kind::Dir(_) => unreachable!("returned above"),
+        }
+        Ok(spec)
+    }
+
+    /// Whether the target is reached through a mount point (needed by external programs).
+    pub fn is_mounted(&self) -> bool {
+        self.kind != Kind::Lib
+    }
+
+    /// Whether quill's engine figures are available.
+    pub fn is_quill(&self) -> bool {
+        matches!(self.kind, Kind::Lib | Kind::QuillFuse)
+    }
+
+    /// Whether this machine can run the target; the reason if not.
+    pub fn available(&self) -> Result<(), String> {
+        let root = unsafe { libc::geteuid() } == 0;
+        match &self.kind {
+            Kind::Lib => Ok(()),
+            Kind::QuillFuse => {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/fuse")
+                    .map_err(|e| format!("/dev/fuse cannot be opened ({e})"))?;
+                have_tool("fusermount3", "-V")
+            }
+            Kind::KernelExt4 => {
+                if !root {
+                    return Err("loop-mounting an image needs root".into());
+                }
+                have_tool("mkfs.ext4", "-V")?;
+                have_tool("mount", "-V")
+            }
+            Kind::Fuse2fs => {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/fuse")
+                    .map_err(|e| format!("/dev/fuse cannot be opened ({e})"))?;
+                have_tool("mkfs.ext4", "-V")?;
+                have_tool("fuse2fs", "-V")
+            }
+            Kind::Dir(path) => {
+                if path.is_dir() {
+                    Ok(())
+                } else {
+                    Err(format!("{} is not a directory", path.display()))
+                }
+            }
+        }
+    }
+
+    /// Makes a fresh file system (image, mount) for one run; `id` makes its names unique.
+    pub fn setup(&self, env: &Env, id: &str) -> Result<Prepared, String> {
+        let image = env.scratch.join(format!("{id}.img"));
+        let mountpoint = env.scratch.join(format!("{id}.mnt"));
+        let mut prepared = Prepared {
+            label: self.label.clone(),
+            api: None,
+            quill: None,
+            mountpoint: None,
+            image: None,
+            simssd: None,
+            cleanup_dir: None,
+            mount: MountState::None,
+        };
+        match &self.kind {
+            Kind::Lib => {
+                let (dev, simssd): (Arc<dyn BlockDevice>, _) = match self.lib_device {
+                    LibDevice::File => {
+                        FileDevice::create(&image, env.image_bytes).map_err(|e| e.to_string())?;
+                        prepared.image = Some(image.clone());
+                        let dev = FileDevice::open(&image, FileOptions::default())
+                            .map_err(|e| e.to_string())?;
+                        (Arc::new(dev), None)
+                    }
+                    LibDevice::SimSsd => {
+                        let ssd = Arc::new(SimSsd::new(env.image_bytes, SimSsdConfig::default()));
+                        (ssd.clone(), Some(ssd))
+                    }
+                };
+                prepared.simssd = simssd;
+                let quill = open_quill(dev, &self.quill)?;
+                prepared.api = Some(Box::new(LibApi::new(quill.fs.clone())));
+                prepared.quill = Some(quill);
+            }
+            Kind::QuillFuse => {
+                FileDevice::create(&image, env.image_bytes).map_err(|e| e.to_string())?;
+                prepared.image = Some(image.clone());
+                let dev =
+                    FileDevice::open(&image, FileOptions::default()).map_err(|e| e.to_string())?;
+                let quill = open_quill(Arc::new(dev), &self.quill)?;
+                make_dir(&mountpoint)?;
+                prepared.mountpoint = Some(mountpoint.clone());
+                let config = quill_fuse::MountConfig {
+                    fsname: image.display().to_string(),
+                    ..Default::default()
+                };
+                let session = quill_fuse::mount(quill.fs.clone(), &mountpoint, &config)
+                    .map_err(|e| format!("FUSE mount on {}: {e}", mountpoint.display()))?;
+                let session = session.spawn().map_err(|e| format!("FUSE session: {e}"))?;
+                prepared.mount = MountState::Fuse(session);
+                prepared.quill = Some(quill);
+                prepared.api = Some(Box::new(PosixApi::new(&mountpoint)));
+            }
+            Kind::KernelExt4 | Kind::Fuse2fs => {
+                make_ext4(&image, env.image_bytes, self.fast_commit)?;
+                prepared.image = Some(image.clone());
+                make_dir(&mountpoint)?;
+                prepared.mountpoint = Some(mountpoint.clone());
+                prepared.mount =
+                    mount_external(&self.kind, &image, &mountpoint, &self.mount_options)?;
+                prepared.api = Some(Box::new(PosixApi::new(&mountpoint)));
+            }
+            Kind::Dir(path) => {
+                let dir = path.join(format!("quill-bench-{id}"));
+                make_dir(&dir)?;
+                prepared.cleanup_dir = Some(dir.clone());
+                prepared.api = Some(Box::new(PosixApi::new(&dir)));
+            }
+        }
+        Ok(prepared)
+    }
+}
+
+fn have_tool(tool: &str, arg: &str) -> Result<(), String> {
+    match Command::new(tool).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!("{tool} is not installed")),
+    }
+}
+
+fn make_dir(path: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(path).map_err(|e| format!("cannot create {}: {e}", path.display()))
+}
+
+/// quill on `dev`, formatted by quill's mkfs, with a queue-depth probe under it.
+pub struct QuillSide {
+    pub fs: Arc<Filesystem>,
+    pub queue: Arc<QueueDepthDevice>,
+    flusher: Option<fs::Flusher>,
+    stats_at_start: Arc<parking_lot::Mutex<JournalStats>>,
+}
+
+fn open_quill(dev: Arc<dyn BlockDevice>, options: &MountOptions) -> Result<QuillSide, String> {
+    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
+    fs::mkfs::mkfs(dev.as_ref(), &mkfs).map_err(|e| format!("quill mkfs: {e}"))?;
+    let queue = Arc::new(QueueDepthDevice::new(dev));
+    let fs = Filesystem::open(queue.clone(), options.clone()).map_err(|e| format!("open: {e}"))?;
+    let fs = Arc::new(fs);
+    // Expired data is written back in the background, as the kernel's flusher threads do
+    // (the FUSE adapter starts its own).
+    let flusher = fs.start_flusher(Duration::from_secs(1)).ok();
+    let stats_at_start = Arc::new(parking_lot::Mutex::new(fs.journal().stats()));
+    Ok(QuillSide { fs, queue, flusher, stats_at_start })
+}
+
+/// A sparse image formatted by mkfs.ext4 as CJFS's scripts do (no lazy init, so background
+/// initialization does not run during the measurement).
+pub fn make_ext4(image: &Path, bytes: u64, fast_commit: bool) -> Result<(), String> {
+    let file = std::fs::File::create(image)
+        .map_err(|e| format!("cannot create {}: {e}", image.display()))?;
+    file.set_len(bytes).map_err(|e| format!("cannot size {}: {e}", image.display()))?;
+    drop(file);
+    let mut mkfs = Command::new("mkfs.ext4");
+    mkfs.args(["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"]);
+    if fast_commit {
+        mkfs.args(["-O", "fast_commit"]);
+    }
+    run_tool(mkfs.arg(image))
+}
+
+/// Runs a command; its stderr (last lines) on failure.
+pub fn run_tool(cmd: &mut Command) -> Result<(), String> {
+    let output = cmd.output().map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let tail: Vec<&str> = stderr.lines().chain(stdout.lines()).rev().take(3).collect();
+    Err(format!("{:?} failed ({}): {}", cmd.get_program(), output.status, tail.join(" | ")))
+}
+
+enum MountState {
+    None,
+    Fuse(quill_fuse::fuser::BackgroundSession),
+    Kernel,
+    Fuse2fs(Child),
+}
+
+/// Mounts an ext4 image with the kernel (loop) or fuse2fs.
+fn mount_external(
+    kind: &Kind,
+    image: &Path,
+    mountpoint: &Path,
+    options: &[String],
+) -> Result<MountState, String> {
+    match kind {
+        Kind::KernelExt4 => {
+            let mut opts = vec!["loop".to_string()];
+            opts.extend(options.iter().cloned());
+            run_tool(
+                Command::new("mount")
+                    .args(["-t", "ext4", "-o", &opts.join(",")])
+                    .arg(image)
+                    .arg(mountpoint),
+            )?;
+            Ok(MountState::Kernel)
+        }
+        Kind::Fuse2fs => {
+            let mut cmd = Command::new("fuse2fs");
+            cmd.arg(image).arg(mountpoint).arg("-f");
+            if !options.is_empty() {
+                cmd.args(["-o", &options.join(",")]);
+            }
+            let mut child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("fuse2fs: {e}"))?;
+            let began = Instant::now();
+            while !is_mountpoint(mountpoint) {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let mut err = String::new();
+                    if let Some(mut stderr) = child.stderr.take() {
+                        let _ = io::Read::read_to_string(&mut stderr, &mut err);
+                    }
+                    return Err(format!("fuse2fs exited ({status}): {}", err.trim()));
+                }
+                if began.elapsed() > Duration::from_secs(20) {
+                    let _ = child.kill();
+                    return Err("fuse2fs did not mount within 20 s".into());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(MountState::Fuse2fs(child))
+        }
+        _ => Ok(MountState::None),
+    }
+}
+
+/// Whether `path` is a mount point (listed in /proc/self/mountinfo).
+pub fn is_mountpoint(path: &Path) -> bool {
+    let Ok(path) = path.canonicalize() else { return false };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let wanted = path.to_string_lossy().replace(' ', "\\040");
+    info.lines().any(|l| l.split(' ').nth(4) == Some(wanted.as_str()))
+}
+
+/// Unmounts `mountpoint`, retrying while it is busy (a file closed a moment ago).
+pub fn umount(mountpoint: &Path) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..50 {
+        match run_tool(Command::new("umount").arg(mountpoint)) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = e,
+        }
+        if !is_mountpoint(mountpoint) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(last)
+}
+
+/// `e2fsck -fn IMAGE`: `Some(true)` clean, `Some(false)` with the reason printed by the caller,
+/// `None` when e2fsck is missing.
+pub fn fsck(image: &Path) -> Result<Option<bool>, String> {
+    let output = match Command::new("e2fsck").arg("-fn").arg(image).output() {
+        Ok(o) => o,
+        Err(_) => return Ok(None),
+    };
+    if output.status.code() == Some(0) {
+        return Ok(Some(true));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // A one-second "last write time is in the future" comes from a coarse clock, not damage.
+    let problems: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.contains("in the future") && !l.contains("Pass ") && !l.trim().is_empty())
+        .collect();
+    Err(format!("e2fsck -fn {}: {}", image.display(), problems.join(" | ")))
+}
+
+/// A target set up for one run.
+pub struct Prepared {
+    label: String,
+    api: Option<Box<dyn FsApi>>,
+    quill: Option<QuillSide>,
+    mountpoint: Option<PathBuf>,
+    image: Option<PathBuf>,
+    simssd: Option<Arc<SimSsd>>,
+    cleanup_dir: Option<PathBuf>,
+    mount: MountState,
+}
+
+impl Prepared {
+    pub fn api(&self) -> &dyn FsApi {
+        self.api.as_deref().expect("set up")
+    }
+
+    /// The directory the target is mounted on (or the directory it runs in).
+    pub fn mounted_dir(&self) -> Option<&Path> {
+        self.mountpoint.as_deref().or(self.cleanup_dir.as_deref())
+    }
+
+    /// A hook for [`crate::workloads::WorkloadParams::on_start`]: engine and queue figures
+    /// count from the moment it is called. It holds the file system weakly, so a hook that
+    /// outlives the run does not keep it open.
+    pub fn measure_hook(&self) -> StartHook {
+        let Some(q) = &self.quill else { return StartHook::default() };
+        let (fs, queue, at_start) =
+            (Arc::downgrade(&q.fs), q.queue.clone(), q.stats_at_start.clone());
+        StartHook(Some(Arc::new(move || {
+            if let Some(fs) = fs.upgrade() {
+                *at_start.lock() = fs.journal().stats();
+                queue.reset();
+            }
+        })))
+    }
+
+    /// The engine's figures since [`Prepared::start_measuring`] (quill targets).
+    pub fn engine_figures(&self) -> Option<EngineFigures> {
+        let q = self.quill.as_ref()?;
+        let (a, b) = (q.fs.journal().stats(), q.stats_at_start.lock().clone());
+        let transactions = a.transactions - b.transactions;
+        let per = |n: u64| if transactions == 0 { 0.0 } else { n as f64 / transactions as f64 };
+        let (queue_depth_mean, queue_depth_max) = q.queue.depth();
+        Some(EngineFigures {
+            transactions,
+            handles_per_transaction: per(a.handles - b.handles),
+            conflicts_per_transaction: per(a.conflicts - b.conflicts),
+            flushes_per_transaction: per(a.flushes - b.flushes),
+            ms_locked: a.ms_locked - b.ms_locked,
+            ms_writing: a.ms_writing - b.ms_writing,
+            ms_flushing: a.ms_flushing - b.ms_flushing,
+            queue_depth_mean,
+            queue_depth_max,
+        })
+    }
+
+    /// Unmounts, checks the image with `e2fsck -fn` and deletes it. Returns the check's
+    /// verdict (`None`: nothing to check, or no e2fsck); an unclean image is an error.
+    pub fn finish(mut self) -> Result<Option<bool>, String> {
+        let result = self.teardown();
+        let verdict = result.and_then(|()| self.check());
+        self.remove_files();
+        verdict
+    }
+
+    fn teardown(&mut self) -> Result<(), String> {
+        self.api = None;
+        let mut first_error: Option<String> = None;
+        let mut note = |e: String| {
+            first_error.get_or_insert(e);
+        };
+        match std::mem::replace(&mut self.mount, MountState::None) {
+            MountState::None => {}
+            MountState::Fuse(session) => {
+                let mountpoint = self.mountpoint.clone().expect("mounted");
+                if let Err(e) = umount(&mountpoint) {
+                    note(format!("umount {}: {e}", self.label));
+                }
+                if let Err(e) = session.join() {
+                    note(format!("FUSE session of {}: {e}", self.label));
+                }
+            }
+            MountState::Kernel => {
+                if let Err(e) = umount(self.mountpoint.as_deref().expect("mounted")) {
+                    note(e);
+                }
+            }
+            MountState::Fuse2fs(mut child) => {
+                if let Err(e) = umount(self.mountpoint.as_deref().expect("mounted")) {
+                    note(e);
+                    let _ = child.kill();
+                }
+                // fuse2fs writes its last changes and marks the image clean as it exits.
+                match child.wait() {
+                    Ok(s) if s.success() => {}
+                    Ok(s) => note(format!("fuse2fs exited with {s}")),
+                    Err(e) => note(format!("fuse2fs: {e}")),
+                }
+            }
+        }
+        if let Some(q) = self.quill.take() {
+            drop(q.flusher);
+            if let Err(e) = quill_fuse::unmount_fs(q.fs) {
+                note(format!("unmounting {}: {e}", self.label));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn check(&mut self) -> Result<Option<bool>, String> {
+        if let Some(ssd) = self.simssd.take() {
+            // e2fsck needs a file: check a copy of the simulated SSD's media.
+            let dir = std::env::temp_dir();
+            let copy = dir.join(format!("quill-bench-simssd-{}.img", std::process::id()));
+            std::fs::write(&copy, ssd.snapshot())
+                .map_err(|e| format!("{}: {e}", copy.display()))?;
+            let verdict = fsck(&copy);
+            let _ = std::fs::remove_file(&copy);
+            return verdict;
+        }
+        match &self.image {
+            Some(image) => fsck(image),
+            None => Ok(None),
+        }
+    }
+
+    fn remove_files(&mut self) {
+        // Scratch space: failing to delete it loses nothing, and the next run uses new names.
+        if let Some(image) = self.image.take() {
+            let _ = std::fs::remove_file(image);
+        }
+        if let Some(mountpoint) = self.mountpoint.take() {
+            if !is_mountpoint(&mountpoint) {
+                let _ = std::fs::remove_dir(mountpoint);
+            }
+        }
+        if let Some(dir) = self.cleanup_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // An error path dropped the target without finish(): never leave a mount behind.
+        let _ = self.teardown();
+        self.remove_files();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_bad_ones_are_refused_by_name() {
+        let lib = TargetSpec::parse("lib:preset=cjfs,versions_max=3,data=journal").unwrap();
+        assert_eq!(lib.kind, Kind::Lib);
+        assert_eq!(lib.quill.journal.versions_max, 3);
+        assert_eq!(lib.quill.data, DataMode::Journal);
+        assert_eq!(lib.label, "lib:preset=cjfs,versions_max=3,data=journal");
+        let k = TargetSpec::parse("kernel-ext4:fast_commit,data=journal").unwrap();
+        assert!(k.fast_commit);
+        assert_eq!(k.mount_options, vec!["data=journal"]);
+        assert_eq!(TargetSpec::parse("dir:/tmp").unwrap().kind, Kind::Dir("/tmp".into()));
+        for bad in [
+            "nfs",
+            "dir",
+            "lib:preset=zfs",
+            "lib:data=bogus",
+            "lib:frobnicate=1",
+            "quill-fuse:dev=simssd",
+        ] {
+            let err = TargetSpec::parse(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad}");
+        }
+    }
+}

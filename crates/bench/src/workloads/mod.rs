@@ -1,0 +1,290 @@
+//! The seed papers' workloads, written against [`FsApi`] so each runs unchanged on every
+//! target. Each module documents what it does and which reference tool it follows; this one
+//! holds the multi-threaded driver they share and the per-thread counters.
+//!
+//! Timing covers only the measured phase: each workload prepares its files first (timed
+//! separately, excluded), syncs, and then runs its threads until the budget is spent.
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::fsapi::{FsApi, OpenFile};
+
+pub mod dbench;
+pub mod fsync_load;
+pub mod oltp;
+pub mod randwrite;
+pub mod tokubench;
+pub mod varmail;
+
+/// A workload by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    VarmailShared,
+    VarmailSplit,
+    Dbench,
+    OltpInsert,
+    Tokubench,
+    RandwriteFsync,
+    FsyncUnderLoad,
+    /// Fill the journal, crash, time the replay (see `recovery.rs`; not an [`FsApi`] workload).
+    Recovery,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 8] = [
+        Workload::VarmailShared,
+        Workload::VarmailSplit,
+        Workload::Dbench,
+        Workload::OltpInsert,
+        Workload::Tokubench,
+        Workload::RandwriteFsync,
+        Workload::FsyncUnderLoad,
+        Workload::Recovery,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::VarmailShared => "varmail-shared",
+            Workload::VarmailSplit => "varmail-split",
+            Workload::Dbench => "dbench",
+            Workload::OltpInsert => "oltp-insert",
+            Workload::Tokubench => "tokubench",
+            Workload::RandwriteFsync => "randwrite-fsync",
+            Workload::FsyncUnderLoad => "fsync-under-load",
+            Workload::Recovery => "recovery",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// What the thread count means for this workload (for tables and `--help`).
+    pub fn threads_meaning(self) -> &'static str {
+        match self {
+            Workload::Dbench => "dbench clients",
+            Workload::FsyncUnderLoad => "background writers (one fsync thread besides)",
+            Workload::Recovery => "ignored: replay threads come from the target's settings",
+            _ => "worker threads",
+        }
+    }
+
+    /// Whether the thread count matters (recovery runs once per round, at one thread).
+    pub fn sweeps_threads(self) -> bool {
+        self != Workload::Recovery
+    }
+}
+
+/// How big a workload's file set is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// The smallest size that still exercises every operation (the test suite's).
+    Smallest,
+    /// The papers' parameters scaled to a 2-core machine.
+    Default,
+}
+
+/// What one run of a workload is given.
+#[derive(Debug, Clone)]
+pub struct WorkloadParams {
+    pub threads: usize,
+    /// Measured phase length.
+    pub duration: Duration,
+    /// If set, each thread stops after this many iterations even before `duration` (tests).
+    pub iterations: Option<u64>,
+    pub size: Size,
+    pub seed: u64,
+    /// fsync-under-load: the background writers' total rate in MB/s (10^6 bytes).
+    pub background_mb_per_sec: f64,
+    /// Called once the workload's files are prepared, just before its threads start: the
+    /// target's engine figures count from here.
+    pub on_start: StartHook,
+}
+
+/// See [`WorkloadParams::on_start`].
+#[derive(Clone, Default)]
+pub struct StartHook(pub Option<std::sync::Arc<dyn Fn() + Send + Sync>>);
+
+impl std::fmt::Debug for StartHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "StartHook(set)" } else { "StartHook(none)" })
+    }
+}
+
+impl WorkloadParams {
+    pub fn new(threads: usize, duration: Duration, size: Size) -> WorkloadParams {
+        WorkloadParams {
+            threads,
+            duration,
+            iterations: None,
+            size,
+            seed: 0x5157_494c_4c42_454e, // "QUILLBEN"
+            background_mb_per_sec: 50.0,
+            on_start: StartHook::default(),
+        }
+    }
+
+    /// A per-thread random generator, reproducible from the seed.
+    pub fn rng(&self, thread: usize) -> SmallRng {
+        SmallRng::seed_from_u64(self.seed ^ (thread as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+}
+
+/// Counts kept by one thread and merged at the end (no shared counters on the hot path).
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    /// Operations as the reference tool counts them.
+    pub ops: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub files_created: u64,
+    /// fsync/fdatasync latencies in microseconds.
+    pub fsync_us: Vec<u64>,
+}
+
+impl Counters {
+    pub fn merge(&mut self, other: Counters) {
+        self.ops += other.ops;
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+        self.files_created += other.files_created;
+        self.fsync_us.extend(other.fsync_us);
+    }
+
+    /// fsync (or fdatasync with `data_only`) `file`, recording the latency.
+    pub fn timed_sync(&mut self, file: &mut dyn OpenFile, data_only: bool) -> io::Result<()> {
+        let began = Instant::now();
+        if data_only {
+            file.fdatasync()?;
+        } else {
+            file.fsync()?;
+        }
+        self.fsync_us.push(began.elapsed().as_micros() as u64);
+        Ok(())
+    }
+
+    pub fn write(&mut self, file: &mut dyn OpenFile, offset: u64, data: &[u8]) -> io::Result<()> {
+        file.write_at(offset, data)?;
+        self.bytes_written += data.len() as u64;
+        Ok(())
+    }
+}
+
+/// What the measured phase produced.
+#[derive(Debug, Default)]
+pub struct Measured {
+    pub seconds: f64,
+    pub counters: Counters,
+    /// The reference tool's own MB/s, where it reports one and the byte counts are unknown.
+    pub mb_per_sec: Option<f64>,
+    /// Anything the table should say about the run (the reference tool's own figure).
+    pub note: String,
+}
+
+/// Whether a thread has more to do.
+pub enum Step {
+    More,
+    Done,
+}
+
+/// Runs `body(thread, iteration, counters)` on `params.threads` threads, released together,
+/// until the budget is spent or every thread says [`Step::Done`]. The first error stops
+/// every thread and is returned, with the thread that met it.
+pub fn run_threads<F>(params: &WorkloadParams, threads: usize, body: F) -> io::Result<Measured>
+where
+    F: Fn(usize, u64, &mut Counters) -> io::Result<Step> + Sync,
+{
+    let stop = AtomicBool::new(false);
+    let barrier = Barrier::new(threads + 1);
+    let (results, seconds) = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|thread| {
+                let (stop, barrier, body) = (&stop, &barrier, &body);
+                scope.spawn(move || -> io::Result<Counters> {
+                    let mut counters = Counters::default();
+                    barrier.wait();
+                    let started = Instant::now();
+                    for iteration in 0u64.. {
+                        let over = stop.load(Ordering::Relaxed)
+                            || started.elapsed() >= params.duration
+                            || params.iterations.is_some_and(|n| iteration >= n);
+                        if over {
+                            break;
+                        }
+                        match body(thread, iteration, &mut counters) {
+                            Ok(Step::More) => {}
+                            Ok(Step::Done) => break,
+                            Err(err) => {
+                                stop.store(true, Ordering::Relaxed);
+                                return Err(io::Error::new(
+                                    err.kind(),
+                                    format!("thread {thread}, iteration {iteration}: {err}"),
+                                ));
+                            }
+                        }
+                    }
+                    Ok(counters)
+                })
+            })
+            .collect();
+        if let Some(hook) = &params.on_start.0 {
+            hook();
+        }
+        barrier.wait();
+        let started = Instant::now();
+        let results: Vec<io::Result<Counters>> = workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err(io::Error::other("a worker panicked"))))
+            .collect();
+        (results, started.elapsed().as_secs_f64())
+    });
+    let mut counters = Counters::default();
+    for result in results {
+        counters.merge(result?);
+    }
+    Ok(Measured { seconds, counters, ..Default::default() })
+}
+
+/// Runs `workload` (any but recovery) on `api`; `mounted` is the directory the target is
+/// mounted on, for workloads that run an external program (dbench).
+pub fn run(
+    workload: Workload,
+    api: &dyn FsApi,
+    mounted: Option<&Path>,
+    params: &WorkloadParams,
+) -> io::Result<Measured> {
+    if params.threads == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "threads must be at least 1"));
+    }
+    match workload {
+        Workload::VarmailShared => varmail::run(api, params, varmail::Layout::Shared),
+        Workload::VarmailSplit => varmail::run(api, params, varmail::Layout::PerThread),
+        Workload::Dbench => match mounted {
+            Some(dir) => dbench::run(dir, params),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "dbench runs on mounted targets only",
+            )),
+        },
+        Workload::OltpInsert => oltp::run(api, params),
+        Workload::Tokubench => tokubench::run(api, params),
+        Workload::RandwriteFsync => randwrite::run(api, params),
+        Workload::FsyncUnderLoad => fsync_load::run(api, params),
+        Workload::Recovery => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "recovery is run by the runner, per target (recovery.rs)",
+        )),
+    }
+}
+
+/// A buffer of `len` bytes of a recognizable, non-zero pattern.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len).map(|i| (seed as usize).wrapping_add(i.wrapping_mul(31)) as u8 | 1).collect()
+}

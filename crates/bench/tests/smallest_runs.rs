@@ -1,0 +1,122 @@
+//! Every workload at its smallest size, on quill in-process and on every mounted target this
+//! machine has (quill through FUSE, the kernel's ext4, fuse2fs), through the same runner
+//! `quill bench` uses: no errors, operations counted, e2fsck clean. Figures are not judged
+//! here (benchmarks are for that); this keeps every workload and target from rotting.
+
+use std::time::Duration;
+
+use bench::results::RunResult;
+use bench::runner::{run_plan, Event, Plan, Scratch};
+use bench::targets::{Env, TargetSpec};
+use bench::workloads::{Size, Workload};
+
+fn plan(targets: &[&str], workloads: &[Workload], threads: &[usize], scratch: &Scratch) -> Plan {
+    Plan {
+        workloads: workloads.to_vec(),
+        targets: targets.iter().map(|t| TargetSpec::parse(t).unwrap()).collect(),
+        threads: threads.to_vec(),
+        rounds: 1,
+        duration: Duration::from_secs(2),
+        size: Size::Smallest,
+        iterations: Some(6),
+        env: Env { scratch: scratch.path.clone(), image_bytes: 256 << 20 },
+        baseline: Some(targets[0].to_string()),
+        background_mb_per_sec: 20.0,
+        seed: 1,
+    }
+}
+
+/// Runs the plan, printing what was skipped and why; returns the runs.
+fn run(plan: &Plan) -> Vec<RunResult> {
+    let report = run_plan(plan, &mut |event| match event {
+        Event::Skipped(line) => println!("{line}"),
+        Event::Starting { label, .. } => println!("{label}"),
+        Event::Finished(r) => println!(
+            "  {} ops in {:.2} s, fsyncs {}, fsck {:?}, {}{}",
+            r.ops,
+            r.seconds,
+            r.fsyncs,
+            r.fsck_clean,
+            r.note,
+            r.error.as_deref().map(|e| format!(" ERROR {e}")).unwrap_or_default()
+        ),
+    });
+    report.runs
+}
+
+fn check_sane(runs: &[RunResult], expect_fsck: bool) {
+    for r in runs {
+        assert!(r.error.is_none(), "{} on {}: {:?}", r.workload, r.target, r.error);
+        assert!(r.ops > 0 && r.seconds > 0.0, "{r:?}");
+        if expect_fsck {
+            assert_eq!(r.fsck_clean, Some(true), "{} on {}", r.workload, r.target);
+        }
+        match r.workload.as_str() {
+            "varmail-shared" | "varmail-split" => {
+                assert_eq!(r.ops % 13, 0, "13 flowops per iteration");
+                assert_eq!(r.fsyncs * 13, r.ops * 2);
+                assert!(r.bytes_read > 0 && r.bytes_written > 0 && r.files_created > 0);
+            }
+            "oltp-insert" => assert!(r.fsyncs >= r.ops),
+            "tokubench" => assert_eq!(r.files_created, r.ops),
+            "randwrite-fsync" => assert_eq!(r.fsyncs, r.ops),
+            "fsync-under-load" => assert_eq!(r.fsyncs, r.ops),
+            "dbench" => assert!(r.mb_per_sec > 0.0 && r.note.contains("dbench")),
+            _ => {}
+        }
+        let quill = r.target.starts_with("lib") || r.target.starts_with("quill-fuse");
+        if quill && r.workload != "recovery" {
+            let e = r.engine.as_ref().expect("quill targets report engine figures");
+            if r.fsyncs > 0 {
+                assert!(e.transactions > 0 && e.handles_per_transaction >= 1.0, "{e:?}");
+            }
+        }
+    }
+}
+
+fn e2fsck_present() -> bool {
+    let present = std::process::Command::new("e2fsck").arg("-V").output().is_ok();
+    if !present {
+        println!("SKIP the e2fsck verdicts: e2fsck is not installed");
+    }
+    present
+}
+
+#[test]
+fn every_workload_runs_on_lib_at_its_smallest_size() {
+    let scratch = Scratch::new(&std::env::temp_dir()).unwrap();
+    let workloads: Vec<Workload> =
+        Workload::ALL.into_iter().filter(|w| *w != Workload::Dbench).collect();
+    let runs = run(&plan(&["lib", "lib:preset=cjfs,data=journal"], &workloads, &[2], &scratch));
+    // recovery needs cp to copy the image; everything else is in-process.
+    assert_eq!(runs.len(), 2 * workloads.len());
+    check_sane(&runs, e2fsck_present());
+}
+
+#[test]
+fn every_workload_runs_on_the_mounted_targets_this_machine_has() {
+    let scratch = Scratch::new(&std::env::temp_dir()).unwrap();
+    let targets = ["quill-fuse", "kernel-ext4", "fuse2fs"];
+    let usable: Vec<&str> = targets
+        .iter()
+        .copied()
+        .filter(|t| match TargetSpec::parse(t).unwrap().available() {
+            Ok(()) => true,
+            Err(reason) => {
+                println!("SKIP target {t}: {reason}");
+                false
+            }
+        })
+        .collect();
+    if usable.is_empty() {
+        println!("SKIP: no mounted target is available on this machine");
+        return;
+    }
+    let runs = run(&plan(&usable, &Workload::ALL, &[2], &scratch));
+    check_sane(&runs, e2fsck_present());
+    if bench::workloads::dbench::available().is_ok() {
+        assert!(runs.iter().any(|r| r.workload == "dbench"), "dbench ran");
+    } else {
+        println!("SKIP dbench: {}", bench::workloads::dbench::available().unwrap_err());
+    }
+}
