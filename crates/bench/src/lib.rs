@@ -6,6 +6,7 @@
 pub mod fsapi;
 pub mod journal_bench;
 pub mod percentile;
+pub mod plot;
 pub mod probe;
 pub mod queue_depth;
 pub mod recovery;

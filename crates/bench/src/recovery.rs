@@ -1,6 +1,6 @@
 //! The recovery workload: fill the journal with committed transactions, crash, and time how
 //! long each target takes to replay it and come up — quill's `Filesystem::open` (with the
-//! target's `recovery_threads`), the kernel's ext4 mount, fuse2fs's mount. Every target
+//! target's `recovery_threads`) and the kernel's ext4 mount (fuse2fs does not replay). Every target
 //! replays its own copy of the same crashed image, read from disk (the page cache is dropped
 //! first when running as root), and `e2fsck -fn` must find the result clean.
 //!
@@ -9,15 +9,15 @@
 //! checkpoint starts freeing it). Operations are log blocks replayed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use blockdev::file::{FileDevice, FileOptions};
 use fs::{DataMode, Filesystem, MountOptions};
 
 use crate::fsapi::{FsApi, LibApi};
-use crate::targets::{fsck, is_mountpoint, run_tool, umount, Env, Kind, TargetSpec};
+use crate::targets::{fsck, run_tool, umount, Env, Kind, TargetSpec};
 use crate::workloads::{pattern, Size};
 
 /// A crashed image with a full journal.
@@ -146,36 +146,7 @@ fn replay_copy(spec: &TargetSpec, copy: &Path, mountpoint: &Path) -> Result<(f64
             umount(mountpoint)?;
             Ok((seconds, "kernel mount".into()))
         }
-        Kind::Fuse2fs => {
-            std::fs::create_dir_all(mountpoint).map_err(|e| e.to_string())?;
-            let began = Instant::now();
-            let mut child = Command::new("fuse2fs")
-                .arg(copy)
-                .arg(mountpoint)
-                .arg("-f")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("fuse2fs: {e}"))?;
-            while !is_mountpoint(mountpoint) {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!("fuse2fs exited ({status}) before mounting"));
-                }
-                if began.elapsed() > Duration::from_secs(120) {
-                    let _ = child.kill();
-                    return Err("fuse2fs did not mount within 120 s".into());
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            let seconds = began.elapsed().as_secs_f64();
-            umount(mountpoint)?;
-            let status = child.wait().map_err(|e| e.to_string())?;
-            if !status.success() {
-                return Err(format!("fuse2fs exited with {status}"));
-            }
-            Ok((seconds, "fuse2fs mount".into()))
-        }
+        Kind::Fuse2fs => Err("fuse2fs does not replay the journal (see runner.rs)".into()),
         Kind::Dir(_) => Err("recovery needs an image; dir targets have none".into()),
     }
 }

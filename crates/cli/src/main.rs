@@ -5,6 +5,7 @@
 
 mod bench_cmd;
 mod dump;
+mod fsbench_cmd;
 mod info;
 mod mkfs_cmd;
 mod mount_cmd;
@@ -34,6 +35,9 @@ enum Command {
     Mkfs(mkfs_cmd::MkfsArgs),
     /// Describe an image (like dumpe2fs -h): geometry, features, free space, state, journal.
     Info(info::InfoArgs),
+    /// Benchmark file systems: the papers' workloads on quill, the kernel's ext4, fuse2fs and
+    /// any directory, side by side, with a device probe, a table, JSON, CSV and plots.
+    Bench(fsbench_cmd::FsBenchArgs),
     /// Mount an image through FUSE; goes to the background once the mount is live.
     #[command(after_help = MOUNT_HELP)]
     Mount(MountArgs),
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         Command::Journal(JournalCommand::Bench(args)) => bench_cmd::run(args),
         Command::Mkfs(args) => mkfs_cmd::run(args),
         Command::Info(args) => info::run(args),
+        Command::Bench(args) => fsbench_cmd::run(args),
         Command::Mount(args) => {
             let request = mount_cmd::MountRequest {
                 image: args.image,

@@ -4,8 +4,9 @@
 //! fsync has to commit — and under data=ordered write out — the background's dirty data too,
 //! so its latency tail grows with the load; file-level fsync transactions keep it flat.
 //!
-//! The thread count is the number of background writers (each gets rate / count). Operations
-//! are foreground fsyncs; the headline is their p99 latency.
+//! The thread count is the number of background writers (each gets rate / count); `quill
+//! bench` runs it with one. Operations are foreground fsyncs; the headline is their p99
+//! latency.
 
 use std::io;
 use std::time::{Duration, Instant};

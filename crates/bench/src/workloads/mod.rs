@@ -70,15 +70,17 @@ impl Workload {
     pub fn threads_meaning(self) -> &'static str {
         match self {
             Workload::Dbench => "dbench clients",
-            Workload::FsyncUnderLoad => "background writers (one fsync thread besides)",
+            Workload::FsyncUnderLoad => "ignored: one fsync thread, one background writer",
             Workload::Recovery => "ignored: replay threads come from the target's settings",
             _ => "worker threads",
         }
     }
 
-    /// Whether the thread count matters (recovery runs once per round, at one thread).
+    /// Whether the thread count is swept. fsync-under-load is one fsync thread against one
+    /// background writer (its load is the writer's MB/s); recovery's replay threads are a
+    /// target setting. Both run once per round, at "1 thread".
     pub fn sweeps_threads(self) -> bool {
-        self != Workload::Recovery
+        !matches!(self, Workload::Recovery | Workload::FsyncUnderLoad)
     }
 }
 
