@@ -27,6 +27,7 @@ pub struct CrashedImage {
     /// Journal blocks in use at the crash: what recovery has to read and replay.
     pub log_blocks: u32,
     pub log_capacity: u32,
+    pub block_size: u32,
     pub transactions: u64,
     pub fill_seconds: f64,
 }
@@ -75,6 +76,7 @@ pub fn make_crashed_image(path: &Path, size: Size) -> Result<CrashedImage, Strin
         used_before = used;
     }
     let transactions = filesystem.journal().stats().transactions;
+    let block_size = filesystem.block_size();
     drop(api);
     let filesystem = Arc::try_unwrap(filesystem).map_err(|_| "file system still in use")?;
     filesystem.crash();
@@ -82,6 +84,7 @@ pub fn make_crashed_image(path: &Path, size: Size) -> Result<CrashedImage, Strin
         path: path.to_path_buf(),
         log_blocks: used,
         log_capacity: capacity,
+        block_size,
         transactions,
         fill_seconds: began.elapsed().as_secs_f64(),
     })

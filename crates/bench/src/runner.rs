@@ -238,6 +238,8 @@ fn run_recovery(
     let replay = recovery::replay(target, image, env, id)?;
     result.seconds = replay.seconds;
     result.ops = image.log_blocks as u64;
+    // The log read back, so MB/s is the replay's read rate.
+    result.bytes_read = image.log_blocks as u64 * image.block_size as u64;
     result.set_rates();
     result.fsck_clean = replay.fsck_clean;
     result.note = format!(

@@ -89,7 +89,12 @@ pub struct FsBenchArgs {
 /// Splits the target list: on ';' if there is one, else on commas that start a new target.
 fn split_targets(text: &str) -> Vec<String> {
     if text.contains(';') {
-        return text.split(';').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect();
+        return text
+            .split(';')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect();
     }
     // "lib:preset=cjfs,data=journal,kernel-ext4": a comma followed by a target name starts a
     // new target; anything else is an option of the current one.
@@ -145,10 +150,15 @@ pub fn run(args: FsBenchArgs) -> Result<()> {
             .or(targets.first())
             .map(|t| t.label.clone()),
     };
-    let scratch = Scratch::new(&args.scratch)
-        .with_context(|| format!("cannot create a scratch directory in {}", args.scratch.display()))?;
+    let scratch = Scratch::new(&args.scratch).with_context(|| {
+        format!("cannot create a scratch directory in {}", args.scratch.display())
+    })?;
     let probe_result = if args.probe_seconds > 0.0 {
-        let params = ProbeParams { dir: scratch.path.clone(), seconds: args.probe_seconds, ..Default::default() };
+        let params = ProbeParams {
+            dir: scratch.path.clone(),
+            seconds: args.probe_seconds,
+            ..Default::default()
+        };
         let result = probe(&params).context("device probe")?;
         println!("{}", format_probe(&result));
         Some(result)
@@ -172,7 +182,8 @@ pub fn run(args: FsBenchArgs) -> Result<()> {
     let mut report = run_plan(&plan, &mut |event| match event {
         Event::Skipped(line) => eprintln!("{line}"),
         Event::Starting { index, total, label } => {
-            let bar = bar.get_or_insert_with(|| Progress::new("quill bench", total as u64, true, false));
+            let bar =
+                bar.get_or_insert_with(|| Progress::new("quill bench", total as u64, true, false));
             bar.set(index as u64, total as u64);
             bar.println(&format!("[{}/{}] {label}", index + 1, total));
         }
