@@ -4,7 +4,8 @@
 //! system, checked by `e2fsck -fn` after it is torn down.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use crate::recovery::{self, CrashedImage};
 use crate::results::{summarize, Report, RunResult};
@@ -255,10 +256,13 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// A new directory in `parent`, unique in this process (plans running side by side in
+    /// one process, as tests do, must not share image names) and across processes.
     pub fn new(parent: &std::path::Path) -> std::io::Result<Scratch> {
-        let stamp = Instant::now().elapsed().as_nanos();
-        let path = parent.join(format!("quill-bench-scratch-{}-{stamp}", std::process::id()));
-        std::fs::create_dir_all(&path)?;
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = parent.join(format!("quill-bench-scratch-{}-{n}", std::process::id()));
+        std::fs::create_dir(&path)?;
         Ok(Scratch { path })
     }
 }
