@@ -31,7 +31,8 @@ pub trait OpenFile: Send {
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Reads at `offset`; returns how many bytes (0 at end of file).
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
-    fn len(&mut self) -> io::Result<u64>;
+    /// The file's size in bytes.
+    fn size(&mut self) -> io::Result<u64>;
     fn fsync(&mut self) -> io::Result<()>;
     fn fdatasync(&mut self) -> io::Result<()>;
 }
@@ -138,7 +139,7 @@ impl OpenFile for LibFile {
         self.fs.read(self.ino, offset, buf).map_err(io_error)
     }
 
-    fn len(&mut self) -> io::Result<u64> {
+    fn size(&mut self) -> io::Result<u64> {
         Ok(self.fs.getattr(self.ino).map_err(io_error)?.size)
     }
 
@@ -226,7 +227,7 @@ impl OpenFile for PosixFile {
         FileExt::read_at(&self.0, buf, offset)
     }
 
-    fn len(&mut self) -> io::Result<u64> {
+    fn size(&mut self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 
@@ -251,7 +252,7 @@ mod tests {
         f.write_at(0, b"hello").unwrap();
         f.write_at(5, b" world").unwrap();
         f.fsync().unwrap();
-        assert_eq!(f.len().unwrap(), 11);
+        assert_eq!(f.size().unwrap(), 11);
         drop(f);
         assert!(api.create("d/f").is_err(), "create is exclusive");
         let mut f = api.open("d/f").unwrap();

@@ -980,7 +980,7 @@ mod tests {
                 seconds: v,
                 ..Default::default()
             }];
-            summarize(&runs.drain(..).collect::<Vec<_>>(), None).remove(0)
+            summarize(&std::mem::take(&mut runs), None).remove(0)
         };
         let mut summaries = vec![
             // A single point.
@@ -1042,7 +1042,7 @@ mod tests {
         assert_eq!(linear_axis([f64::NAN].into_iter()).0, (0.0, 1.0));
         let ((lo, hi), ticks) = linear_axis([7.0, 7.0].into_iter());
         assert_eq!((lo, *ticks.first().unwrap(), *ticks.last().unwrap()), (0.0, 0.0, hi));
-        assert!(hi >= 7.0 && hi <= 10.0, "{hi}");
+        assert!((7.0..=10.0).contains(&hi), "{hi}");
         let ((lo, hi), _) = linear_axis([-3.0, 12_345.0].into_iter());
         assert!(lo <= -3.0 && hi >= 12_345.0);
         assert_eq!(fmt_num(2500.0), "2.5k");
