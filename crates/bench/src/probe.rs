@@ -19,12 +19,11 @@
 //! and 3 fall back to buffered I/O and [`ProbeResult::direct_io`] is false: measurement 2 is
 //! then a buffered `O_DSYNC` write, and measurement 3 measures the page cache, not the disk.
 
-use std::alloc::{self, Layout};
+use blockdev::aligned::AlignedBuf;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -361,42 +360,6 @@ impl XorShift {
             let bytes = self.next().to_le_bytes();
             chunk.copy_from_slice(&bytes[..chunk.len()]);
         }
-    }
-}
-
-/// Heap memory aligned to 4096 bytes, zero-initialised, for O_DIRECT transfers.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        assert!(len > 0, "zero-length aligned buffer");
-        let layout = Layout::from_size_align(len, BLOCK).expect("aligned buffer layout");
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, layout }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` owns `layout.size()` initialised bytes, and `&self` rules out a
-        // mutable reference to them for the slice's lifetime.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` owns `layout.size()` initialised bytes, and `&mut self` makes this the
-        // only reference to them.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this very layout, and freed only here.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
 

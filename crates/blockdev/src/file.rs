@@ -24,22 +24,19 @@
 //! thread start-up to pay off, so the cooperative I/O paths of the journal keep several writes in
 //! flight on devices that have internal parallelism.
 
-use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::aligned::AlignedBuf;
 use crate::{check_range, BlockDevice, DeviceError, Op, Write, SECTOR_SIZE};
 
-/// Alignment of O_DIRECT bounce buffers: a page, which satisfies every logical block size up to
-/// 4 KiB.
-pub const DIRECT_ALIGN: usize = 4096;
+pub use crate::aligned::DIRECT_ALIGN;
 
 /// Largest bounce buffer one O_DIRECT call allocates; larger I/O is done in pieces of this size
 /// so that a huge request does not double its memory footprint.
@@ -248,36 +245,6 @@ fn pwritev2_dsync_all(file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Heap memory aligned to [`DIRECT_ALIGN`], zero-initialised, for O_DIRECT transfers.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        assert!(len > 0, "zero-length bounce buffer");
-        let layout = Layout::from_size_align(len, DIRECT_ALIGN).expect("bounce buffer layout");
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, layout }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` owns `layout.size()` initialised bytes and `&mut self` makes this the only
-        // reference to them.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this very layout, and freed only here.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
 impl BlockDevice for FileDevice {
     fn size_bytes(&self) -> u64 {
         self.size_bytes
@@ -356,15 +323,6 @@ impl BlockDevice for FileDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bounce_buffer_is_page_aligned_and_zeroed() {
-        let mut b = AlignedBuf::new(8192);
-        let s = b.as_mut_slice();
-        assert_eq!(s.as_ptr() as usize % DIRECT_ALIGN, 0);
-        assert_eq!(s.len(), 8192);
-        assert!(s.iter().all(|&x| x == 0));
-    }
 
     #[test]
     fn unsupported_errnos_select_the_fdatasync_fallback() {

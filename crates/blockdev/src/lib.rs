@@ -14,6 +14,7 @@
 //! (crash images), [`fault::FaultDevice`] (EIO injection), [`simssd::SimSsd`] (deterministic
 //! latency model).
 
+pub mod aligned;
 pub mod fault;
 pub mod file;
 pub mod memory;
