@@ -44,8 +44,8 @@ pub struct FsBenchArgs {
     /// Workloads, comma-separated (see below).
     #[arg(long, value_delimiter = ',', default_value = "varmail-shared,fsync-under-load,recovery")]
     workloads: Vec<String>,
-    /// Targets, comma-separated lists of TARGET[:OPTIONS]; separate targets with ';' when
-    /// their options contain commas (see below).
+    /// Targets, TARGET[:OPTIONS] separated by ';' (commas also work: a comma followed by a
+    /// target name starts the next target; see below).
     #[arg(long, default_value = "lib;lib:preset=cjfs;quill-fuse;kernel-ext4;fuse2fs")]
     targets: String,
     /// Thread counts to sweep, comma-separated (fsync-under-load and recovery run once).
