@@ -640,7 +640,8 @@ fn draw_figure<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure) 
     for (panel, area) in fig.panels.iter().zip(&areas) {
         draw_panel(root, area, panel)?;
     }
-    draw_legend(root, &legend, &fig.legend, legend_width as i32)
+    let mark = fig.panels.first().map_or(Mark::Lines, |p| p.mark);
+    draw_legend(root, &legend, &fig.legend, legend_width as i32, mark)
 }
 
 fn draw_legend<DB: DrawingBackend>(
@@ -648,6 +649,7 @@ fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     entries: &[(usize, String)],
     width: i32,
+    mark: Mark,
 ) -> DrawResult<DB> {
     let (xs, ys) = area.get_pixel_range();
     let x = xs.start + 8;
@@ -657,8 +659,18 @@ fn draw_legend<DB: DrawingBackend>(
             break;
         }
         let c = colour_of(*colour);
-        root.draw(&PathElement::new(vec![(x, y), (x + 30, y)], c.stroke_width(3)))?;
-        draw_marker(root, (x + 15, y), *colour)?;
+        match mark {
+            Mark::Bars => {
+                root.draw(&Rectangle::new([(x + 6, y - 9), (x + 24, y + 9)], c.filled()))?
+            }
+            Mark::Steps => {
+                root.draw(&PathElement::new(vec![(x, y), (x + 30, y)], c.stroke_width(3)))?
+            }
+            Mark::Lines => {
+                root.draw(&PathElement::new(vec![(x, y), (x + 30, y)], c.stroke_width(3)))?;
+                draw_marker(root, (x + 15, y), *colour)?;
+            }
+        }
         root.draw(&Text::new(
             fit(label, width - 50, 17.0),
             (x + 38, y),
@@ -713,7 +725,9 @@ fn draw_panel<DB: DrawingBackend>(
     }
     let slot = (px.end - px.start) / x_ticks.len().max(1) as i32;
     for (x, label) in &x_ticks {
-        plot.draw(&PathElement::new(vec![(*x, y_range.0), (*x, y_range.1)], GRID))?;
+        if p.mark != Mark::Bars {
+            plot.draw(&PathElement::new(vec![(*x, y_range.0), (*x, y_range.1)], GRID))?;
+        }
         let (tx, _) = plot.map_coordinate(&(*x, y_range.0));
         root.draw(&PathElement::new(vec![(tx, py.end), (tx, py.end + 5)], BLACK))?;
         let label = match p.x {
@@ -748,12 +762,20 @@ fn draw_panel<DB: DrawingBackend>(
     }
 
     // The data.
-    let cap = |x: f64, y: f64| {
+    let cap = |x: f64, y: f64, colour: RGBColor| {
         let (cx, cy) = plot.map_coordinate(&(x, y));
-        PathElement::new(vec![(cx - 6, cy), (cx + 6, cy)], BLACK.stroke_width(1))
+        PathElement::new(vec![(cx - 6, cy), (cx + 6, cy)], colour.stroke_width(1))
     };
-    for s in &p.series {
+    let n_series = p.series.len();
+    for (k, s) in p.series.iter().enumerate() {
         let c = colour_of(s.colour);
+        // Error bars of a line chart step aside a little per target, so equal values
+        // at one thread count do not hide each other's bars.
+        let dodge = if p.mark == Mark::Lines {
+            (k as f64 - (n_series as f64 - 1.0) / 2.0) * 0.025
+        } else {
+            0.0
+        };
         match p.mark {
             Mark::Bars => {
                 for d in &s.points {
@@ -784,9 +806,10 @@ fn draw_panel<DB: DrawingBackend>(
             for d in &s.points {
                 if let Some((lo, hi)) = d.err.filter(|(lo, hi)| hi > lo) {
                     let bar_colour = if p.mark == Mark::Bars { BLACK } else { c };
-                    plot.draw(&PathElement::new(vec![(d.x, lo), (d.x, hi)], bar_colour))?;
-                    root.draw(&cap(d.x, lo))?;
-                    root.draw(&cap(d.x, hi))?;
+                    let x = d.x + dodge;
+                    plot.draw(&PathElement::new(vec![(x, lo), (x, hi)], bar_colour))?;
+                    root.draw(&cap(x, lo, bar_colour))?;
+                    root.draw(&cap(x, hi, bar_colour))?;
                 }
                 if p.mark == Mark::Lines {
                     draw_marker(root, plot.map_coordinate(&(d.x, d.y)), s.colour)?;
@@ -971,7 +994,7 @@ mod tests {
     #[test]
     fn degenerate_values_do_not_panic() {
         let sum = |workload: &str, target: &str, threads: usize, v: f64| {
-            let mut runs = vec![RunResult {
+            let runs = [RunResult {
                 workload: workload.into(),
                 target: target.into(),
                 threads,
@@ -980,7 +1003,7 @@ mod tests {
                 seconds: v,
                 ..Default::default()
             }];
-            summarize(&std::mem::take(&mut runs), None).remove(0)
+            summarize(&runs, None).remove(0)
         };
         let mut summaries = vec![
             // A single point.
