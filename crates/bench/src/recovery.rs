@@ -49,9 +49,7 @@ const FILES_PER_DIR: u64 = 1000;
 pub fn make_crashed_image(path: &Path, size: Size) -> Result<CrashedImage, String> {
     let began = Instant::now();
     let shown = path.display();
-    let dev = FileDevice::create(path, image_bytes(size)).map_err(|e| e.to_string())?;
-    drop(dev);
-    let dev = Arc::new(FileDevice::open(path, FileOptions::default()).map_err(|e| e.to_string())?);
+    let dev = Arc::new(FileDevice::create(path, image_bytes(size)).map_err(|e| e.to_string())?);
     let mkfs = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
     fs::mkfs::mkfs(dev.as_ref(), &mkfs).map_err(|e| format!("mkfs {shown}: {e}"))?;
     let options = MountOptions { data: DataMode::Journal, ..Default::default() };

@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blockdev::file::{FileDevice, FileOptions};
+use blockdev::file::FileDevice;
 use blockdev::simssd::{SimSsd, SimSsdConfig};
 use blockdev::BlockDevice;
 use fs::{DataMode, Filesystem, MountOptions};
@@ -173,11 +173,7 @@ impl TargetSpec {
         match &self.kind {
             Kind::Lib => Ok(()),
             Kind::QuillFuse => {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/fuse")
-                    .map_err(|e| format!("/dev/fuse cannot be opened ({e})"))?;
+                fuse_device_opens()?;
                 have_tool("fusermount3", "-V")
             }
             Kind::KernelExt4 => {
@@ -188,11 +184,7 @@ impl TargetSpec {
                 have_tool("mount", "-V")
             }
             Kind::Fuse2fs => {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/fuse")
-                    .map_err(|e| format!("/dev/fuse cannot be opened ({e})"))?;
+                fuse_device_opens()?;
                 have_tool("mkfs.ext4", "-V")?;
                 have_tool("fuse2fs", "-V")
             }
@@ -224,10 +216,9 @@ impl TargetSpec {
             Kind::Lib => {
                 let (dev, simssd): (Arc<dyn BlockDevice>, _) = match self.lib_device {
                     LibDevice::File => {
-                        FileDevice::create(&image, env.image_bytes).map_err(|e| e.to_string())?;
-                        prepared.image = Some(image.clone());
-                        let dev = FileDevice::open(&image, FileOptions::default())
+                        let dev = FileDevice::create(&image, env.image_bytes)
                             .map_err(|e| e.to_string())?;
+                        prepared.image = Some(image.clone());
                         (Arc::new(dev), None)
                     }
                     LibDevice::SimSsd => {
@@ -241,10 +232,8 @@ impl TargetSpec {
                 prepared.quill = Some(quill);
             }
             Kind::QuillFuse => {
-                FileDevice::create(&image, env.image_bytes).map_err(|e| e.to_string())?;
+                let dev = FileDevice::create(&image, env.image_bytes).map_err(|e| e.to_string())?;
                 prepared.image = Some(image.clone());
-                let dev =
-                    FileDevice::open(&image, FileOptions::default()).map_err(|e| e.to_string())?;
                 let quill = open_quill(Arc::new(dev), &self.quill)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
@@ -277,6 +266,11 @@ impl TargetSpec {
         }
         Ok(prepared)
     }
+}
+
+fn fuse_device_opens() -> Result<(), String> {
+    let opened = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse");
+    opened.map(drop).map_err(|e| format!("/dev/fuse cannot be opened ({e})"))
 }
 
 fn have_tool(tool: &str, arg: &str) -> Result<(), String> {
