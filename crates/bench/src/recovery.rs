@@ -34,9 +34,9 @@ pub struct CrashedImage {
 
 fn image_bytes(size: Size) -> u64 {
     match size {
-        // 1 GiB: a 64 MiB (16,384-block) journal, mke2fs's size for it.
+        // 1 GiB: a 32 MiB (8,192-block) journal, mke2fs's size for it.
         Size::Default => 1 << 30,
-        // 64 MiB: a 16 MiB journal.
+        // 64 MiB: a 4 MiB (1,024-block) journal.
         Size::Smallest => 64 << 20,
     }
 }
