@@ -24,7 +24,7 @@ use crate::error::{FsError, Result};
 use crate::extent_tree::{self, ExtentCtx, Lookup};
 use crate::filesystem::{now, DataMode, Filesystem};
 use crate::groups::Reservation;
-use crate::inodes::InodeData;
+use crate::inodes::{InodeData, InodeGuard, InodeSlot};
 use crate::meta_io::MetaIo;
 use crate::ops::{add_blocks, txn_write_inode};
 
@@ -49,14 +49,21 @@ pub enum FallocateMode {
 }
 
 impl Filesystem {
+    /// Locks a live inode whose data is about to be read or changed; directories are refused
+    /// (their blocks change only through the directory code).
+    fn lock_file<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
+        let guard = self.lock_live(slot)?;
+        if guard.as_ref().expect("loaded").inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        Ok(guard)
+    }
+
     /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at or past EOF).
     pub fn read(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let slot = self.inodes.slot(ino);
-        let guard = self.lock_live(&slot)?;
+        let guard = self.lock_file(&slot)?;
         let data = guard.as_ref().expect("loaded");
-        if data.inode.is_dir() {
-            return Err(FsError::IsDir);
-        }
         let size = data.size();
         if offset >= size || buf.is_empty() {
             return Ok(0);
@@ -159,11 +166,8 @@ impl Filesystem {
             return Err(FsError::FileTooLarge);
         }
         let slot = self.inodes.slot(ino);
-        let mut guard = self.lock_live(&slot)?;
+        let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
-        if data.inode.is_dir() {
-            return Err(FsError::IsDir);
-        }
         if bytes.is_empty() {
             return Ok(0);
         }
@@ -394,11 +398,8 @@ impl Filesystem {
             return Err(FsError::FileTooLarge);
         }
         let slot = self.inodes.slot(ino);
-        let mut guard = self.lock_live(&slot)?;
+        let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
-        if data.inode.is_dir() {
-            return Err(FsError::IsDir);
-        }
         if size == 0 {
             data.flush_on_close = true;
         }
@@ -564,11 +565,8 @@ impl Filesystem {
     fn allocate_range(&self, ino: u32, offset: u64, end: u64, keep_size: bool) -> Result<()> {
         let bs = u64::from(self.block_size());
         let slot = self.inodes.slot(ino);
-        let mut guard = self.lock_live(&slot)?;
+        let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
-        if data.inode.is_dir() {
-            return Err(FsError::IsDir);
-        }
         self.writeback_locked(ino, data)?;
         let mut lblk = offset / bs;
         let last = end.div_ceil(bs);
@@ -628,11 +626,8 @@ impl Filesystem {
     fn punch_hole(&self, ino: u32, offset: u64, end: u64) -> Result<()> {
         let bs = u64::from(self.block_size());
         let slot = self.inodes.slot(ino);
-        let mut guard = self.lock_live(&slot)?;
+        let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
-        if data.inode.is_dir() {
-            return Err(FsError::IsDir);
-        }
         self.writeback_locked(ino, data)?;
         let end = end.min(data.inode.size.max(offset));
         // Partial blocks at either edge are zeroed in place; whole blocks are deallocated.

@@ -14,6 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+// The helpers every CLI test shares (running quill and tools, mkfs.ext4); this module adds
+// what mounts need, including a Scratch that never deletes through a live mount.
+#[path = "../common/mod.rs"]
+mod common;
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use common::{mkfs as mkfs_ext4, quill, run, text};
+
 /// A scratch directory removed on drop (after everything mounted in it is gone).
 pub struct Scratch(pub PathBuf);
 
@@ -74,18 +81,6 @@ pub fn ready(test: &str, tools: &[&str]) -> bool {
     true
 }
 
-pub fn quill() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_quill"))
-}
-
-pub fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
-}
-
-pub fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
 /// Runs `cmd` and asserts it succeeded; returns its output.
 pub fn ok(cmd: &mut Command) -> Output {
     let o = run(cmd);
@@ -96,10 +91,6 @@ pub fn ok(cmd: &mut Command) -> Output {
 /// A fresh image made by `quill mkfs` (4 KiB blocks).
 pub fn quill_mkfs(image: &Path, size: &str) {
     ok(quill().arg("mkfs").arg(image).arg(size));
-}
-
-pub fn mkfs_ext4(image: &Path, size: &str, extra: &[&str]) {
-    ok(Command::new("mkfs.ext4").args(["-q", "-F"]).args(extra).arg(image).arg(size));
 }
 
 /// `e2fsck -fn` is clean, and the superblock says clean with no journal to replay.
