@@ -97,11 +97,24 @@ pub struct CrashOptions {
     pub seed: u64,
     /// If set, the generated states are sampled evenly (by position in the log) down to this many.
     pub max_states: Option<usize>,
+    /// When a barrier has at most this many pending writes, every subset of them (in log order)
+    /// is a state too, as CrashMonkey enumerates small epochs. 0 turns enumeration off.
+    pub exhaustive_up_to: usize,
+    /// Also the ALICE-style orderings of the pending writes: every in-order prefix (a FIFO
+    /// cache) and every "all but one" (one write reordered past the crash).
+    pub orderings: bool,
 }
 
 impl Default for CrashOptions {
     fn default() -> CrashOptions {
-        CrashOptions { subsets_per_gap: 8, torn_per_gap: 4, seed: 0, max_states: None }
+        CrashOptions {
+            subsets_per_gap: 8,
+            torn_per_gap: 4,
+            seed: 0,
+            max_states: None,
+            exhaustive_up_to: 0,
+            orderings: false,
+        }
     }
 }
 
@@ -436,6 +449,21 @@ impl Generator<'_> {
         let pending: Vec<usize> = cursor.pending.iter().copied().collect();
         self.push(p, cursor, CrashKind::Subset, pending.clone(), None);
         self.push(p, cursor, CrashKind::Subset, Vec::new(), None);
+        if self.opts.orderings {
+            for k in 1..pending.len() {
+                self.push(p, cursor, CrashKind::Subset, pending[..k].to_vec(), None);
+                let mut dropped = pending.clone();
+                dropped.remove(k - 1);
+                self.push(p, cursor, CrashKind::Subset, dropped, None);
+            }
+        }
+        if !pending.is_empty() && pending.len() <= self.opts.exhaustive_up_to.min(16) {
+            for mask in 1u32..(1 << pending.len()) - 1 {
+                let subset =
+                    pending.iter().enumerate().filter(|(k, _)| mask >> k & 1 == 1).map(|(_, &i)| i);
+                self.push(p, cursor, CrashKind::Subset, subset.collect(), None);
+            }
+        }
         for _ in 0..self.opts.subsets_per_gap {
             let mut subset: Vec<usize> = pending.iter().copied().filter(|_| rng.coin()).collect();
             rng.shuffle(&mut subset);
@@ -655,6 +683,41 @@ mod tests {
         let image = dev.materialize(&boundary);
         assert_eq!(&image[..4096], &block(1)[..]);
         assert_eq!(&image[4096..8192], &block(0)[..]);
+    }
+
+    #[test]
+    fn exhaustive_subsets_and_orderings_are_generated() {
+        let dev = RecordingDevice::new(vec![0; 8 * 4096]);
+        for i in 0..4u8 {
+            dev.write_at(u64::from(i) * 4096, &block(i + 1)).unwrap();
+        }
+        let subsets = |opts: &CrashOptions| -> HashSet<Vec<usize>> {
+            let states = dev.crash_states(opts);
+            // "None applied" is the end-of-log flush-boundary state.
+            states.into_iter().filter(|s| s.kind != CrashKind::Torn).map(|s| s.applied).collect()
+        };
+        let plain = CrashOptions { subsets_per_gap: 0, torn_per_gap: 0, ..CrashOptions::default() };
+        assert_eq!(subsets(&plain).len(), 2, "all and none only");
+        let all = subsets(&CrashOptions { exhaustive_up_to: 4, ..plain.clone() });
+        assert_eq!(all.len(), 16, "every subset of 4 pending writes");
+        assert!(all.iter().all(|s| s.windows(2).all(|w| w[0] < w[1])), "in log order");
+        let ordered = subsets(&CrashOptions { orderings: true, ..plain.clone() });
+        // none, all, prefixes of 1..=3, and the four "all but one" (all but the last is a prefix).
+        let expected: HashSet<Vec<usize>> = [
+            vec![],
+            vec![0, 1, 2, 3],
+            vec![0],
+            vec![0, 1],
+            vec![0, 1, 2],
+            vec![1, 2, 3],
+            vec![0, 2, 3],
+            vec![0, 1, 3],
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(ordered, expected);
+        let too_many = subsets(&CrashOptions { exhaustive_up_to: 3, ..plain });
+        assert_eq!(too_many.len(), 2, "4 pending writes are more than 3: no enumeration");
     }
 
     #[test]

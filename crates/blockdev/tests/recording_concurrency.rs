@@ -97,6 +97,7 @@ fn eight_threads_writing_reading_and_flushing_leave_a_consistent_log() {
         torn_per_gap: 0,
         seed: 1,
         max_states: None,
+        ..CrashOptions::default()
     });
     let all = states
         .iter()

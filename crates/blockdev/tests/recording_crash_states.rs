@@ -156,7 +156,13 @@ fn crash_state_never_loses_a_fua_write_or_a_flushed_write() {
         eprintln!("seed {seed} (rerun with QUILL_SEED={seed})");
         let dev = random_workload(seed, 60);
         let ops = dev.ops();
-        let opts = CrashOptions { subsets_per_gap: 6, torn_per_gap: 3, seed, max_states: None };
+        let opts = CrashOptions {
+            subsets_per_gap: 6,
+            torn_per_gap: 3,
+            seed,
+            max_states: None,
+            ..CrashOptions::default()
+        };
         let states = dev.crash_states(&opts);
         assert!(!states.is_empty());
         for state in &states {
@@ -203,7 +209,13 @@ fn torn_write_applies_a_proper_subset_of_sectors() {
     }
     dev.write_fua_at((10 * BLOCK) as u64, &tagged(10, BLOCK)).unwrap();
     let ops = dev.ops();
-    let opts = CrashOptions { subsets_per_gap: 0, torn_per_gap: 20, seed: 5, max_states: None };
+    let opts = CrashOptions {
+        subsets_per_gap: 0,
+        torn_per_gap: 20,
+        seed: 5,
+        max_states: None,
+        ..CrashOptions::default()
+    };
     let torn: Vec<CrashState> =
         dev.crash_states(&opts).into_iter().filter(|s| s.kind == CrashKind::Torn).collect();
     assert!(!torn.is_empty());
@@ -260,7 +272,13 @@ fn every_flush_and_the_log_end_get_a_flush_boundary_state() {
 #[test]
 fn crash_states_are_deterministic_given_the_seed_and_sampled_to_the_maximum() {
     let dev = random_workload(11, 80);
-    let opts = CrashOptions { subsets_per_gap: 5, torn_per_gap: 2, seed: 42, max_states: None };
+    let opts = CrashOptions {
+        subsets_per_gap: 5,
+        torn_per_gap: 2,
+        seed: 42,
+        max_states: None,
+        ..CrashOptions::default()
+    };
     let a = dev.crash_states(&opts);
     assert_eq!(a, dev.crash_states(&opts));
     let other = dev.crash_states(&CrashOptions { seed: 43, ..opts.clone() });

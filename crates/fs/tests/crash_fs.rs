@@ -317,7 +317,13 @@ fn explore(s: &Scenario<'_>, seed: u64) -> Outcome {
     (s.workload)(&fs, &|n| recording.mark(n));
     fs.crash();
 
-    let options = CrashOptions { subsets_per_gap: 10, torn_per_gap: 5, seed, max_states: None };
+    let options = CrashOptions {
+        subsets_per_gap: 10,
+        torn_per_gap: 5,
+        seed,
+        max_states: None,
+        ..CrashOptions::default()
+    };
     let mut all = recording.crash_states(&options);
     let generated = all.len();
     // Out of the model: the primary superblock torn between its two sectors. ext4 and quill

@@ -41,6 +41,7 @@ fn explore(preset: &str, seed: u64) {
         torn_per_gap: 3,
         seed,
         max_states: Some(states_wanted()),
+        ..CrashOptions::default()
     };
     let states = recording.crash_states(&options);
     let mut kinds: HashMap<CrashKind, usize> = HashMap::new();
@@ -109,7 +110,13 @@ fn a_second_crash_after_recovery_never_replays_stale_transactions_of_the_first_l
     let layout = StampLayout { threads: 4, shared_blocks: 6 };
     run_stamp_workload(&journal, &layout, 250, 2, &|tid| first.mark(tid.0 as u64));
     journal.abandon();
-    let sample = CrashOptions { subsets_per_gap: 2, torn_per_gap: 2, seed, max_states: Some(40) };
+    let sample = CrashOptions {
+        subsets_per_gap: 2,
+        torn_per_gap: 2,
+        seed,
+        max_states: Some(40),
+        ..CrashOptions::default()
+    };
     let (counter_block, first_data_block, rounds) = (399u64, 400u64, 30u32);
     let mut second_states = 0;
     for state in first.crash_states(&sample) {
@@ -134,6 +141,7 @@ fn a_second_crash_after_recovery_never_replays_stale_transactions_of_the_first_l
             torn_per_gap: 1,
             seed: seed + 1,
             max_states: Some(15),
+            ..CrashOptions::default()
         };
         for crash in second.crash_states(&options) {
             let image = Arc::new(MemDevice::from_bytes(second.materialize(&crash)));
