@@ -284,6 +284,60 @@ impl RecordingDevice {
     ///
     /// `state` must come from [`RecordingDevice::crash_states`] of this device (the log only
     /// grows, so states stay valid while recording continues).
+    /// Whether `state` is one this log allows (what [`RecordingDevice::materialize`] asserts),
+    /// so a state read from a file can be refused with a message instead of a panic.
+    pub fn check_state(&self, state: &CrashState) -> Result<(), String> {
+        let ops = self.ops();
+        if state.crash_at > ops.len() {
+            return Err(format!(
+                "crash at op {} but the log has {} ops",
+                state.crash_at,
+                ops.len()
+            ));
+        }
+        let covers = ops[..state.crash_at]
+            .iter()
+            .filter_map(|op| match op {
+                RecordedOp::Flush { covers } => Some(*covers),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let pending = |i: usize| {
+            i < state.crash_at
+                && matches!(&ops[i], RecordedOp::Write { fua: false, seq, .. } if *seq >= covers)
+        };
+        if let Some(&i) = state.applied.iter().find(|&&i| !pending(i)) {
+            return Err(format!("applied op {i} is not a write pending at the crash point"));
+        }
+        if let Some(torn) = &state.torn {
+            let sectors = match ops.get(torn.op_index) {
+                Some(RecordedOp::Write { data, fua, .. })
+                    if pending(torn.op_index) || (torn.op_index == state.crash_at && *fua) =>
+                {
+                    sectors_of(data)
+                }
+                _ => {
+                    return Err(format!(
+                        "torn op {} is neither pending nor an in-flight FUA write",
+                        torn.op_index
+                    ))
+                }
+            };
+            let s = &torn.sectors;
+            if s.is_empty()
+                || s.len() >= sectors as usize
+                || !s.windows(2).all(|w| w[0] < w[1])
+                || s.iter().any(|&x| x >= sectors)
+            {
+                return Err(format!(
+                    "torn sectors {s:?} are not a non-empty proper subset of 0..{sectors}, ascending"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn materialize(&self, state: &CrashState) -> Vec<u8> {
         let ops: Vec<RecordedOp> = {
             let log = self.log.lock();

@@ -4,6 +4,7 @@
 //! an option value a subcommand rejects before doing anything).
 
 mod bench_cmd;
+mod crashtest_cmd;
 mod dump;
 mod fsbench_cmd;
 mod info;
@@ -38,6 +39,9 @@ enum Command {
     /// Benchmark file systems: the papers' workloads on quill, the kernel's ext4, fuse2fs and
     /// any directory, side by side, with a device probe, a table, JSON, CSV and plots.
     Bench(fsbench_cmd::FsBenchArgs),
+    /// Crash-test quill: ACE-style workloads on a recording device, every crash image recovered
+    /// by quill and by e2fsck and checked against what was acknowledged.
+    Crashtest(crashtest_cmd::CrashtestArgs),
     /// Mount an image through FUSE; goes to the background once the mount is live.
     #[command(after_help = MOUNT_HELP)]
     Mount(MountArgs),
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => mkfs_cmd::run(args),
         Command::Info(args) => info::run(args),
         Command::Bench(args) => fsbench_cmd::run(args),
+        Command::Crashtest(args) => crashtest_cmd::run(args),
         Command::Mount(args) => {
             let request = mount_cmd::MountRequest {
                 image: args.image,

@@ -158,23 +158,19 @@ impl Filesystem {
         let location = image.journal_location()?;
         let needs_recovery = sb.needs_recovery();
         drop(image);
-        let journal = if !options.read_only {
-            Journal::recover_and_open(dev.clone(), location, options.journal.clone())?.0
-        } else {
-            if needs_recovery {
-                // As the kernel's read-only mount: replay (which writes the device), mark the
-                // file system recovered, then attach without writing anything more.
-                journal::recover(&*dev, &location, options.journal.recovery_threads)?;
-                let image = Ext4Image::open(dev.clone())?;
-                let mut sb = image.superblock().clone();
-                sb.set_needs_recovery(false);
-                dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
-                dev.flush()?;
-            }
-            Journal::open_read_only(dev.clone(), location, options.journal.clone())?
-        };
-        let block_size = u64::from(sb.block_size());
-        journal.set_cache_limit((options.metadata_cache_bytes / block_size).max(64) as usize);
+        if !options.read_only {
+            // JBD2's jbd2_journal_load, first half: replay the log if it needs it.
+            journal::recover(&*dev, &location, options.journal.recovery_threads)?;
+        } else if needs_recovery {
+            // As the kernel's read-only mount: replay (which writes the device), mark the
+            // file system recovered, then attach without writing anything more.
+            journal::recover(&*dev, &location, options.journal.recovery_threads)?;
+            let image = Ext4Image::open(dev.clone())?;
+            let mut sb = image.superblock().clone();
+            sb.set_needs_recovery(false);
+            dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
+            dev.flush()?;
+        }
         // Recovery may have replayed the superblock and descriptors: read them again.
         let image = Ext4Image::open(dev.clone())?;
         let mut sb = image.superblock().clone();
@@ -194,6 +190,16 @@ impl Filesystem {
             dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
             dev.flush()?;
         }
+        // Attaching writes the journal superblock with a live log start, so it comes after
+        // RECOVER is durable: the journal never holds data that a superblock without RECOVER
+        // would tell e2fsck and the kernel to ignore (the kernel wipes such a journal).
+        let journal = if options.read_only {
+            Journal::open_read_only(dev.clone(), location, options.journal.clone())?
+        } else {
+            Journal::open(dev.clone(), location, options.journal.clone())?
+        };
+        let block_size = u64::from(sb.block_size());
+        journal.set_cache_limit((options.metadata_cache_bytes / block_size).max(64) as usize);
         let fs = Filesystem {
             dev,
             params: sb.clone(),

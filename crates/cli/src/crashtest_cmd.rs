@@ -1,0 +1,140 @@
+//! `quill crashtest`: the crash-state explorer (crates/crashtest) from the command line.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use crashtest::explore::{self, default_configs, Failure, Options};
+
+use crate::progress::Progress;
+
+#[derive(clap::Args)]
+pub struct CrashtestArgs {
+    /// Crash images to check (workloads are started until this many are checked).
+    #[arg(long, default_value_t = 1000)]
+    images: u64,
+    /// Check 100,000 crash images (unless --images says otherwise).
+    #[arg(long)]
+    long: bool,
+    /// Seed of the workload generator and the crash-state sampling (default: the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Journal presets the workloads rotate through, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "classic,dual,cjfs")]
+    presets: Vec<String>,
+    /// Data modes the workloads rotate through, comma-separated (ordered, journal).
+    #[arg(long, value_delimiter = ',', default_value = "ordered,journal")]
+    data: Vec<String>,
+    /// Every N-th workload runs several threads of longer random sequences (0: never).
+    #[arg(long, default_value_t = 8)]
+    threaded_every: usize,
+    /// Threads of a threaded workload.
+    #[arg(long, default_value_t = 3)]
+    threads: usize,
+    /// Crash states checked per workload at most, flush boundaries first (0: all).
+    #[arg(long, default_value_t = 120)]
+    max_states: usize,
+    /// Where reproducers of failures are written.
+    #[arg(long, default_value = "crashtest-out")]
+    out: PathBuf,
+    /// Replay a reproducer file: its workload and crash state (or all its states).
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+struct Bar(Progress);
+
+impl explore::Progress for Bar {
+    fn images(&self, checked: u64, target: u64) {
+        self.0.set(checked, target);
+    }
+
+    fn failure(&self, f: &Failure) {
+        self.0.println(&format!(
+            "FAIL {} in workload {} (seed {}): {}",
+            f.check,
+            f.workload.name,
+            f.workload.seed,
+            f.message.lines().last().unwrap_or("")
+        ));
+    }
+}
+
+pub fn run(args: CrashtestArgs) -> Result<()> {
+    if !crashtest::check::have_e2fsck() {
+        bail!("e2fsck is not installed (the e2fsprogs package): crashtest needs it as a judge");
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let mut opts = Options::standard(seed);
+    opts.images = if args.long && args.images == 1000 { 100_000 } else { args.images };
+    if let Some(jobs) = args.jobs {
+        if jobs == 0 || jobs > 256 {
+            bail!("--jobs must be in 1..=256");
+        }
+        opts.jobs = jobs;
+    }
+    if args.threads < 2 || args.threads > 16 {
+        bail!("--threads must be in 2..=16");
+    }
+    opts.threads = args.threads;
+    opts.threaded_every = args.threaded_every;
+    opts.max_states = (args.max_states > 0).then_some(args.max_states);
+    for p in &args.presets {
+        if journal::config::JournalConfig::preset(p).is_none() {
+            bail!("--presets: unknown preset {p} (expected classic, dual or cjfs)");
+        }
+    }
+    for d in &args.data {
+        if d != "ordered" && d != "journal" {
+            bail!("--data: {d} is not ordered or journal");
+        }
+    }
+    opts.configs = default_configs()
+        .into_iter()
+        .filter(|c| args.presets.contains(&c.preset) && args.data.contains(&c.data))
+        .collect();
+    opts.out = args.out.clone();
+
+    if let Some(file) = &args.replay {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let (report, ok) = explore::replay(&text, &opts).map_err(anyhow::Error::msg)?;
+        print!("{report}");
+        if !ok {
+            bail!("the reproducer still fails");
+        }
+        println!("the reproducer passes");
+        return Ok(());
+    }
+
+    println!(
+        "quill crashtest: seed {seed}, {} crash images, {} jobs, {} configurations (rerun with \
+         --seed {seed})",
+        opts.images,
+        opts.jobs,
+        opts.configs.len()
+    );
+    let bar = Bar(Progress::new("crash images", opts.images, !args.no_progress, false));
+    let totals = explore::explore(&opts, &bar);
+    bar.0.finish();
+    println!("{}", totals.summary());
+    if totals.failures.is_empty() {
+        return Ok(());
+    }
+    let paths = explore::write_reproducers(&totals.failures, &opts.out)
+        .with_context(|| format!("cannot write reproducers to {}", opts.out.display()))?;
+    for (f, path) in totals.failures.iter().zip(&paths) {
+        println!("\nFAIL {}: {}", f.check, path.display());
+        print!("{}", f.reproducer(None));
+    }
+    bail!("{} workloads failed; rerun one with quill crashtest --replay FILE", paths.len())
+}

@@ -1,0 +1,337 @@
+//! The checks a crash image must pass.
+//!
+//! - **acknowledged**: the tree quill recovered is one the workload could have left: its
+//!   names, kinds, links and symlinks are those of the model after some prefix of every thread's
+//!   operations (so each metadata operation, rename included, is all or nothing), no shorter
+//!   than what the acknowledged persistence points made durable; and each inode shows contents,
+//!   size and xattrs of one of its versions no older than its last acknowledged fsync,
+//!   fdatasync or sync, every byte inside i_size being a byte some version has there (no stale
+//!   block, no zeros where data was written);
+//! - **e2fsck-fn**: stock `e2fsck -fn` finds quill's recovered image clean;
+//! - **e2fsck-fy** and **same-tree**: stock `e2fsck -fy` on a copy of the raw crash image
+//!   (e2fsprogs' own journal replay) repairs nothing beyond replay, orphans and free counts,
+//!   and reaches the same tree as quill: names, kinds, modes, sizes, contents, link counts,
+//!   inode numbers and xattrs.
+//!
+//! What persistence points promise (ext4's behaviour, which the xfstests power-failure tests
+//! expect):
+//! - `sync` by any thread: every operation that returned before it started is durable;
+//! - `fsync(p)`: p's data and metadata as of the fsync, and every operation of the thread up to
+//!   the last one that changed p (transactions commit in order; ext4 commits a new file's
+//!   directory entry with it, and a directory's fsync its entries);
+//! - `fdatasync(p)`: p's data and size, and p's creation.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use crate::model::{Inode, Kind, Model};
+use crate::run::{decode_mark, Recording};
+use crate::tree::{namespace_of, Node, Tree};
+use crate::workload::{Op, Workload};
+
+/// What the marks of a crash state say about thread `t`.
+#[derive(Debug, Clone, Default)]
+struct Bounds {
+    /// Operations that had started: the newest possible state.
+    hi: usize,
+    /// The oldest state the namespace may be in.
+    ns_lo: usize,
+    /// The oldest version of every inode (from syncs).
+    all_lo: usize,
+    /// Per inode: the oldest version of its metadata (fsync) and of its data (fsync,
+    /// fdatasync).
+    meta_lo: BTreeMap<usize, usize>,
+    data_lo: BTreeMap<usize, usize>,
+}
+
+fn bounds(w: &Workload, states: &[Vec<Model>], marks: &[u64]) -> Vec<Bounds> {
+    let threads = w.threads.len();
+    let mut start_pos = BTreeMap::new();
+    let mut end_pos = BTreeMap::new();
+    for (pos, &label) in marks.iter().enumerate() {
+        let (t, i, end) = decode_mark(label);
+        if t < threads && i < w.threads[t].len() {
+            if end { &mut end_pos } else { &mut start_pos }.insert((t, i), pos);
+        }
+    }
+    let mut b = vec![Bounds::default(); threads];
+    for &(t, i) in start_pos.keys() {
+        b[t].hi = b[t].hi.max(i + 1);
+    }
+    for &(t, i) in end_pos.keys() {
+        let before = &states[t][i];
+        let inode = |p: &str| before.names.get(p).copied();
+        match &w.threads[t][i] {
+            Op::Sync => {
+                let started = start_pos[&(t, i)];
+                for (u, bu) in b.iter_mut().enumerate() {
+                    let done = end_pos
+                        .range((u, 0)..(u + 1, 0))
+                        .filter(|(_, &pos)| pos < started)
+                        .map(|(&(_, k), _)| k + 1)
+                        .max()
+                        .unwrap_or(0);
+                    bu.all_lo = bu.all_lo.max(done);
+                    bu.ns_lo = bu.ns_lo.max(done);
+                }
+            }
+            Op::Fsync(p) | Op::Fdatasync(p) => {
+                let Some(m) = inode(p) else { continue };
+                let node = &before.inodes[m];
+                let data_only =
+                    matches!(w.threads[t][i], Op::Fdatasync(_)) && node.kind == Kind::File;
+                let bt = &mut b[t];
+                if data_only {
+                    bt.ns_lo = bt.ns_lo.max(node.created);
+                } else {
+                    bt.ns_lo = bt.ns_lo.max(node.changed);
+                    let lo = bt.meta_lo.entry(m).or_default();
+                    *lo = (*lo).max(i + 1);
+                }
+                let lo = bt.data_lo.entry(m).or_default();
+                *lo = (*lo).max(i + 1);
+            }
+            _ => {}
+        }
+    }
+    b
+}
+
+/// The **acknowledged** check of `tree` at a crash point whose marks are `marks`.
+pub fn check_acknowledged(
+    w: &Workload,
+    rec: &Recording,
+    marks: &[u64],
+    tree: &Tree,
+) -> Result<(), String> {
+    for (t, b) in bounds(w, &rec.states, marks).iter().enumerate() {
+        check_thread(rec, t, b, tree).map_err(|e| {
+            let who = if rec.roots[t].is_empty() { String::new() } else { format!("thread {t}: ") };
+            format!("{who}{e}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Thread `t`'s subtree is the model's after some prefix `j` of its operations, within the
+/// bounds, with every inode as some allowed version of it.
+fn check_thread(rec: &Recording, t: usize, b: &Bounds, tree: &Tree) -> Result<(), String> {
+    let (sub, ns) = namespace_of(tree, &rec.roots[t]);
+    let states = &rec.states[t];
+    let mut inode_error = None;
+    for j in b.ns_lo..=b.hi {
+        if rec.namespaces[t][j] != ns {
+            continue;
+        }
+        match check_inodes(&states[j], states, b, &sub) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                inode_error.get_or_insert(format!("names as after op {j}, but {e}"));
+            }
+        }
+    }
+    if let Some(e) = inode_error {
+        return Err(e);
+    }
+    let newest = &rec.namespaces[t][b.hi];
+    let oldest = &rec.namespaces[t][b.ns_lo];
+    Err(format!(
+        "the names match no state the workload could leave (after {} to {} ops): vs the newest, \
+         {}; vs the oldest, {}",
+        b.ns_lo,
+        b.hi,
+        namespace_difference(&ns, newest),
+        namespace_difference(&ns, oldest)
+    ))
+}
+
+fn namespace_difference(got: &crate::model::Namespace, want: &crate::model::Namespace) -> String {
+    let show = |v: &(char, String, Vec<u8>)| {
+        let link = if v.0 == 'f' { format!(" linked with {}", v.1) } else { String::new() };
+        let target = if v.0 == 'l' {
+            format!(" -> {}", String::from_utf8_lossy(&v.2))
+        } else {
+            String::new()
+        };
+        format!("{}{link}{target}", v.0)
+    };
+    for (p, v) in got {
+        match want.get(p) {
+            None => return format!("{p} ({}) should not exist", show(v)),
+            Some(x) if x != v => return format!("{p} is {} instead of {}", show(v), show(x)),
+            _ => {}
+        }
+    }
+    match want.iter().find(|(p, _)| !got.contains_key(*p)) {
+        Some((p, v)) => format!("{p} ({}) is missing", show(v)),
+        None => "no difference".into(),
+    }
+}
+
+/// Versions of inode `m` in states `lo..=hi` (where it exists), oldest first, deduplicated.
+/// A shrinking truncate adds one more: the old contents with the tail of the new last block
+/// zeroed, because the zeroing is written in place before the new size commits (ext4 does
+/// the same), so a crash in between shows the old size with those bytes zero.
+fn versions(states: &[Model], m: usize, lo: usize, hi: usize) -> Vec<Inode> {
+    let mut out: Vec<Inode> = Vec::new();
+    let mut push = |inode: Inode| {
+        if !out.iter().any(|v| v.data == inode.data && v.xattrs == inode.xattrs) {
+            out.push(inode);
+        }
+    };
+    let lo = lo.min(hi);
+    for k in lo..=hi {
+        let Some(inode) = states[k].inodes.get(m) else { continue };
+        if let Some(next) = states.get(k + 1).filter(|_| k < hi).and_then(|s| s.inodes.get(m)) {
+            let (old, new) = (&inode.data, &next.data);
+            if inode.kind == Kind::File && new.len() < old.len() && old[..new.len()] == new[..] {
+                let block = crate::run::BLOCK_SIZE as usize;
+                let end = old.len().min(new.len().div_ceil(block) * block);
+                let mut zeroed = inode.clone();
+                zeroed.data[new.len()..end].fill(0);
+                push(zeroed);
+            }
+        }
+        push(inode.clone());
+    }
+    out
+}
+
+fn check_inodes(at: &Model, states: &[Model], b: &Bounds, sub: &Tree) -> Result<(), String> {
+    for (path, node) in sub {
+        let m = at.names[path];
+        let meta_lo = b.all_lo.max(b.meta_lo.get(&m).copied().unwrap_or(0));
+        let data_lo = meta_lo.max(b.data_lo.get(&m).copied().unwrap_or(0));
+        let meta = versions(states, m, meta_lo, b.hi);
+        if meta.is_empty() {
+            return Err(format!("{path}: inode {m} has no version after op {meta_lo}"));
+        }
+        if !meta.iter().any(|v| v.perm == node.perm) {
+            return Err(format!("{path}: mode {:o} is no version's", node.perm));
+        }
+        if !meta.iter().any(|v| v.xattrs == node.xattrs) {
+            let names: Vec<&String> = node.xattrs.keys().collect();
+            return Err(format!(
+                "{path}: xattrs {names:?} (values of {:?} bytes) match no version since op \
+                 {meta_lo} ({} versions)",
+                node.xattrs.values().map(Vec::len).collect::<Vec<_>>(),
+                meta.len()
+            ));
+        }
+        if node.kind == 'f' {
+            check_data(path, node, &versions(states, m, data_lo, b.hi), data_lo)?;
+        }
+    }
+    Ok(())
+}
+
+/// The size is some version's, and every byte inside it is the byte some version has there.
+fn check_data(path: &str, node: &Node, versions: &[Inode], since: usize) -> Result<(), String> {
+    let sizes: Vec<usize> = versions.iter().map(|v| v.data.len()).collect();
+    if !sizes.contains(&node.data.len()) {
+        return Err(format!(
+            "{path}: size {} is none of the sizes {sizes:?} it had since op {since}",
+            node.data.len()
+        ));
+    }
+    for (i, byte) in node.data.iter().enumerate() {
+        if !versions.iter().any(|v| v.data.get(i) == Some(byte)) {
+            let what = if *byte == 0 { "a zero" } else { "stale data" };
+            return Err(format!(
+                "{path} (size {}): byte {i} is {byte:#04x} ({what}), which no version since op \
+                 {since} has there",
+                node.data.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// e2fsck
+
+fn run(cmd: &mut Command) -> Result<(i32, String), String> {
+    let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), text))
+}
+
+pub fn head(text: &str) -> String {
+    text.lines().take(20).collect::<Vec<_>>().join("\n")
+}
+
+/// `e2fsck -fn`: exit 0 or the first lines of its complaint.
+pub fn e2fsck_clean(path: &Path) -> Result<(), String> {
+    let (code, text) = run(Command::new("e2fsck").arg("-fn").arg(path))?;
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(format!("e2fsck -fn exits {code}:\n{}", head(&text)))
+    }
+}
+
+/// Lines of `e2fsck -fy` output that report no inconsistency: journal replay, orphan
+/// processing (what a crash legitimately leaves for the checker), the superblock's free counts
+/// (ext4 does not journal them), and the pass headers and summary.
+pub fn benign_fsck_line(line: &str) -> bool {
+    let line = line.trim();
+    line.is_empty()
+        || line.starts_with("Pass ")
+        || line.contains("recovering journal")
+        || line.starts_with("Clearing orphaned inode")
+        || line.starts_with("Truncating orphaned inode")
+        // An optimisation e2fsck offers (only when fixing) after truncating an orphan.
+        || (line.contains("extent tree") && line.contains("could be "))
+        || (line.starts_with("Free blocks count wrong (") && !line.contains("group"))
+        || (line.starts_with("Free inodes count wrong (") && !line.contains("group"))
+        || line.contains("FILE SYSTEM WAS MODIFIED")
+        || (line.contains(" files (") && line.contains(" blocks"))
+        || line.starts_with("e2fsck ")
+}
+
+/// Stock `e2fsck -fy` repairs the raw crash image at `path`: it may only replay the journal,
+/// process orphans and fix the superblock's counts, and must leave the image clean. With
+/// `torn`, the crash tore a write, and e2fsck may also find the last transaction's commit
+/// block torn (its checksum fails): it then replays only the transactions before it, and
+/// says so; the result is whether it did.
+pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<bool, String> {
+    let (code, text) = run(Command::new("e2fsck").arg("-fy").arg(path))?;
+    if code > 1 {
+        return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));
+    }
+    // A "Fix? yes" answer belongs to the message before it.
+    let mut previous_benign = true;
+    let mut dropped_torn_commit = false;
+    let unexpected: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            let torn_commit = torn
+                && l.starts_with("Journal transaction ")
+                && l.ends_with(" was corrupt, replay was aborted.");
+            dropped_torn_commit |= torn_commit;
+            let benign = if l.trim().starts_with("Fix? yes") {
+                previous_benign
+            } else {
+                torn_commit || benign_fsck_line(l)
+            };
+            previous_benign = benign;
+            !benign
+        })
+        .collect();
+    if !unexpected.is_empty() {
+        return Err(format!(
+            "e2fsck -fy had to repair more than a crash leaves ({}):\n{}",
+            unexpected.join(" | "),
+            head(&text)
+        ));
+    }
+    e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy: {e}"))?;
+    Ok(dropped_torn_commit)
+}
+
+/// Whether e2fsck is installed.
+pub fn have_e2fsck() -> bool {
+    Command::new("e2fsck").arg("-V").output().is_ok_and(|o| o.status.success())
+}

@@ -1,0 +1,233 @@
+//! Running a workload on quill over the recording device.
+//!
+//! The image is made by quill's mkfs (12 MiB, 4 KiB blocks, the smallest journal: 4 MiB), the setup
+//! runs and is unmounted cleanly, and that image is where the recording starts. Every
+//! operation of thread `t` is bracketed by two marks, [`start_mark`] and [`end_mark`], so a
+//! crash state's marks say which operations had started and which had returned.
+//!
+//! The journal's commit interval is an hour and no flusher runs, so with one thread the I/O is
+//! the same on every run and a reproducer's crash state names the same writes again.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use blockdev::memory::MemDevice;
+use blockdev::recording::RecordingDevice;
+use blockdev::BlockDevice;
+use fs::mkfs::{mkfs, MkfsOptions};
+use fs::{DataMode, FallocateMode, Filesystem, FsError, MountOptions, RenameFlags, SetMode};
+use journal::JournalConfig;
+
+use crate::model::{split, Model, Namespace};
+use crate::workload::{pattern, symlink_target, tag, xattr_value, Config, Op, Workload, SETUP};
+
+/// Small, because every crash image is copied and checked several times.
+pub const IMAGE_BYTES: u64 = 12 << 20;
+pub const BLOCK_SIZE: u32 = 4096;
+
+pub fn start_mark(thread: usize, op: usize) -> u64 {
+    ((thread as u64) << 32) | ((op as u64) << 1)
+}
+
+pub fn end_mark(thread: usize, op: usize) -> u64 {
+    start_mark(thread, op) | 1
+}
+
+/// (thread, operation, is the end mark).
+pub fn decode_mark(label: u64) -> (usize, usize, bool) {
+    ((label >> 32) as usize, ((label & 0xFFFF_FFFF) >> 1) as usize, label & 1 == 1)
+}
+
+pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
+    let mut journal = JournalConfig::preset(&config.preset)
+        .ok_or_else(|| format!("unknown journal preset {}", config.preset))?;
+    journal.commit_interval = Duration::from_secs(3600);
+    let data = match config.data.as_str() {
+        "ordered" => DataMode::Ordered,
+        "journal" => DataMode::Journal,
+        other => return Err(format!("data={other}: expected ordered or journal")),
+    };
+    Ok(MountOptions {
+        data,
+        journal,
+        dirty_bytes_max: config.dirty_kib.max(4) * 1024,
+        ..MountOptions::default()
+    })
+}
+
+/// The freshly made image every workload starts from.
+fn formatted() -> &'static [u8] {
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let dev = MemDevice::new(IMAGE_BYTES);
+        let opts = MkfsOptions {
+            block_size: BLOCK_SIZE,
+            size_bytes: Some(IMAGE_BYTES),
+            journal_blocks: Some(1024),
+            uuid: Some(*b"quill-crashtest!"),
+            hash_seed: Some(*b"crashtest-hash-s"),
+            now: Some(1_700_000_000),
+            device_zeroed: true,
+            ..MkfsOptions::default()
+        };
+        mkfs(&dev, &opts).expect("mkfs of the crash-test image");
+        dev.snapshot()
+    })
+}
+
+/// A workload run on the recording device, with the model's states for every thread.
+pub struct Recording {
+    pub device: Arc<RecordingDevice>,
+    pub mount: MountOptions,
+    /// `states[t][k]`: thread `t`'s subtree after its first `k` operations.
+    pub states: Vec<Vec<Model>>,
+    pub namespaces: Vec<Vec<Namespace>>,
+    pub roots: Vec<String>,
+    /// Operations that failed although the model says they are valid (each a bug).
+    pub failures: Vec<String>,
+}
+
+fn full_path(root: &str, path: &str) -> String {
+    format!("/{}", crate::model::join(root, path))
+}
+
+fn fs_err(op: &Op, e: FsError) -> String {
+    format!("{op}: {e}")
+}
+
+/// Runs one operation through quill as a program would (files are opened around data
+/// operations and closed after, as `open; pwrite; close` does).
+pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64) -> Result<(), String> {
+    let e = |x| fs_err(op, x);
+    let ino = |p: &str| fs.resolve(&full_path(root, p)).map_err(e);
+    let parent = |p: &str| -> Result<(u32, Vec<u8>), String> {
+        let (dir, name) = split(p);
+        Ok((ino(dir)?, name.as_bytes().to_vec()))
+    };
+    let with_open = |p: &str, f: &dyn Fn(u32) -> Result<(), FsError>| -> Result<(), String> {
+        let i = ino(p)?;
+        let slot = fs.open_inode(i).map_err(e)?;
+        let result = f(i);
+        let closed = fs.close_inode(&slot);
+        result.and(closed).map_err(e)
+    };
+    match op {
+        Op::Creat(p) => {
+            let (dir, name) = parent(p)?;
+            fs.create(dir, &name, 0o644, 0, 0).map(drop).map_err(e)
+        }
+        Op::Mkdir(p) => {
+            let (dir, name) = parent(p)?;
+            fs.mkdir(dir, &name, 0o755, 0, 0).map(drop).map_err(e)
+        }
+        Op::Rmdir(p) => {
+            let (dir, name) = parent(p)?;
+            fs.rmdir(dir, &name).map_err(e)
+        }
+        Op::Unlink(p) => {
+            let (dir, name) = parent(p)?;
+            fs.unlink(dir, &name).map_err(e)
+        }
+        Op::Link { from, to } => {
+            let (dir, name) = parent(to)?;
+            fs.link(ino(from)?, dir, &name).map(drop).map_err(e)
+        }
+        Op::Rename { from, to } => {
+            let (d1, n1) = parent(from)?;
+            let (d2, n2) = parent(to)?;
+            fs.rename(d1, &n1, d2, &n2, RenameFlags::default()).map_err(e)
+        }
+        Op::Write { path, offset, len } => with_open(path, &|i| {
+            let n = fs.write(i, *offset, &pattern(tag, *offset, *len))?;
+            if n as u64 != *len {
+                return Err(FsError::Invalid(format!("short write: {n} of {len} bytes")));
+            }
+            Ok(())
+        }),
+        Op::Falloc { path, offset, len, keep_size } => with_open(path, &|i| {
+            let mode = if *keep_size { FallocateMode::KeepSize } else { FallocateMode::Allocate };
+            fs.fallocate(i, mode, *offset, *len)
+        }),
+        Op::Truncate { path, size } => fs.truncate(ino(path)?, *size).map_err(e),
+        Op::Symlink { path, len } => {
+            let (dir, name) = parent(path)?;
+            fs.symlink(dir, &name, &symlink_target(tag, *len), 0, 0).map(drop).map_err(e)
+        }
+        Op::SetXattr { path, name, len } => fs
+            .setxattr(ino(path)?, name.as_bytes(), &xattr_value(tag, *len), SetMode::Any)
+            .map_err(e),
+        Op::RemoveXattr { path, name } => fs.removexattr(ino(path)?, name.as_bytes()).map_err(e),
+        Op::Fsync(p) => with_open(p, &|i| fs.fsync(i, false)),
+        Op::Fdatasync(p) => with_open(p, &|i| fs.fsync(i, true)),
+        Op::Sync => fs.sync().map_err(e),
+    }
+}
+
+/// The model's states for every thread of `w`, or why the workload is invalid.
+pub fn model_states(w: &Workload) -> Result<Vec<Vec<Model>>, String> {
+    let mut global = Model::new();
+    for (k, op) in w.setup.iter().enumerate() {
+        global.apply(op, k, tag(SETUP, k)).map_err(|e| format!("setup: {e}"))?;
+    }
+    let mut all = Vec::new();
+    for (t, ops) in w.threads.iter().enumerate() {
+        let root = w.root(t);
+        if !global.is_dir(&root) {
+            return Err(format!("thread {t}: its directory {root:?} is not made by the setup"));
+        }
+        let mut model = global.subtree(&root);
+        for inode in &mut model.inodes {
+            inode.created = 0;
+            inode.changed = 0;
+        }
+        let mut states = vec![model.clone()];
+        for (i, op) in ops.iter().enumerate() {
+            model.apply(op, i, tag(t, i)).map_err(|e| format!("thread {t}, op {i}: {e}"))?;
+            states.push(model.clone());
+        }
+        all.push(states);
+    }
+    Ok(all)
+}
+
+/// Runs `w`: setup on a fresh image, then the threads on the recording device, then a crash.
+pub fn record(w: &Workload) -> Result<Recording, String> {
+    let states = model_states(w)?;
+    let mount = mount_options(&w.config)?;
+    let roots: Vec<String> = (0..w.threads.len()).map(|t| w.root(t)).collect();
+    let initial = {
+        let dev = Arc::new(MemDevice::from_bytes(formatted().to_vec()));
+        let fs = Filesystem::open(dev.clone(), mount.clone()).map_err(|e| format!("open: {e}"))?;
+        for (k, op) in w.setup.iter().enumerate() {
+            exec(&fs, "", op, tag(SETUP, k)).map_err(|e| format!("setup: {e}"))?;
+        }
+        fs.unmount().map_err(|e| format!("unmount after setup: {e}"))?;
+        dev.snapshot()
+    };
+    let device = Arc::new(RecordingDevice::new(initial));
+    let as_block_device: Arc<dyn BlockDevice> = device.clone();
+    let fs = Filesystem::open(as_block_device, mount.clone())
+        .map_err(|e| format!("open for recording: {e}"))?;
+    let run_thread = |t: usize| -> Option<String> {
+        for (i, op) in w.threads[t].iter().enumerate() {
+            device.mark(start_mark(t, i));
+            if let Err(e) = exec(&fs, &roots[t], op, tag(t, i)) {
+                return Some(format!("thread {t}, op {i} failed: {e}"));
+            }
+            device.mark(end_mark(t, i));
+        }
+        None
+    };
+    let failures: Vec<String> = if w.threads.len() == 1 {
+        run_thread(0).into_iter().collect()
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> =
+                (0..w.threads.len()).map(|t| s.spawn(move || run_thread(t))).collect();
+            handles.into_iter().filter_map(|h| h.join().expect("workload thread")).collect()
+        })
+    };
+    fs.crash();
+    let namespaces = states.iter().map(|s| s.iter().map(Model::namespace).collect()).collect();
+    Ok(Recording { device, mount, states, namespaces, roots, failures })
+}
