@@ -45,6 +45,10 @@ pub struct CrashtestArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// The negative control: run on a device that acknowledges flushes without honouring
+    /// them. The checks must fail (and the command exit 1).
+    #[arg(long, hide = true)]
+    lying_device: bool,
 }
 
 struct Bar(Progress);
@@ -103,6 +107,9 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         .filter(|c| args.presets.contains(&c.preset) && args.data.contains(&c.data))
         .collect();
     opts.out = args.out.clone();
+    for config in &mut opts.configs {
+        config.lying_device = args.lying_device;
+    }
 
     if let Some(file) = &args.replay {
         let text = std::fs::read_to_string(file)

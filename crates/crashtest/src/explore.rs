@@ -77,7 +77,13 @@ pub fn default_configs() -> Vec<Config> {
     for dirty_kib in [64 * 1024, 16] {
         for data in ["ordered", "journal"] {
             for preset in journal::config::PRESETS {
-                out.push(Config { preset: preset.to_string(), data: data.into(), dirty_kib });
+                let config = Config {
+                    preset: preset.to_string(),
+                    data: data.into(),
+                    dirty_kib,
+                    ..Config::default()
+                };
+                out.push(config);
             }
         }
     }

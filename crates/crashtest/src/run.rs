@@ -38,6 +38,29 @@ pub fn decode_mark(label: u64) -> (usize, usize, bool) {
     ((label >> 32) as usize, ((label & 0xFFFF_FFFF) >> 1) as usize, label & 1 == 1)
 }
 
+/// The negative control's device: it acknowledges flushes and FUA writes without making
+/// anything durable (a disk that lies about its cache). Every write stays pending, so crash
+/// states lose acknowledged data, and the checks must say so.
+struct LyingDevice(Arc<RecordingDevice>);
+
+impl BlockDevice for LyingDevice {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.0.write_at(offset, data)
+    }
+    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.0.write_at(offset, data)
+    }
+    fn flush(&self) -> Result<(), blockdev::DeviceError> {
+        Ok(())
+    }
+}
+
 pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
     let mut journal = JournalConfig::preset(&config.preset)
         .ok_or_else(|| format!("unknown journal preset {}", config.preset))?;
@@ -205,7 +228,8 @@ pub fn record(w: &Workload) -> Result<Recording, String> {
         dev.snapshot()
     };
     let device = Arc::new(RecordingDevice::new(initial));
-    let as_block_device: Arc<dyn BlockDevice> = device.clone();
+    let as_block_device: Arc<dyn BlockDevice> =
+        if w.config.lying_device { Arc::new(LyingDevice(device.clone())) } else { device.clone() };
     let fs = Filesystem::open(as_block_device, mount.clone())
         .map_err(|e| format!("open for recording: {e}"))?;
     let run_thread = |t: usize| -> Option<String> {

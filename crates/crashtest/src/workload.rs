@@ -228,11 +228,19 @@ pub struct Config {
     pub data: String,
     /// The page cache's dirty bound in KiB: small bounds write data back during the writes.
     pub dirty_kib: u64,
+    /// The negative control: a device that acknowledges flushes and FUA without honouring
+    /// them, so the checks must find acknowledged data lost.
+    pub lying_device: bool,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { preset: "classic".into(), data: "ordered".into(), dirty_kib: 64 * 1024 }
+        Config {
+            preset: "classic".into(),
+            data: "ordered".into(),
+            dirty_kib: 64 * 1024,
+            lying_device: false,
+        }
     }
 }
 
@@ -270,6 +278,9 @@ impl Workload {
             "config preset={} data={} dirty_kib={}\n",
             self.config.preset, self.config.data, self.config.dirty_kib
         );
+        if self.config.lying_device {
+            out += "config lying_device=1\n";
+        }
         for op in &self.setup {
             out += &format!("setup {op}\n");
         }
@@ -312,6 +323,7 @@ impl Workload {
                                 w.config.dirty_kib =
                                     v.parse().map_err(|_| at("bad dirty_kib".into()))?
                             }
+                            Some(("lying_device", v)) => w.config.lying_device = v == "1",
                             _ => return Err(at(format!("unknown setting {setting:?}"))),
                         }
                     }
