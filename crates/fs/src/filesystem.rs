@@ -223,8 +223,12 @@ impl Filesystem {
         &self.journal
     }
 
+    /// Opened read-only, or turned read-only by an error. A journal that aborted on its own
+    /// (an I/O error in the commit thread or a checkpoint) counts at once: nothing can be
+    /// committed any more, so every later change must fail, as ext4's "Detected aborted
+    /// journal" makes it read-only at the next handle start.
     pub fn is_read_only(&self) -> bool {
-        self.read_only.load(Ordering::Acquire)
+        self.read_only.load(Ordering::Acquire) || self.journal.is_aborted()
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {

@@ -36,6 +36,7 @@ use ondisk::jbd2::{feature, JournalSuperblock, LogFormat};
 use ondisk::Tid;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -120,6 +121,9 @@ pub(crate) struct Shared {
     pub max_txn_credits: u32,
     /// Opened with [`Journal::open_read_only`]: no handles, no threads, nothing written.
     pub read_only: bool,
+    /// `state.abort` is set: readable without the state lock (the file system checks it on
+    /// every change).
+    pub aborted: AtomicBool,
 }
 
 impl Shared {
@@ -157,6 +161,7 @@ impl Shared {
         let mut st = self.state.lock();
         if st.abort.is_none() {
             st.abort = Some((cause, errno));
+            self.aborted.store(true, Ordering::Release);
         }
         let err = st.aborted().unwrap_err();
         drop(st);
@@ -280,6 +285,7 @@ impl Journal {
             counters: Counters::default(),
             max_txn_credits,
             read_only,
+            aborted: AtomicBool::new(false),
         });
         // A failed spawn drops `journal`, which stops the threads already running.
         let mut journal = Journal { shared, threads: Vec::new() };
@@ -364,6 +370,11 @@ impl Journal {
     /// left half-changed is not made durable. Returns the sticky error.
     pub fn abort(&self, cause: String, errno: i32) -> JournalError {
         self.shared.abort(cause, errno)
+    }
+
+    /// Whether the journal aborted (cheap: no lock).
+    pub fn is_aborted(&self) -> bool {
+        self.shared.aborted.load(Ordering::Acquire)
     }
 
     /// The sticky error, if the journal aborted.
