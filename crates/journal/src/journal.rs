@@ -124,6 +124,9 @@ pub(crate) struct Shared {
     /// `state.abort` is set: readable without the state lock (the file system checks it on
     /// every change).
     pub aborted: AtomicBool,
+    /// The superblock naming the new log start is not written yet: the first commit writes it
+    /// before its log blocks (see `attach`).
+    pub superblock_unwritten: AtomicBool,
 }
 
 impl Shared {
@@ -249,9 +252,10 @@ impl Journal {
         sb.feature_incompat |= feature::INCOMPAT_REVOKE;
         sb.sequence = next_tid;
         sb.start = sb.first;
-        if !read_only {
-            write_superblock(&*dev, &location, &sb)?;
-        }
+        // The superblock is written before the first commit's log blocks, not now (JBD2's
+        // JBD2_FLUSHED): an empty log needs no recovery, and a crash between this point and
+        // the file system marking itself as needing recovery must not leave a journal that
+        // claims data (e2fsck: "needs_recovery flag is clear, but journal has data").
 
         let format = sb.format();
         let max_txn_credits = {
@@ -286,6 +290,7 @@ impl Journal {
             max_txn_credits,
             read_only,
             aborted: AtomicBool::new(false),
+            superblock_unwritten: AtomicBool::new(!read_only),
         });
         // A failed spawn drops `journal`, which stops the threads already running.
         let mut journal = Journal { shared, threads: Vec::new() };
