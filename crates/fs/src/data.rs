@@ -175,7 +175,9 @@ impl Filesystem {
         // it would be had the write gone to disk at once: errors= decides (ext4_error).
         let done = self.cache_write(&slot, data, offset, bytes).map_err(|err| {
             if err.is_corruption() {
-                self.fail(err)
+                let err = self.fail(err);
+                self.save_error_state();
+                err
             } else {
                 err
             }

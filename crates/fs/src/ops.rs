@@ -538,6 +538,7 @@ impl Filesystem {
             Err(err) => {
                 let err = self.fail(err);
                 let _ = txn.stop();
+                self.save_error_state();
                 Err(err)
             }
         }
