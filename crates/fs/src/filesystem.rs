@@ -296,6 +296,20 @@ impl Filesystem {
         let _ = txn.stop();
     }
 
+    /// Journals the error state under `handle`, the failing operation's own, if it has a
+    /// credit left: then the error is in the same transaction as the half-done change, and no
+    /// crash can keep the one without the other. Otherwise [`Filesystem::save_error_state`]
+    /// does it after the handle stops.
+    pub(crate) fn save_error_state_in(&self, handle: &mut Handle) {
+        if !self.error_unsaved.load(Ordering::Acquire) || handle.credits_left() == 0 {
+            return;
+        }
+        let sb = self.sb.lock();
+        if self.write_superblock(handle, &sb).is_ok() {
+            self.error_unsaved.store(false, Ordering::Release);
+        }
+    }
+
     /// Clean unmount: commits and checkpoints everything, writes the superblock with the free
     /// counts and the clean state, and flushes.
     pub fn unmount(self) -> Result<()> {

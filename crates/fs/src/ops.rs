@@ -537,6 +537,8 @@ impl Filesystem {
             }
             Err(err) => {
                 let err = self.fail(err);
+                let mut txn = txn;
+                self.save_error_state_in(&mut txn.handle);
                 let _ = txn.stop();
                 self.save_error_state();
                 Err(err)
