@@ -30,7 +30,8 @@ impl MetaIo for ReadIo<'_> {
         if block == 0 || block >= blocks_count {
             return Err(FsError::BlockOutOfRange { block, blocks_count });
         }
-        Ok(self.fs.journal.read_buffer(block)?.to_vec())
+        let buffer = self.fs.journal.read_buffer(block);
+        Ok(buffer.map_err(|e| self.fs.check_meta_read(e.into()))?.to_vec())
     }
 
     fn write_meta(&mut self, block: u64, _: &[u8]) -> Result<()> {

@@ -175,7 +175,9 @@ impl Filesystem {
         // it would be had the write gone to disk at once: errors= decides (ext4_error).
         let done = self.cache_write(&slot, data, offset, bytes).map_err(|err| {
             if err.is_corruption() {
-                self.fail(err)
+                let err = self.fail(err);
+                self.save_error_state();
+                err
             } else {
                 err
             }
@@ -249,16 +251,6 @@ impl Filesystem {
                 let (pblk, run, fresh) = match lookup {
                     Lookup::Mapped { pblk, len, unwritten } => {
                         let run = len.min(run_end_lblk - lblk + 1);
-                        if unwritten {
-                            mapped = true;
-                            extent_tree::mark_written(
-                                &mut txn,
-                                &ectx,
-                                &mut data.inode.block,
-                                lblk,
-                                run,
-                            )?;
-                        }
                         (pblk, run, unwritten)
                     }
                     Lookup::Hole { len_to_next } => {
@@ -273,7 +265,23 @@ impl Filesystem {
                 };
                 let run_bytes_end = ((u64::from(lblk) + u64::from(run)) * bs).min(step_end);
                 let chunk = &bytes[(pos - offset) as usize..(run_bytes_end - offset) as usize];
-                self.write_data(&mut txn, pblk, (pos % bs) as usize, chunk, fresh)?;
+                // The data goes out before the blocks are mapped (or an unwritten extent is
+                // marked written), so a failed write never maps blocks holding stale data.
+                if let Err(err) = self.write_data(&mut txn, pblk, (pos % bs) as usize, chunk, fresh)
+                {
+                    if matches!(lookup, Lookup::Hole { .. }) {
+                        // The new blocks are not mapped: free them in this handle, which
+                        // still commits under errors=continue, so they do not leak (e2fsck:
+                        // block bitmap differences). Under errors=remount-ro the journal is
+                        // aborted and this fails harmlessly.
+                        let _ = txn.free_data_blocks(pblk, u64::from(run));
+                    }
+                    return Err(err);
+                }
+                if let Lookup::Mapped { unwritten: true, .. } = lookup {
+                    mapped = true;
+                    extent_tree::mark_written(&mut txn, &ectx, &mut data.inode.block, lblk, run)?;
+                }
                 if matches!(lookup, Lookup::Hole { .. }) {
                     extent_tree::insert(
                         &mut txn,

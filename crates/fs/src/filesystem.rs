@@ -133,8 +133,10 @@ pub struct Filesystem {
     /// Inodes with written data not yet written back (`page_cache.rs`).
     pub(crate) dirty: DirtyInodes,
     read_only: AtomicBool,
-    /// An error was met under `errors=continue` (written to `s_state` at unmount).
+    /// An error was met under `errors=continue` (in `s_state` from then on).
     errors_seen: AtomicBool,
+    /// `sb` has the error state and it is not yet journaled ([`Filesystem::save_error_state`]).
+    error_unsaved: AtomicBool,
     next_generation: AtomicU32,
 }
 
@@ -213,6 +215,7 @@ impl Filesystem {
             orphans: Mutex::new(crate::orphan::Orphans::default()),
             dirty: DirtyInodes::default(),
             errors_seen: AtomicBool::new(false),
+            error_unsaved: AtomicBool::new(false),
             next_generation: AtomicU32::new(now().nsec),
         };
         if !fs.options.read_only {
@@ -229,8 +232,12 @@ impl Filesystem {
         &self.journal
     }
 
+    /// Opened read-only, or turned read-only by an error. A journal that aborted on its own
+    /// (an I/O error in the commit thread or a checkpoint) counts at once: nothing can be
+    /// committed any more, so every later change must fail, as ext4's "Detected aborted
+    /// journal" makes it read-only at the next handle start.
     pub fn is_read_only(&self) -> bool {
-        self.read_only.load(Ordering::Acquire)
+        self.read_only.load(Ordering::Acquire) || self.journal.is_aborted()
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -242,16 +249,71 @@ impl Filesystem {
 
     /// ext4_handle_error with errors=remount-ro: abort the journal (so a half-done operation
     /// never commits) and refuse writes from now on. Returns `err` for the caller to report.
+    /// With errors=continue the error is only recorded, in `sb`; it is journaled by
+    /// [`Filesystem::save_error_state`] once no handle is held (after the failing operation's
+    /// handle stops, or at the next handle start).
     pub(crate) fn fail(&self, err: FsError) -> FsError {
-        if self.options.errors == ErrorPolicy::Continue && !matches!(err, FsError::Journal(_)) {
-            // The journal itself failing (an I/O error) cannot be continued past.
-            self.errors_seen.store(true, Ordering::Release);
+        // The journal itself failing (aborted, a handle misused) cannot be continued past; a
+        // metadata block that could not be read (a device error met through the journal's
+        // buffer cache) is an ordinary I/O error, as ext4_error treats it.
+        let journal_failed =
+            matches!(&err, FsError::Journal(e) if !matches!(e, journal::JournalError::Device(_)));
+        if self.options.errors == ErrorPolicy::Continue && !journal_failed {
+            if !self.errors_seen.swap(true, Ordering::AcqRel) {
+                // As ext4_handle_error: the error goes into s_state at once (through the
+                // journal, as ext4's s_error_work does), so a crash keeps it and the next
+                // e2fsck checks the file system in full.
+                self.sb.lock().state |= ext4::STATE_ERROR_FS;
+                self.error_unsaved.store(true, Ordering::Release);
+            }
             return err;
         }
         if !self.read_only.swap(true, Ordering::AcqRel) {
             let _ = self.journal.abort(format!("file system error: {err}"), err.errno());
         }
         err
+    }
+
+    /// A metadata block (an inode table block, a directory, extent or xattr block) that could
+    /// not be read is a file-system error even when the operation had changed nothing yet, as
+    /// ext4 reports such reads through ext4_error: the errors= policy applies (read-only, or
+    /// recorded in s_state). Other errors pass through.
+    pub(crate) fn check_meta_read(&self, err: FsError) -> FsError {
+        match &err {
+            FsError::Journal(journal::JournalError::Device(blockdev::DeviceError::Io {
+                op: blockdev::Op::Read,
+                ..
+            })) => self.fail(err),
+            _ => err,
+        }
+    }
+
+    /// Journals the superblock with the error state [`Filesystem::fail`] recorded under
+    /// errors=continue, once. The caller holds no handle. A failure here is not reported:
+    /// unmount writes the state too.
+    pub(crate) fn save_error_state(&self) {
+        if !self.error_unsaved.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(mut txn) = self.begin_with(1, self.groups.no_reservation()) else { return };
+        let sb = self.sb.lock();
+        let _ = self.write_superblock(&mut txn.handle, &sb);
+        drop(sb);
+        let _ = txn.stop();
+    }
+
+    /// Journals the error state under `handle`, the failing operation's own, if it has a
+    /// credit left: then the error is in the same transaction as the half-done change, and no
+    /// crash can keep the one without the other. Otherwise [`Filesystem::save_error_state`]
+    /// does it after the handle stops.
+    pub(crate) fn save_error_state_in(&self, handle: &mut Handle) {
+        if !self.error_unsaved.load(Ordering::Acquire) || handle.credits_left() == 0 {
+            return;
+        }
+        let sb = self.sb.lock();
+        if self.write_superblock(handle, &sb).is_ok() {
+            self.error_unsaved.store(false, Ordering::Release);
+        }
     }
 
     /// Clean unmount: commits and checkpoints everything, writes the superblock with the free
@@ -321,7 +383,7 @@ impl Filesystem {
     pub(crate) fn lock_inode<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
         let mut guard = slot.state.lock();
         if guard.is_none() {
-            *guard = Some(self.load_inode(slot.ino)?);
+            *guard = Some(self.load_inode(slot.ino).map_err(|e| self.check_meta_read(e))?);
         }
         Ok(guard)
     }
@@ -396,6 +458,8 @@ impl Filesystem {
         reservation: crate::groups::Reservation,
     ) -> Result<Txn<'_>> {
         self.check_writable()?;
+        // No handle is held here: the place to journal an error recorded by `fail`.
+        self.save_error_state();
         let credits = credits.min(self.journal.max_transaction_credits());
         let handle = self.journal.start(credits)?;
         Ok(Txn {

@@ -432,10 +432,20 @@ impl Filesystem {
             return Err(FsError::TooManyLinks);
         }
         let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
+        let parent_group = self.groups.geo.group_of_inode(parent);
+        let ino =
+            match self.groups.alloc_inode(&self.journal, &mut txn.handle, parent_group, is_dir) {
+                Ok(ino) => ino,
+                // No free inode: an ordinary ENOSPC met before anything changed (ext4_new_inode
+                // fails so without ext4_error), not a reason to abort the journal.
+                Err(FsError::NoSpace) => {
+                    txn.stop()?;
+                    return Err(FsError::NoSpace);
+                }
+                Err(err) => return self.finish(Err(err), txn),
+            };
         let result = (|| {
             let fs = self;
-            let parent_group = fs.groups.geo.group_of_inode(parent);
-            let ino = fs.groups.alloc_inode(&fs.journal, &mut txn.handle, parent_group, is_dir)?;
             let extra = fs.params.min_extra_isize.max(32);
             let (mut inode, raw) = inodes::new_inode_record(fs.params.inode_size, extra);
             let t = now();
@@ -527,7 +537,10 @@ impl Filesystem {
             }
             Err(err) => {
                 let err = self.fail(err);
+                let mut txn = txn;
+                self.save_error_state_in(&mut txn.handle);
                 let _ = txn.stop();
+                self.save_error_state();
                 Err(err)
             }
         }

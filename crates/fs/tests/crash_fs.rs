@@ -414,25 +414,6 @@ fn head(text: &str) -> String {
     text.lines().take(20).collect::<Vec<_>>().join("\n")
 }
 
-/// Lines of `e2fsck -fy` output that report no inconsistency: journal replay, orphan
-/// processing (what a crash legitimately leaves for the checker), the superblock's free counts
-/// (ext4 does not journal them), and the pass headers and summary.
-fn benign_fsck_line(line: &str) -> bool {
-    let line = line.trim();
-    line.is_empty()
-        || line.starts_with("Pass ")
-        || line.contains("recovering journal")
-        || line.starts_with("Clearing orphaned inode")
-        || line.starts_with("Truncating orphaned inode")
-        // An optimisation e2fsck offers (only when fixing) after truncating an orphan.
-        || (line.contains("extent tree") && line.contains("could be "))
-        || (line.starts_with("Free blocks count wrong (") && !line.contains("group"))
-        || (line.starts_with("Free inodes count wrong (") && !line.contains("group"))
-        || line.contains("FILE SYSTEM WAS MODIFIED")
-        || (line.contains(" files (") && line.contains(" blocks"))
-        || line.starts_with("e2fsck ")
-}
-
 /// Stock `e2fsck -fy` repairs a copy of the raw crash image: it must only replay the journal,
 /// process orphans and fix the superblock's counts, leave the image clean, and reach the tree
 /// quill's recovery reached. Returns whether e2fsck processed orphans.
@@ -451,20 +432,7 @@ fn e2fsck_repairs_to(
     if code > 1 {
         return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));
     }
-    // A "Fix? yes" answer belongs to the message before it.
-    let mut previous_benign = true;
-    let unexpected: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            let benign = if l.trim().starts_with("Fix? yes") {
-                previous_benign
-            } else {
-                benign_fsck_line(l)
-            };
-            previous_benign = benign;
-            !benign
-        })
-        .collect();
+    let unexpected = common::unexpected_fsck_lines(&text);
     if !unexpected.is_empty() {
         return Err(format!(
             "e2fsck -fy had to repair more than a crash leaves ({}):\n{}",

@@ -185,6 +185,13 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
             .map(|i| shared.log_offset(st.log.advance(start, i)))
             .collect()
     };
+    if shared.superblock_unwritten.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        // The first commit since the journal was attached: the superblock names the log start
+        // and this transaction's tid as the tail before any log block can be replayed.
+        let sb = shared.superblock.lock();
+        crate::superblock::write_superblock(&*shared.dev, &shared.location, &sb)
+            .map_err(|e| shared.abort(format!("writing the journal superblock: {e}"), e.errno()))?;
+    }
     let (blocks, v1_crc) = commit_build_log_blocks(shared, tid, &committing);
     assert_eq!(blocks.len(), offsets.len(), "{tid:?}: log size mismatch");
     let result = commit_write_log_blocks(shared, &committing, &offsets, &blocks);

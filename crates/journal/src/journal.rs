@@ -36,6 +36,7 @@ use ondisk::jbd2::{feature, JournalSuperblock, LogFormat};
 use ondisk::Tid;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -120,6 +121,12 @@ pub(crate) struct Shared {
     pub max_txn_credits: u32,
     /// Opened with [`Journal::open_read_only`]: no handles, no threads, nothing written.
     pub read_only: bool,
+    /// `state.abort` is set: readable without the state lock (the file system checks it on
+    /// every change).
+    pub aborted: AtomicBool,
+    /// The superblock naming the new log start is not written yet: the first commit writes it
+    /// before its log blocks (see `attach`).
+    pub superblock_unwritten: AtomicBool,
 }
 
 impl Shared {
@@ -157,6 +164,7 @@ impl Shared {
         let mut st = self.state.lock();
         if st.abort.is_none() {
             st.abort = Some((cause, errno));
+            self.aborted.store(true, Ordering::Release);
         }
         let err = st.aborted().unwrap_err();
         drop(st);
@@ -244,9 +252,10 @@ impl Journal {
         sb.feature_incompat |= feature::INCOMPAT_REVOKE;
         sb.sequence = next_tid;
         sb.start = sb.first;
-        if !read_only {
-            write_superblock(&*dev, &location, &sb)?;
-        }
+        // The superblock is written before the first commit's log blocks, not now (JBD2's
+        // JBD2_FLUSHED): an empty log needs no recovery, and a crash between this point and
+        // the file system marking itself as needing recovery must not leave a journal that
+        // claims data (e2fsck: "needs_recovery flag is clear, but journal has data").
 
         let format = sb.format();
         let max_txn_credits = {
@@ -280,6 +289,8 @@ impl Journal {
             counters: Counters::default(),
             max_txn_credits,
             read_only,
+            aborted: AtomicBool::new(false),
+            superblock_unwritten: AtomicBool::new(!read_only),
         });
         // A failed spawn drops `journal`, which stops the threads already running.
         let mut journal = Journal { shared, threads: Vec::new() };
@@ -364,6 +375,11 @@ impl Journal {
     /// left half-changed is not made durable. Returns the sticky error.
     pub fn abort(&self, cause: String, errno: i32) -> JournalError {
         self.shared.abort(cause, errno)
+    }
+
+    /// Whether the journal aborted (cheap: no lock).
+    pub fn is_aborted(&self) -> bool {
+        self.shared.aborted.load(Ordering::Acquire)
     }
 
     /// The sticky error, if the journal aborted.

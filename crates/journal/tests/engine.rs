@@ -343,6 +343,12 @@ fn clean_journal_from_disk_is_reopened_with_a_fresh_tid() {
 fn a_journal_that_needs_recovery_is_refused_by_open() {
     let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
     let journal = open(dev.clone(), &loc, JournalConfig::classic());
+    // As JBD2, attaching writes nothing: the log start is written with the first commit.
+    let buffer = journal.read_buffer(3).unwrap();
+    let mut h = journal.start(1).unwrap();
+    h.modify(&buffer, fill(1)).unwrap();
+    let tid = h.stop().unwrap();
+    journal.commit_and_wait(tid).unwrap();
     journal.abandon();
     match Journal::open(dev.clone(), loc.clone(), JournalConfig::classic()) {
         Err(JournalError::NeedsRecovery { .. }) => {}

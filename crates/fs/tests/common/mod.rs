@@ -109,3 +109,104 @@ pub fn list_dir(fs: &fs::Filesystem, dir: u32, batch: usize) -> Vec<fs::DirEntry
         entries.extend(got);
     }
 }
+
+/// Lines of `e2fsck -fy` output that report no inconsistency: journal replay, orphan
+/// processing (what a crash legitimately leaves for the checker), the superblock's free counts
+/// (ext4 does not journal them), and the pass headers and summary.
+pub fn benign_fsck_line(line: &str) -> bool {
+    let line = line.trim();
+    line.is_empty()
+        || line.starts_with("Pass ")
+        || line.contains("recovering journal")
+        || line.starts_with("Clearing orphaned inode")
+        || line.starts_with("Truncating orphaned inode")
+        // An optimisation e2fsck offers (only when fixing) after truncating an orphan.
+        || (line.contains("extent tree") && line.contains("could be "))
+        || (line.starts_with("Free blocks count wrong (") && !line.contains("group"))
+        || (line.starts_with("Free inodes count wrong (") && !line.contains("group"))
+        || line.contains("FILE SYSTEM WAS MODIFIED")
+        || (line.contains(" files (") && line.contains(" blocks"))
+        || line.starts_with("e2fsck ")
+}
+
+/// The lines of `e2fsck -fy` output `text` that are not [`benign_fsck_line`]s (a "Fix? yes"
+/// answer belongs to the message before it).
+pub fn unexpected_fsck_lines(text: &str) -> Vec<&str> {
+    let mut previous_benign = true;
+    text.lines()
+        .filter(|l| {
+            let benign = if l.trim().starts_with("Fix? yes") {
+                previous_benign
+            } else {
+                benign_fsck_line(l)
+            };
+            previous_benign = benign;
+            !benign
+        })
+        .collect()
+}
+
+/// Runs `e2fsck -fy` (repairing the image in place) and returns (exit code, output).
+pub fn e2fsck_fix(image: &Path) -> (i32, String) {
+    let out = Command::new("e2fsck").arg("-fy").arg(image).output().expect("run e2fsck -fy");
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The first `n` lines of `text`.
+pub fn head(text: &str, n: usize) -> String {
+    text.lines().take(n).collect::<Vec<_>>().join("\n")
+}
+
+/// Runs `threads` copies of `work` (each given its index) on their own threads and returns
+/// their results in index order. A watchdog: if they have not all finished within `limit`,
+/// panics naming the ones still running (they are left behind; the test process ends with
+/// them). A panic in a worker is re-raised here with its index.
+pub fn run_watched<T, F>(threads: usize, limit: std::time::Duration, work: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> T + Send + Sync + 'static,
+{
+    let work = Arc::new(work);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 0..threads {
+        let (work, tx) = (work.clone(), tx.clone());
+        std::thread::Builder::new()
+            .name(format!("worker-{i}"))
+            .spawn(move || {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(i)));
+                // Before reporting: once all have reported, what `work` holds is free again.
+                drop(work);
+                let _ = tx.send((i, result));
+            })
+            .expect("spawn a worker");
+    }
+    drop((tx, work));
+    let deadline = std::time::Instant::now() + limit;
+    let mut results: Vec<Option<T>> = (0..threads).map(|_| None).collect();
+    for _ in 0..threads {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, Ok(value))) => results[i] = Some(value),
+            Ok((i, Err(payload))) => {
+                let what = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                panic!("worker {i} panicked: {what}");
+            }
+            Err(_) => {
+                let running: Vec<usize> = (0..threads).filter(|&i| results[i].is_none()).collect();
+                panic!("workers {running:?} did not finish within {limit:?} (hang or deadlock)");
+            }
+        }
+    }
+    results.into_iter().map(|r| r.expect("every worker reported")).collect()
+}
+
+/// A count from environment variable `var`, else `default`.
+pub fn env_count(var: &str, default: usize) -> usize {
+    std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
