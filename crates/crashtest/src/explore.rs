@@ -439,12 +439,15 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
 }
 
 /// Shrinks a failing workload: drops operations one at a time (keeping the workload valid)
-/// while the same check still fails somewhere; at most `budget` re-runs.
+/// while the same check still fails in one of its first 400 crash states; at most `budget`
+/// re-runs and about three minutes.
 pub fn minimize(failure: &Failure, opts: &Options, scratch: &Scratch, budget: usize) -> Failure {
+    let started = Instant::now();
+    let shrink_opts = Options { max_states: Some(400), ..opts.clone() };
     let mut best = failure.clone();
     let mut runs = 0;
     let mut progress = true;
-    while progress && runs < budget {
+    while progress && runs < budget && started.elapsed().as_secs() < 180 {
         progress = false;
         let w = best.workload.clone();
         let mut candidates: Vec<Workload> = Vec::new();
@@ -461,14 +464,14 @@ pub fn minimize(failure: &Failure, opts: &Options, scratch: &Scratch, budget: us
             candidates.push(c);
         }
         for c in candidates {
-            if runs >= budget {
+            if runs >= budget || started.elapsed().as_secs() >= 180 {
                 break;
             }
             if crate::run::model_states(&c).is_err() {
                 continue;
             }
             runs += 1;
-            let t = explore_workload(&c, &Options { max_states: None, ..opts.clone() }, scratch);
+            let t = explore_workload(&c, &shrink_opts, scratch);
             if let Some(f) = t.failures.into_iter().find(|f| f.check == failure.check) {
                 best = f;
                 progress = true;
