@@ -306,20 +306,8 @@ pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<bool, String> {
             l.starts_with("Journal transaction ")
                 && l.ends_with(" was corrupt, replay was aborted.")
         });
-    // A "Fix? yes" answer belongs to the message before it.
-    let mut previous_benign = true;
-    let unexpected: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            let benign = if l.trim().starts_with("Fix? yes") {
-                previous_benign
-            } else {
-                benign_fsck_line(l) || (dropped_torn_commit && after_dropped_commit(l))
-            };
-            previous_benign = benign;
-            !benign
-        })
-        .collect();
+    let unexpected =
+        unexpected_fsck_lines(&text, &|l| dropped_torn_commit && after_dropped_commit(l));
     if !unexpected.is_empty() {
         return Err(format!(
             "e2fsck -fy had to repair more than a crash leaves ({}):\n{}",
@@ -329,6 +317,26 @@ pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<bool, String> {
     }
     e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy: {e}"))?;
     Ok(dropped_torn_commit)
+}
+
+/// The lines of `e2fsck -fy` output `text` that are neither [`benign_fsck_line`]s nor
+/// `also_benign` (a "Fix? yes" answer belongs to the message before it).
+pub fn unexpected_fsck_lines<'a>(
+    text: &'a str,
+    also_benign: &dyn Fn(&str) -> bool,
+) -> Vec<&'a str> {
+    let mut previous_benign = true;
+    text.lines()
+        .filter(|l| {
+            let benign = if l.trim().starts_with("Fix? yes") {
+                previous_benign
+            } else {
+                benign_fsck_line(l) || also_benign(l)
+            };
+            previous_benign = benign;
+            !benign
+        })
+        .collect()
 }
 
 /// What e2fsck says after it dropped a transaction with a torn commit block: it records an

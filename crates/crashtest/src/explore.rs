@@ -115,7 +115,7 @@ pub struct Failure {
 impl Failure {
     /// The reproducer file's text: the workload, the crash state, and what failed.
     pub fn reproducer(&self, rec: Option<&Recording>) -> String {
-        let mut out = format!("# quill crashtest reproducer: `quill crashtest --replay FILE`\n");
+        let mut out = "# quill crashtest reproducer: `quill crashtest --replay FILE`\n".to_string();
         out += &format!("# failed check: {}\n", self.check);
         for line in self.message.lines().take(12) {
             out += &format!("#   {line}\n");
@@ -549,7 +549,7 @@ pub fn replay(text: &str, opts: &Options) -> Result<(String, bool), String> {
     let w = Workload::parse(text)?;
     let scratch = Scratch::new("replay");
     let rec = record(&w)?;
-    let mut out = format!("{}", w.to_text());
+    let mut out = w.to_text();
     out += &format!("recorded: {}\n", fingerprint(&rec));
     out += &op_log(&rec);
     if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("# recording: ")) {

@@ -28,99 +28,13 @@ use std::time::{Duration, Instant};
 use blockdev::memory::MemDevice;
 use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordedOp, RecordingDevice};
 use common::{e2fsck, have, mkfs, seed, Scratch};
-use fs::{DataMode, Filesystem, FsError, MountOptions, RenameFlags, SetAttr, ROOT_INO};
+use fs::{DataMode, Filesystem, MountOptions, RenameFlags, SetAttr, ROOT_INO};
 
 // ---------------------------------------------------------------------------------------------
-// Trees
+// Trees: read through quill as quill crashtest reads them (names, kinds, modes, sizes,
+// contents, link counts, inode numbers, xattrs).
 
-/// One path of a tree as a crash check sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Node {
-    /// 'f' regular file, 'd' directory, 'l' symlink, 'o' anything else.
-    kind: char,
-    perm: u16,
-    size: u64,
-    nlink: u32,
-    /// File contents or symlink target.
-    data: Vec<u8>,
-}
-
-type Tree = BTreeMap<String, Node>;
-
-fn err(what: &str, e: FsError) -> String {
-    format!("{what}: {e}")
-}
-
-/// Every path under the root (except lost+found), read through quill; errors become strings so
-/// a crash image that quill cannot read is a reported failure, not a panic.
-fn tree_of(fs: &Filesystem) -> Result<Tree, String> {
-    let mut tree = Tree::new();
-    walk(fs, ROOT_INO, "", &mut tree)?;
-    Ok(tree)
-}
-
-fn walk(fs: &Filesystem, dir: u32, prefix: &str, tree: &mut Tree) -> Result<(), String> {
-    let mut cookie = 0;
-    let mut entries = Vec::new();
-    loop {
-        let got = fs.readdir(dir, cookie, 64).map_err(|e| err(&format!("readdir {prefix}/"), e))?;
-        let Some(last) = got.last() else { break };
-        cookie = last.next_cookie;
-        entries.extend(got);
-    }
-    for e in entries {
-        if e.name == b"." || e.name == b".." || (prefix.is_empty() && e.name == b"lost+found") {
-            continue;
-        }
-        let name = String::from_utf8_lossy(&e.name).into_owned();
-        let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
-        let attr = fs.getattr(e.ino).map_err(|x| err(&format!("getattr {path}"), x))?;
-        let kind = match attr.mode & 0o170000 {
-            0o100000 => 'f',
-            0o040000 => 'd',
-            0o120000 => 'l',
-            _ => 'o',
-        };
-        let data = match kind {
-            'f' => {
-                let mut buf = vec![0u8; attr.size as usize];
-                let n = fs.read(e.ino, 0, &mut buf).map_err(|x| err(&format!("read {path}"), x))?;
-                if n != buf.len() {
-                    return Err(format!("{path}: read {n} of {} bytes", buf.len()));
-                }
-                buf
-            }
-            'l' => fs.readlink(e.ino).map_err(|x| err(&format!("readlink {path}"), x))?,
-            _ => Vec::new(),
-        };
-        let node =
-            Node { kind, perm: attr.mode & 0o7777, size: attr.size, nlink: attr.nlink, data };
-        tree.insert(path.clone(), node);
-        if kind == 'd' {
-            walk(fs, e.ino, &path, tree)?;
-        }
-    }
-    Ok(())
-}
-
-/// The first difference between two trees, in a line.
-fn tree_difference(a: &Tree, b: &Tree) -> Option<String> {
-    for (path, na) in a {
-        match b.get(path) {
-            None => return Some(format!("{path} only in the first tree")),
-            Some(nb) if nb != na => {
-                let first = na.data.iter().zip(&nb.data).position(|(x, y)| x != y);
-                return Some(format!(
-                    "{path}: ({}, {:o}, size {}, nlink {}) vs ({}, {:o}, size {}, nlink {}), \
-                     first differing byte {first:?}",
-                    na.kind, na.perm, na.size, na.nlink, nb.kind, nb.perm, nb.size, nb.nlink
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    b.keys().find(|p| !a.contains_key(*p)).map(|p| format!("{p} only in the second tree"))
-}
+use crashtest::tree::{read_tree as tree_of, tree_difference, Node, Tree};
 
 // ---------------------------------------------------------------------------------------------
 // Expectations

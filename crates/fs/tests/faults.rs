@@ -555,7 +555,13 @@ fn check_crash_image(
 /// The states a fault run checks: flush boundaries (evenly sampled down to `boundaries`) and
 /// a few subsets (all pending writes, none, random ones) near them.
 fn pick_states(recording: &RecordingDevice, seed: u64, boundaries: usize) -> Vec<CrashState> {
-    let options = CrashOptions { subsets_per_gap: 1, torn_per_gap: 0, seed, max_states: None };
+    let options = CrashOptions {
+        subsets_per_gap: 1,
+        torn_per_gap: 0,
+        seed,
+        max_states: None,
+        ..Default::default()
+    };
     let all = recording.crash_states(&options);
     let (flush, subset): (Vec<_>, Vec<_>) =
         all.into_iter().partition(|s| s.kind == CrashKind::FlushBoundary);

@@ -110,40 +110,14 @@ pub fn list_dir(fs: &fs::Filesystem, dir: u32, batch: usize) -> Vec<fs::DirEntry
     }
 }
 
-/// Lines of `e2fsck -fy` output that report no inconsistency: journal replay, orphan
-/// processing (what a crash legitimately leaves for the checker), the superblock's free counts
-/// (ext4 does not journal them), and the pass headers and summary.
-pub fn benign_fsck_line(line: &str) -> bool {
-    let line = line.trim();
-    line.is_empty()
-        || line.starts_with("Pass ")
-        || line.contains("recovering journal")
-        || line.starts_with("Clearing orphaned inode")
-        || line.starts_with("Truncating orphaned inode")
-        // An optimisation e2fsck offers (only when fixing) after truncating an orphan.
-        || (line.contains("extent tree") && line.contains("could be "))
-        || (line.starts_with("Free blocks count wrong (") && !line.contains("group"))
-        || (line.starts_with("Free inodes count wrong (") && !line.contains("group"))
-        || line.contains("FILE SYSTEM WAS MODIFIED")
-        || (line.contains(" files (") && line.contains(" blocks"))
-        || line.starts_with("e2fsck ")
-}
+/// What a crash legitimately leaves for e2fsck, as quill crashtest judges it.
+#[allow(unused_imports)]
+pub use crashtest::check::benign_fsck_line;
 
 /// The lines of `e2fsck -fy` output `text` that are not [`benign_fsck_line`]s (a "Fix? yes"
 /// answer belongs to the message before it).
 pub fn unexpected_fsck_lines(text: &str) -> Vec<&str> {
-    let mut previous_benign = true;
-    text.lines()
-        .filter(|l| {
-            let benign = if l.trim().starts_with("Fix? yes") {
-                previous_benign
-            } else {
-                benign_fsck_line(l)
-            };
-            previous_benign = benign;
-            !benign
-        })
-        .collect()
+    crashtest::check::unexpected_fsck_lines(text, &|_| false)
 }
 
 /// Runs `e2fsck -fy` (repairing the image in place) and returns (exit code, output).
