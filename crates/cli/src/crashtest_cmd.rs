@@ -1,6 +1,9 @@
 //! `quill crashtest`: the crash-state explorer (crates/crashtest) from the command line.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use crashtest::explore::{self, default_configs, Failure, Options};
@@ -51,15 +54,28 @@ pub struct CrashtestArgs {
     lying_device: bool,
 }
 
-struct Bar(Progress);
+/// The progress bar on a terminal; without one (logs, CI), a line at every tenth of the way.
+struct Bar {
+    bar: Progress,
+    lines: bool,
+    tenths: AtomicU64,
+    started: Instant,
+}
 
 impl explore::Progress for Bar {
     fn images(&self, checked: u64, target: u64) {
-        self.0.set(checked, target);
+        self.bar.set(checked, target);
+        let tenth = (checked * 10 / target.max(1)).min(10);
+        if self.lines && self.tenths.fetch_max(tenth, Ordering::Relaxed) < tenth {
+            println!(
+                "{checked} of {target} crash images checked ({:.0} s)",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
     }
 
     fn failure(&self, f: &Failure) {
-        self.0.println(&format!(
+        self.bar.println(&format!(
             "FAIL {} in workload {} (seed {}): {}",
             f.check,
             f.workload.name,
@@ -130,9 +146,14 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         opts.jobs,
         opts.configs.len()
     );
-    let bar = Bar(Progress::new("crash images", opts.images, !args.no_progress, false));
+    let bar = Bar {
+        bar: Progress::new("crash images", opts.images, !args.no_progress, false),
+        lines: args.no_progress || !std::io::stderr().is_terminal(),
+        tenths: AtomicU64::new(0),
+        started: Instant::now(),
+    };
     let totals = explore::explore(&opts, &bar);
-    bar.0.finish();
+    bar.bar.finish();
     println!("{}", totals.summary());
     if totals.failures.is_empty() {
         return Ok(());
