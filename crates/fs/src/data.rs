@@ -502,9 +502,11 @@ impl Filesystem {
                 .rev()
                 .nth(TRUNCATE_EXTENTS_MAX - 1)
                 .map_or(first_gone, |e| u64::from(e.logical).max(first_gone));
-            // Journaled blocks (a directory's, or data=journal) are revoked one credit each:
-            // free at most REVOKE_STEP_BLOCKS of them per step.
-            let revoke = data.inode.is_dir() || self.options.data == DataMode::Journal;
+            // Journaled blocks (a directory's, a slow symlink's, or data=journal) are revoked
+            // one credit each: free at most REVOKE_STEP_BLOCKS of them per step.
+            let revoke = data.inode.is_dir()
+                || data.inode.is_symlink()
+                || self.options.data == DataMode::Journal;
             let depth = extent_tree::depth(&data.inode.block);
             let meta_credits =
                 TRUNCATE_EXTENTS_MAX as u32 * 4 + extent_tree::worst_case_blocks_touched(depth) * 4;

@@ -228,11 +228,15 @@ impl Filesystem {
         if len > self.block_size() as usize {
             return Err(FsError::corrupted(0, format!("symlink {ino} of {len} bytes")));
         }
-        let mut buf = vec![0u8; len];
+        // A slow symlink's block is journaled metadata: read it through the journal's cache,
+        // which has it even before it is checkpointed home.
         drop(guard);
-        let n = self.read(ino, 0, &mut buf)?;
-        buf.truncate(n);
-        Ok(buf)
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        let mut block = self
+            .with_dir(&mut ReadIo { fs: self }, ino, data, |access, _| access.read_dir_block(0))?;
+        block.truncate(len);
+        Ok(block)
     }
 
     pub fn statfs(&self) -> StatFs {
@@ -356,7 +360,7 @@ impl Filesystem {
         ) {
             return Err(FsError::Invalid(format!("file type {kind:#o}")));
         }
-        self.create_node(parent, name, kind | (mode & 0o7777), uid, gid, |_, inode| {
+        self.create_node(parent, name, kind | (mode & 0o7777), uid, gid, None, |_, inode| {
             // Device, fifo and socket inodes map nothing: ext4 gives them no extent header
             // (e2fsck calls one that has it an illegal inode); devices keep their number in
             // i_block.
@@ -375,7 +379,9 @@ impl Filesystem {
     }
 
     pub fn mkdir(&self, parent: u32, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
-        self.create_node(parent, name, ext4::MODE_DIR | (mode & 0o7777), uid, gid, |_, _| Ok(()))
+        self.create_node(parent, name, ext4::MODE_DIR | (mode & 0o7777), uid, gid, None, |_, _| {
+            Ok(())
+        })
     }
 
     pub fn symlink(
@@ -389,23 +395,18 @@ impl Filesystem {
         if target.is_empty() || target.len() >= self.block_size() as usize || target.len() > 4095 {
             return Err(FsError::NameTooLong);
         }
-        let attr =
-            self.create_node(parent, name, ext4::MODE_SYMLINK | 0o777, uid, gid, |_, inode| {
-                if target.len() <= FAST_SYMLINK_MAX {
-                    inode.flags &= !ext4::EXTENTS_FL;
-                    inode.block = [0; ext4::INODE_BLOCK_SIZE];
-                    inode.block[..target.len()].copy_from_slice(target);
-                    inode.size = target.len() as u64;
-                }
-                Ok(())
-            })?;
-        if target.len() > FAST_SYMLINK_MAX {
-            // A slow symlink: the target is the file's one data block, written back at once
-            // (a symlink is complete when symlink returns; it has no fsync of its own).
-            self.write(attr.ino, 0, target)?;
-            let slot = self.inodes.slot(attr.ino);
-            self.writeback_inode(&slot)?;
-        }
+        let fast = target.len() <= FAST_SYMLINK_MAX;
+        let slow_block = (!fast).then_some(target);
+        let mode = ext4::MODE_SYMLINK | 0o777;
+        let attr = self.create_node(parent, name, mode, uid, gid, slow_block, |_, inode| {
+            if fast {
+                inode.flags &= !ext4::EXTENTS_FL;
+                inode.block = [0; ext4::INODE_BLOCK_SIZE];
+                inode.block[..target.len()].copy_from_slice(target);
+                inode.size = target.len() as u64;
+            }
+            Ok(())
+        })?;
         self.getattr(attr.ino)
     }
 
@@ -418,6 +419,7 @@ impl Filesystem {
         mode: u16,
         uid: u32,
         gid: u32,
+        first_block: Option<&[u8]>,
         init: impl FnOnce(u32, &mut Inode) -> Result<()>,
     ) -> Result<Attr> {
         check_name(name)?;
@@ -465,6 +467,18 @@ impl Filesystem {
                 fs.with_dir(&mut txn, ino, &mut data, |access, ctx| {
                     dir::init_dir(access, ctx, ino, parent)
                 })?;
+                let delta = txn.take_blocks_delta();
+                add_blocks(&mut data.inode, delta, fs.block_size());
+            } else if let Some(content) = first_block {
+                // A slow symlink's block, journaled in the creating transaction as ext4 does
+                // (ext4_init_symlink_block): a crash never leaves the link without its target.
+                fs.with_dir(&mut txn, ino, &mut data, |access, _| {
+                    let lblk = access.append_dir_block()?;
+                    let mut block = vec![0u8; access.block_size()];
+                    block[..content.len()].copy_from_slice(content);
+                    access.write_dir_block(lblk, &block)
+                })?;
+                data.inode.size = content.len() as u64;
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, fs.block_size());
             }
