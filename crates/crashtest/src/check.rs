@@ -291,23 +291,47 @@ pub fn benign_fsck_line(line: &str) -> bool {
         || line.starts_with("e2fsck ")
 }
 
+/// What `e2fsck -fy` did beyond a plain replay, where e2fsck 1.47.0's own behaviour makes its
+/// tree differ from the kernel's and quill's.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Repairs {
+    /// It dropped the last transaction, whose commit block was torn.
+    pub dropped_torn_commit: bool,
+    /// Orphans it truncated and whose xattr block it released with the truncated blocks
+    /// (release_inode_blocks frees `i_file_acl` for truncated orphans too, then finds i_blocks
+    /// one block high): quill, like the kernel's orphan cleanup, keeps their xattrs.
+    pub orphan_xattrs_dropped: Vec<u32>,
+}
+
 /// Stock `e2fsck -fy` repairs the raw crash image at `path`: it may only replay the journal,
 /// process orphans and fix the superblock's counts, and must leave the image clean. With
 /// `torn`, the crash tore a write, and e2fsck may also find the last transaction's commit
 /// block torn (its checksum fails): it then replays only the transactions before it, and
-/// says so; the result is whether it did.
-pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<bool, String> {
+/// says so.
+pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<Repairs, String> {
     let (code, text) = run(Command::new("e2fsck").arg("-fy").arg(path))?;
     if code > 1 {
         return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));
     }
-    let dropped_torn_commit = torn
-        && text.lines().any(|l| {
-            l.starts_with("Journal transaction ")
-                && l.ends_with(" was corrupt, replay was aborted.")
-        });
-    let unexpected =
-        unexpected_fsck_lines(&text, &|l| dropped_torn_commit && after_dropped_commit(l));
+    let mut repairs = Repairs {
+        dropped_torn_commit: torn
+            && text.lines().any(|l| {
+                l.starts_with("Journal transaction ")
+                    && l.ends_with(" was corrupt, replay was aborted.")
+            }),
+        ..Repairs::default()
+    };
+    let truncated: Vec<u32> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("Truncating orphaned inode "))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect();
+    let unexpected = unexpected_fsck_lines(&text, &|l| {
+        if repairs.dropped_torn_commit && after_dropped_commit(l) {
+            return true;
+        }
+        orphan_ea_released(l, &truncated).is_some()
+    });
     if !unexpected.is_empty() {
         return Err(format!(
             "e2fsck -fy had to repair more than a crash leaves ({}):\n{}",
@@ -315,8 +339,22 @@ pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<bool, String> {
             head(&text)
         ));
     }
+    repairs.orphan_xattrs_dropped =
+        text.lines().filter_map(|l| orphan_ea_released(l, &truncated)).collect();
     e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy: {e}"))?;
-    Ok(dropped_torn_commit)
+    Ok(repairs)
+}
+
+/// "Inode N, i_blocks is A, should be B." about an orphan e2fsck truncated, A > B: the xattr
+/// block its orphan truncation released (see [`Repairs::orphan_xattrs_dropped`]).
+fn orphan_ea_released(line: &str, truncated: &[u32]) -> Option<u32> {
+    let rest = line.trim().strip_prefix("Inode ")?;
+    let (ino, rest) = rest.split_once(", i_blocks is ")?;
+    let ino: u32 = ino.parse().ok()?;
+    let (is, rest) = rest.split_once(", should be ")?;
+    let should: u64 = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    let is: u64 = is.parse().ok()?;
+    (truncated.contains(&ino) && is > should).then_some(ino)
 }
 
 /// The lines of `e2fsck -fy` output `text` that are neither [`benign_fsck_line`]s nor
