@@ -166,3 +166,22 @@ fn every_target_has_a_test_here() {
         assert!(source.contains(&format!("run_target(\"{name}\")")), "no test runs {name}");
     }
 }
+
+#[test]
+#[should_panic(expected = "target demo panicked on a demo input")]
+fn a_panicking_target_fails_the_test() {
+    let _serial = serial();
+    install_panic_counter();
+    run_one("demo", |_| panic!("demo target fails"), "a demo input", b"x");
+}
+
+#[test]
+#[should_panic(expected = "target demo-thread panicked on a demo input")]
+fn a_panic_on_another_thread_fails_the_test_too() {
+    let _serial = serial();
+    install_panic_counter();
+    let target: fn(&[u8]) = |_| {
+        let _ = std::thread::spawn(|| panic!("demo thread fails")).join();
+    };
+    run_one("demo-thread", target, "a demo input", b"x");
+}
