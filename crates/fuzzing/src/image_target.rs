@@ -18,10 +18,14 @@
 //! blocks, the journal superblock and the journal's first log blocks).
 //!
 //! Input: `[variant u8]` then up to [`PATCHES_MAX`] patches `[region u8][offset u16][len u8]
-//! [bytes]`. A patch writes `(len % 32) + 1` bytes (fewer if the input ends) at byte
-//! `offset % block size` of metadata block `region % count`; region 255 instead writes at byte
-//! `offset * 32` of the image, anywhere. Biasing patches to metadata lets the fuzzer find the
-//! bytes that matter with short inputs.
+//! [bytes]`. The variant is the low 7 bits (modulo the count); bit 7 asks for the checksums of
+//! the patched metadata blocks to be resealed afterwards (superblock, descriptors, inodes,
+//! directory leaves and index blocks, extent-tree and xattr blocks), so that damage to a
+//! metadata_csum image gets past the checksums to the structure checks behind them. A patch
+//! writes `(len % 32) + 1` bytes (fewer if the input ends) at byte `offset % block size` of
+//! metadata block `region % count`; region 255 instead writes at byte `offset * 32` of the
+//! image, anywhere. Biasing patches to metadata lets the fuzzer find the bytes that matter with
+//! short inputs.
 //!
 //! The work per input is bounded ([`DIRS_MAX`], [`ENTRIES_MAX`], [`FILES_MAX`],
 //! [`READ_BYTES_MAX`]) so that one input runs in milliseconds.
@@ -33,7 +37,14 @@ use blockdev::memory::MemDevice;
 use blockdev::BlockDevice;
 use fs::mkfs::{Features, MkfsOptions};
 use fs::{Ext4Image, Filesystem, MountOptions, RenameFlags, SetMode, ROOT_INO};
-use ondisk::ext4::{self, parse_extent_node, ExtentEntries};
+use ondisk::crc::crc32c_raw;
+use ondisk::ext4::dir::{dir_tail_ok, set_dir_block_checksum};
+use ondisk::ext4::htree::{dx_csum, set_dx_checksum};
+use ondisk::ext4::xattr::set_xattr_block_checksum;
+use ondisk::ext4::{
+    self, inode_csum_seed, parse_extent_node, set_group_desc_checksum, set_inode_checksum,
+    ExtentEntries, Superblock,
+};
 
 use crate::input::Input;
 use crate::samples::UUID;
@@ -62,12 +73,39 @@ const JOURNAL_LOG_BLOCKS: u32 = 24;
 /// Names in the htree directory: enough for three 1 KiB leaves.
 const HTREE_NAMES: usize = 48;
 
+/// What a metadata block holds, for resealing its checksum after a patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaKind {
+    Superblock,
+    /// Group descriptors from group `first_group` on.
+    Descriptors {
+        first_group: u32,
+    },
+    /// Inode records from inode `first_ino` on.
+    InodeTable {
+        first_ino: u32,
+    },
+    /// A directory block (leaf or index) of the directory whose inode checksum seed is `seed`.
+    Directory {
+        seed: u32,
+    },
+    /// An extent-tree block of the inode whose checksum seed is `seed`.
+    ExtentTree {
+        seed: u32,
+    },
+    Xattr,
+    /// Bitmaps, symlink targets, journal blocks: nothing to reseal here.
+    Other,
+}
+
 /// One base image and where its metadata is.
 pub struct BaseImage {
     pub name: &'static str,
     pub bytes: Vec<u8>,
-    /// Blocks holding metadata, sorted, without duplicates.
-    pub metadata_blocks: Vec<u64>,
+    /// The superblock as built (the parameters resealing uses).
+    pub superblock: Superblock,
+    /// Blocks holding metadata and what they hold, sorted by block, without duplicates.
+    pub metadata_blocks: Vec<(u64, MetaKind)>,
 }
 
 impl BaseImage {
@@ -84,15 +122,25 @@ impl BaseImage {
 pub fn image(data: &[u8]) {
     let mut input = Input::new(data);
     let images = BaseImage::get();
-    let base = &images[usize::from(input.u8()) % images.len()];
+    let selector = input.u8();
+    let base = &images[usize::from(selector & 0x7F) % images.len()];
     let mut bytes = base.bytes.clone();
-    apply_patches(&mut bytes, &base.metadata_blocks, &mut input);
+    let touched = apply_patches(&mut bytes, &base.metadata_blocks, &mut input);
+    if selector & 0x80 != 0 && base.superblock.has_metadata_csum() {
+        reseal(&mut bytes, base, &touched);
+    }
     let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::from_bytes(bytes));
     exercise(dev);
 }
 
-fn apply_patches(bytes: &mut [u8], metadata: &[u64], input: &mut Input<'_>) {
+/// Applies the patches; returns the metadata blocks they touched (indexes into `metadata`).
+fn apply_patches(
+    bytes: &mut [u8],
+    metadata: &[(u64, MetaKind)],
+    input: &mut Input<'_>,
+) -> BTreeSet<usize> {
     let block_size = BLOCK_SIZE as usize;
+    let mut touched = BTreeSet::new();
     for _ in 0..PATCHES_MAX {
         if input.is_empty() {
             break;
@@ -104,12 +152,67 @@ fn apply_patches(bytes: &mut [u8], metadata: &[u64], input: &mut Input<'_>) {
         let at = if region == 255 || metadata.is_empty() {
             offset * 32
         } else {
-            let block = metadata[usize::from(region) % metadata.len()] as usize;
-            block * block_size + offset % block_size
+            let index = usize::from(region) % metadata.len();
+            touched.insert(index);
+            metadata[index].0 as usize * block_size + offset % block_size
         };
         let end = (at + patch.len()).min(bytes.len());
         if at < end {
             bytes[at..end].copy_from_slice(&patch[..end - at]);
+        }
+    }
+    touched
+}
+
+/// Recomputes the checksums of the touched metadata blocks, with the base image's parameters.
+fn reseal(bytes: &mut [u8], base: &BaseImage, touched: &BTreeSet<usize>) {
+    let sb = &base.superblock;
+    let block_size = BLOCK_SIZE as usize;
+    for &index in touched {
+        let (nr, kind) = base.metadata_blocks[index];
+        if kind == MetaKind::Superblock {
+            // The superblock is bytes 1024..2048 whatever the block size.
+            let raw = &mut bytes[1024..2048];
+            let checksum = crc32c_raw(!0, &raw[..0x3FC]);
+            raw[0x3FC..].copy_from_slice(&checksum.to_le_bytes());
+            continue;
+        }
+        let start = nr as usize * block_size;
+        let block = &mut bytes[start..start + block_size];
+        match kind {
+            MetaKind::Descriptors { first_group } => {
+                let size = sb.desc_size();
+                let groups = sb.group_count().saturating_sub(first_group) as usize;
+                for (i, desc) in block.chunks_exact_mut(size).take(groups).enumerate() {
+                    set_group_desc_checksum(sb, first_group + i as u32, desc);
+                }
+            }
+            MetaKind::InodeTable { first_ino } => {
+                let size = usize::from(sb.inode_size);
+                let base_block = &base.bytes[start..start + block_size];
+                for (i, record) in block.chunks_exact_mut(size).enumerate() {
+                    // A free, never-used record stays all zeros (and so valid).
+                    if base_block[i * size..(i + 1) * size].iter().any(|&b| b != 0) {
+                        set_inode_checksum(sb, first_ino + i as u32, record);
+                    }
+                }
+            }
+            MetaKind::Directory { seed } => {
+                if dir_tail_ok(block) {
+                    set_dir_block_checksum(seed, block);
+                } else if dx_csum(seed, block).is_some() {
+                    set_dx_checksum(seed, block);
+                }
+            }
+            MetaKind::ExtentTree { seed } => {
+                let tail = 12 + 12 * usize::from(u16::from_le_bytes([block[4], block[5]]));
+                if tail + 4 <= block.len() {
+                    let checksum = crc32c_raw(seed, &block[..tail]);
+                    block[tail..tail + 4].copy_from_slice(&checksum.to_le_bytes());
+                }
+            }
+            MetaKind::Xattr => set_xattr_block_checksum(sb.csum_seed(), nr, block),
+            MetaKind::Superblock | MetaKind::Other => {}
         }
     }
 }
@@ -253,8 +356,8 @@ fn build(name: &'static str, variant: usize) -> BaseImage {
         dirty(&fs).expect("changes for the journal");
         fs.crash();
     }
-    let metadata_blocks = metadata_blocks(&shared);
-    BaseImage { name, bytes: dev.snapshot(), metadata_blocks }
+    let (superblock, metadata_blocks) = metadata_blocks(&shared);
+    BaseImage { name, bytes: dev.snapshot(), superblock, metadata_blocks }
 }
 
 /// The name of the `i`th entry of the htree directory.
@@ -308,19 +411,17 @@ fn dirty(fs: &Filesystem) -> fs::error::Result<()> {
     fs.sync()
 }
 
-/// The metadata blocks of an image (see the module documentation).
-fn metadata_blocks(dev: &Arc<dyn BlockDevice>) -> Vec<u64> {
+/// The metadata blocks of an image (see the module documentation) and its superblock.
+fn metadata_blocks(dev: &Arc<dyn BlockDevice>) -> (Superblock, Vec<(u64, MetaKind)>) {
     let image = Ext4Image::open(dev.clone()).expect("open the base image");
     let sb = image.superblock().clone();
-    let mut blocks = BTreeSet::new();
-    blocks.insert(sb.superblock_block());
+    // A block listed twice keeps its first kind: the more specific ones are inserted first.
+    let mut blocks = std::collections::BTreeMap::new();
+    blocks.insert(sb.superblock_block(), MetaKind::Superblock);
+    let per_desc_block = sb.block_size() / sb.desc_size() as u32;
     for nr in 0..sb.group_desc_blocks() {
-        blocks.insert(sb.group_desc_block(nr));
-    }
-    for desc in image.group_descs() {
-        blocks.insert(desc.block_bitmap);
-        blocks.insert(desc.inode_bitmap);
-        blocks.insert(desc.inode_table);
+        let first_group = nr * per_desc_block;
+        blocks.insert(sb.group_desc_block(nr), MetaKind::Descriptors { first_group });
     }
     let per_block = u64::from(sb.block_size()) / u64::from(sb.inode_size);
     for ino in 1..=sb.inodes_count {
@@ -330,34 +431,53 @@ fn metadata_blocks(dev: &Arc<dyn BlockDevice>) -> Vec<u64> {
         }
         let group = (ino - 1) / sb.inodes_per_group;
         let index = u64::from((ino - 1) % sb.inodes_per_group);
-        blocks.insert(image.group_descs()[group as usize].inode_table + index / per_block);
+        let table = image.group_descs()[group as usize].inode_table;
+        let first_ino = ino - (index % per_block) as u32;
+        blocks.entry(table + index / per_block).or_insert(MetaKind::InodeTable { first_ino });
         if inode.file_acl != 0 {
-            blocks.insert(inode.file_acl);
+            blocks.entry(inode.file_acl).or_insert(MetaKind::Xattr);
         }
         if ino == sb.journal_inum || !inode.uses_extents() {
             continue;
         }
-        tree_blocks(&image, &inode.block, &mut blocks);
-        let holds_metadata = inode.is_dir() || inode.is_symlink();
-        if let (true, Ok(extents)) = (holds_metadata, image.extents(ino, &inode)) {
+        let seed = inode_csum_seed(&sb, ino, inode.generation);
+        tree_blocks(&image, &inode.block, seed, &mut blocks);
+        let kind = if inode.is_dir() { MetaKind::Directory { seed } } else { MetaKind::Other };
+        if let (true, Ok(extents)) =
+            (inode.is_dir() || inode.is_symlink(), image.extents(ino, &inode))
+        {
             for extent in extents {
-                blocks.extend(extent.start..extent.start + u64::from(extent.len));
+                for block in extent.start..extent.start + u64::from(extent.len) {
+                    blocks.entry(block).or_insert(kind);
+                }
             }
         }
     }
-    if let Ok(location) = image.journal_location() {
-        blocks.extend((0..JOURNAL_LOG_BLOCKS).filter_map(|b| location.fs_block(b)));
+    for desc in image.group_descs() {
+        for block in [desc.block_bitmap, desc.inode_bitmap, desc.inode_table] {
+            blocks.entry(block).or_insert(MetaKind::Other);
+        }
     }
-    blocks.into_iter().collect()
+    if let Ok(location) = image.journal_location() {
+        for block in (0..JOURNAL_LOG_BLOCKS).filter_map(|b| location.fs_block(b)) {
+            blocks.entry(block).or_insert(MetaKind::Other);
+        }
+    }
+    (sb, blocks.into_iter().collect())
 }
 
-/// The extent-tree blocks below the root `node` (depth at most 2 here).
-fn tree_blocks(image: &Ext4Image, node: &[u8], blocks: &mut BTreeSet<u64>) {
+/// The extent-tree blocks below the root `node` of the inode whose checksum seed is `seed`.
+fn tree_blocks(
+    image: &Ext4Image,
+    node: &[u8],
+    seed: u32,
+    blocks: &mut std::collections::BTreeMap<u64, MetaKind>,
+) {
     let Ok((_, ExtentEntries::Index(indexes))) = parse_extent_node(node) else { return };
     for index in indexes {
-        if blocks.insert(index.leaf) {
+        if blocks.insert(index.leaf, MetaKind::ExtentTree { seed }).is_none() {
             if let Ok(child) = image.read_block(index.leaf) {
-                tree_blocks(image, &child, blocks);
+                tree_blocks(image, &child, seed, blocks);
             }
         }
     }
@@ -394,6 +514,27 @@ mod tests {
         assert!(inode.flags & ext4::INDEX_FL != 0, "htree directory not indexed");
         let (header, _) = parse_extent_node(&image.read_inode(deep).unwrap().block).unwrap();
         assert_eq!(header.depth, 1, "/deep has no extent tree block");
+    }
+
+    #[test]
+    fn resealing_intact_metadata_changes_nothing() {
+        // Every kind and seed recorded for a block is the one its checksum was made with.
+        for base in BaseImage::get().iter().filter(|b| b.superblock.has_metadata_csum()) {
+            let mut bytes = base.bytes.clone();
+            let all: BTreeSet<usize> = (0..base.metadata_blocks.len()).collect();
+            reseal(&mut bytes, base, &all);
+            for (i, (block, kind)) in base.metadata_blocks.iter().enumerate() {
+                let range = *block as usize * 1024..(*block as usize + 1) * 1024;
+                assert!(bytes[range.clone()] == base.bytes[range], "{}: {i} {kind:?}", base.name);
+            }
+            assert!(bytes == base.bytes, "{}", base.name);
+        }
+        let kinds: BTreeSet<String> = BaseImage::get()[0]
+            .metadata_blocks
+            .iter()
+            .map(|(_, kind)| format!("{kind:?}").split([' ', '{']).next().unwrap().to_string())
+            .collect();
+        assert_eq!(kinds.len(), 7, "{kinds:?}");
     }
 
     #[test]
