@@ -270,6 +270,14 @@ fn fast_commit_seeds(out: &mut Vec<Seed>) {
         let tid = 9u32.to_le_bytes();
         push(out, "fast_commit", format!("two-commits-{block_size}"), &[&[config], &tid, &area]);
     }
+    // A block Linux wrote (1 KiB blocks, 256-byte inodes, tid 4).
+    let linux = include_bytes!("../../ondisk/src/jbd2/testdata/linux-fast-commit-block.bin");
+    push(
+        out,
+        "fast_commit",
+        "linux-6.18".to_string(),
+        &[&[2 | (1 << 2)], &4u32.to_le_bytes(), linux],
+    );
 }
 
 /// Ends `block` (records since the last tail, whose crc so far is `crc` before this block) with
