@@ -135,8 +135,8 @@ pub fn run(args: DumpArgs) -> Result<()> {
         }
     }
     println!("{}", end_of_log_line(&scan));
-    if sb.fast_commit_blocks() > 0 {
-        let blocks = read_fast_commit_area(&*dev, &location, &scan)?;
+    if let Some(area) = fast_commit_area(image.superblock(), sb) {
+        let blocks = read_fast_commit_area(&*dev, &location, area)?;
         let inode_size = image.superblock().inode_size;
         for line in fast_commit_lines(&blocks, inode_size, scan.end_tid, args.blocks) {
             println!("{line}");
@@ -145,15 +145,40 @@ pub fn run(args: DumpArgs) -> Result<()> {
     Ok(())
 }
 
-/// The blocks of the fast-commit area, `[log_end + 1, max_len)` in journal blocks.
+/// Where the fast-commit area is, in journal blocks: `[log_end + 1, max_len)`. Linux clears the
+/// journal's fast-commit bit at a clean unmount and sets it again at mount from the ext4
+/// feature, so the ext4 superblock's fast_commit also counts (with `s_num_fc_blks`, 0 meaning
+/// the default), as `jbd2_journal_get_num_fc_blks` sizes it then.
+fn fast_commit_area(
+    ext4_sb: &ondisk::ext4::Superblock,
+    sb: &ondisk::jbd2::JournalSuperblock,
+) -> Option<std::ops::Range<u32>> {
+    use ondisk::jbd2::JBD2_DEFAULT_FAST_COMMIT_BLOCKS;
+    let blocks = if sb.fast_commit_blocks() > 0 {
+        sb.fast_commit_blocks()
+    } else if ext4_sb.feature_compat & ondisk::ext4::feature::COMPAT_FAST_COMMIT != 0 {
+        if sb.num_fc_blocks == 0 {
+            JBD2_DEFAULT_FAST_COMMIT_BLOCKS
+        } else {
+            sb.num_fc_blocks
+        }
+    } else {
+        return None;
+    };
+    // A parsed superblock leaves at least 1024 log blocks beside its own fast-commit area; an
+    // area the journal's bit does not size must be checked here.
+    let log_end = sb.max_len.checked_sub(blocks).filter(|end| *end > sb.first)?;
+    Some(log_end + 1..sb.max_len)
+}
+
+/// The blocks of the fast-commit area `area` (journal blocks).
 fn read_fast_commit_area(
     dev: &dyn BlockDevice,
     location: &JournalLocation,
-    scan: &LogScan,
+    area: std::ops::Range<u32>,
 ) -> Result<Vec<Vec<u8>>> {
-    let sb = &scan.superblock;
     let mut blocks = Vec::new();
-    for log_block in sb.log_end() + 1..sb.max_len {
+    for log_block in area {
         let offset = location
             .device_offset(log_block)
             .with_context(|| format!("journal block {log_block} is not mapped"))?;
