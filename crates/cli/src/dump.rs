@@ -9,6 +9,7 @@ use blockdev::BlockDevice;
 use fs::Ext4Image;
 use journal::recovery::ScannedTransaction;
 use journal::{JournalLocation, LogScan};
+use ondisk::jbd2::fast_commit::{scan_fast_commit_area, FcDentryOp, FcRecord};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -102,7 +103,7 @@ pub fn utc(secs: u64) -> String {
 
 pub fn run(args: DumpArgs) -> Result<()> {
     let (dev, image) = open_read_only(&args.image)?;
-    let (_, scan) = scan_journal(&*dev, &image)?;
+    let (location, scan) = scan_journal(&*dev, &image)?;
     let sb = &scan.superblock;
     let format = sb.format();
     println!(
@@ -134,12 +135,150 @@ pub fn run(args: DumpArgs) -> Result<()> {
         }
     }
     println!("{}", end_of_log_line(&scan));
+    if let Some(area) = fast_commit_area(image.superblock(), sb) {
+        let blocks = read_fast_commit_area(&*dev, &location, area)?;
+        let inode_size = image.superblock().inode_size;
+        for line in fast_commit_lines(&blocks, inode_size, scan.end_tid, args.blocks) {
+            println!("{line}");
+        }
+    }
     Ok(())
+}
+
+/// Where the fast-commit area is, in journal blocks: `[log_end + 1, max_len)`. Linux clears the
+/// journal's fast-commit bit at a clean unmount and sets it again at mount from the ext4
+/// feature, so the ext4 superblock's fast_commit also counts (with `s_num_fc_blks`, 0 meaning
+/// the default), as `jbd2_journal_get_num_fc_blks` sizes it then.
+fn fast_commit_area(
+    ext4_sb: &ondisk::ext4::Superblock,
+    sb: &ondisk::jbd2::JournalSuperblock,
+) -> Option<std::ops::Range<u32>> {
+    use ondisk::jbd2::JBD2_DEFAULT_FAST_COMMIT_BLOCKS;
+    let blocks = if sb.fast_commit_blocks() > 0 {
+        sb.fast_commit_blocks()
+    } else if ext4_sb.feature_compat & ondisk::ext4::feature::COMPAT_FAST_COMMIT != 0 {
+        if sb.num_fc_blocks == 0 {
+            JBD2_DEFAULT_FAST_COMMIT_BLOCKS
+        } else {
+            sb.num_fc_blocks
+        }
+    } else {
+        return None;
+    };
+    // A parsed superblock leaves at least 1024 log blocks beside its own fast-commit area; an
+    // area the journal's bit does not size must be checked here.
+    let log_end = sb.max_len.checked_sub(blocks).filter(|end| *end > sb.first)?;
+    Some(log_end + 1..sb.max_len)
+}
+
+/// The blocks of the fast-commit area `area` (journal blocks).
+fn read_fast_commit_area(
+    dev: &dyn BlockDevice,
+    location: &JournalLocation,
+    area: std::ops::Range<u32>,
+) -> Result<Vec<Vec<u8>>> {
+    let mut blocks = Vec::new();
+    for log_block in area {
+        let offset = location
+            .device_offset(log_block)
+            .with_context(|| format!("journal block {log_block} is not mapped"))?;
+        let mut block = vec![0u8; location.block_size() as usize];
+        dev.read_at(offset, &mut block)
+            .with_context(|| format!("reading fast-commit block {log_block}"))?;
+        blocks.push(block);
+    }
+    Ok(blocks)
+}
+
+/// What the fast-commit area holds for transaction `tid` (the one after the last complete full
+/// commit, which recovery would extend), as recovery's scan judges it; with `records`, one line
+/// per record.
+pub fn fast_commit_lines(
+    blocks: &[Vec<u8>],
+    inode_size: u16,
+    tid: ondisk::Tid,
+    records: bool,
+) -> Vec<String> {
+    let scan = match scan_fast_commit_area(blocks.iter().map(Vec::as_slice), inode_size, tid) {
+        Ok(scan) => scan,
+        Err(error) => return vec![format!("fast-commit area ({} blocks): {error}", blocks.len())],
+    };
+    let mut lines = vec![format!(
+        "fast-commit area ({} blocks): {} fast commits of tid {tid}, {} records ({} replayable){}",
+        blocks.len(),
+        scan.commits,
+        scan.records.len(),
+        scan.records_valid,
+        scan.stop.as_ref().map(|reason| format!("; {reason}")).unwrap_or_default()
+    )];
+    if records {
+        lines.extend(scan.records.iter().map(|record| format!("  {}", fast_commit_record(record))));
+    }
+    lines
+}
+
+fn fast_commit_record(record: &FcRecord<'_>) -> String {
+    match *record {
+        FcRecord::Head { features, tid } => format!("head tid {tid} features {features:#x}"),
+        FcRecord::AddRange { ino, extent } => format!(
+            "add range inode {ino}: blocks {}+{} at {}{}",
+            extent.logical,
+            extent.len,
+            extent.start,
+            if extent.unwritten { " (unwritten)" } else { "" }
+        ),
+        FcRecord::DelRange { ino, logical, len } => {
+            format!("del range inode {ino}: blocks {logical}+{len}")
+        }
+        FcRecord::Dentry { op, parent_ino, ino, name } => {
+            let verb = match op {
+                FcDentryOp::Create => "create",
+                FcDentryOp::Link => "link",
+                FcDentryOp::Unlink => "unlink",
+            };
+            format!("{verb} {parent_ino}/{} -> inode {ino}", String::from_utf8_lossy(name))
+        }
+        FcRecord::Inode { ino, raw } => format!("inode {ino} ({} bytes)", raw.len()),
+        FcRecord::Pad { len } => format!("pad {len}"),
+        FcRecord::Tail { tid, crc, .. } => format!("tail tid {tid} crc {crc:#010x}"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_commit_lines_describe_the_area_as_recovery_scans_it() {
+        use ondisk::crc::crc32c_raw;
+        use ondisk::Tid;
+        let mut block = Vec::new();
+        FcRecord::Head { features: 0, tid: Tid(5) }.encode(&mut block);
+        let op = FcDentryOp::Unlink;
+        FcRecord::Dentry { op, parent_ino: 2, ino: 12, name: b"gone" }.encode(&mut block);
+        let at = block.len();
+        FcRecord::Tail { tid: Tid(5), crc: 0, len: (1024 - at - 4) as u16 }.encode(&mut block);
+        let crc = crc32c_raw(0, &block[..at + 8]);
+        block[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+        let blocks = vec![block, vec![0u8; 1024]];
+        let lines = fast_commit_lines(&blocks, 256, Tid(5), true);
+        assert!(lines[0].starts_with("fast-commit area (2 blocks): 1 fast commits of tid 5, 3"));
+        assert!(lines[0].contains("(3 replayable); block 1: corrupted"), "{lines:?}");
+        assert_eq!(
+            &lines[1..],
+            [
+                "  head tid 5 features 0x0",
+                "  unlink 2/gone -> inode 12",
+                &format!("  tail tid 5 crc {crc:#010x}")
+            ]
+        );
+        // Another transaction's area: nothing to replay.
+        let lines = fast_commit_lines(&blocks, 256, Tid(6), false);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("0 records (0 replayable); block 0: HEAD of tid 5"), "{lines:?}");
+        let lines = fast_commit_lines(&[vec![9u8; 1024]], 256, Tid(6), false);
+        assert!(lines[0].contains("does not start with a HEAD"), "{lines:?}");
+    }
 
     #[test]
     fn utc_formats_unix_times() {

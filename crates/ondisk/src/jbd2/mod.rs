@@ -19,9 +19,11 @@
 //! | `descriptor` | `commit.c`, `recovery.c` (`count_tags`)    | descriptor tags and escaping       |
 //! | `revoke`     | `revoke.c`, `recovery.c` (`scan_revoke_records`) | revoke records               |
 //! | `commit`     | `commit.c`, `recovery.c`                   | commit block and its checksums     |
+//! | `fast_commit`| ext4 `fast_commit.[ch]`                    | fast-commit area records (little-endian) |
 
 mod commit;
 mod descriptor;
+pub mod fast_commit;
 mod format;
 mod revoke;
 mod superblock;
