@@ -360,7 +360,7 @@ impl Filesystem {
         ) {
             return Err(FsError::Invalid(format!("file type {kind:#o}")));
         }
-        self.create_node(parent, name, kind | (mode & 0o7777), uid, gid, None, |_, inode| {
+        self.create_node(parent, name, kind | (mode & 0o7777), (uid, gid), None, |_, inode| {
             // Device, fifo and socket inodes map nothing: ext4 gives them no extent header
             // (e2fsck calls one that has it an illegal inode); devices keep their number in
             // i_block.
@@ -379,9 +379,14 @@ impl Filesystem {
     }
 
     pub fn mkdir(&self, parent: u32, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
-        self.create_node(parent, name, ext4::MODE_DIR | (mode & 0o7777), uid, gid, None, |_, _| {
-            Ok(())
-        })
+        self.create_node(
+            parent,
+            name,
+            ext4::MODE_DIR | (mode & 0o7777),
+            (uid, gid),
+            None,
+            |_, _| Ok(()),
+        )
     }
 
     pub fn symlink(
@@ -398,7 +403,7 @@ impl Filesystem {
         let fast = target.len() <= FAST_SYMLINK_MAX;
         let slow_block = (!fast).then_some(target);
         let mode = ext4::MODE_SYMLINK | 0o777;
-        let attr = self.create_node(parent, name, mode, uid, gid, slow_block, |_, inode| {
+        let attr = self.create_node(parent, name, mode, (uid, gid), slow_block, |_, inode| {
             if fast {
                 inode.flags &= !ext4::EXTENTS_FL;
                 inode.block = [0; ext4::INODE_BLOCK_SIZE];
@@ -417,8 +422,7 @@ impl Filesystem {
         parent: u32,
         name: &[u8],
         mode: u16,
-        uid: u32,
-        gid: u32,
+        (uid, gid): (u32, u32),
         first_block: Option<&[u8]>,
         init: impl FnOnce(u32, &mut Inode) -> Result<()>,
     ) -> Result<Attr> {
