@@ -295,14 +295,7 @@ impl RecordingDevice {
                 ops.len()
             ));
         }
-        let covers = ops[..state.crash_at]
-            .iter()
-            .filter_map(|op| match op {
-                RecordedOp::Flush { covers } => Some(*covers),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let covers = flushed_by(&ops[..state.crash_at]);
         let pending = |i: usize| {
             i < state.crash_at
                 && matches!(&ops[i], RecordedOp::Write { fua: false, seq, .. } if *seq >= covers)
@@ -351,14 +344,7 @@ impl RecordingDevice {
             log.ops[..(state.crash_at + 1).min(log.ops.len())].to_vec()
         };
         let happened = &ops[..state.crash_at];
-        let covers = happened
-            .iter()
-            .filter_map(|op| match op {
-                RecordedOp::Flush { covers } => Some(*covers),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
+        let covers = flushed_by(happened);
 
         let mut image = self.initial.clone();
         // For each sector, the op index of the newest durable write to it.
@@ -405,6 +391,17 @@ impl RecordingDevice {
         }
         image
     }
+}
+
+/// How many writes (by seq) the flushes among `ops` made durable.
+fn flushed_by(ops: &[RecordedOp]) -> usize {
+    ops.iter()
+        .filter_map(|op| match op {
+            RecordedOp::Flush { covers } => Some(*covers),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 fn sectors_of(data: &[u8]) -> u32 {

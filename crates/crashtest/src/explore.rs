@@ -260,8 +260,9 @@ pub fn parse_state_line(line: &str, rec: &Recording) -> Result<CrashState, Strin
     Ok(state)
 }
 
-/// Whether `state` tears a write covering the primary superblock (bytes 1024..2048).
-fn tears_primary_superblock(ops: &[RecordedOp], state: &CrashState) -> bool {
+/// Whether `state` tears a write covering the primary superblock (bytes 1024..2048): out of
+/// the crash model (see [`states_of`]).
+pub fn tears_primary_superblock(ops: &[RecordedOp], state: &CrashState) -> bool {
     let Some(torn) = &state.torn else { return false };
     match &ops[torn.op_index] {
         RecordedOp::Write { offset, data, .. } => {

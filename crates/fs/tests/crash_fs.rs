@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blockdev::memory::MemDevice;
-use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordedOp, RecordingDevice};
+use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordingDevice};
 use common::{e2fsck, have, mkfs, seed, Scratch};
 use fs::{DataMode, Filesystem, MountOptions, RenameFlags, SetAttr, ROOT_INO};
 
@@ -34,6 +34,7 @@ use fs::{DataMode, Filesystem, MountOptions, RenameFlags, SetAttr, ROOT_INO};
 // Trees: read through quill as quill crashtest reads them (names, kinds, modes, sizes,
 // contents, link counts, inode numbers, xattrs).
 
+use crashtest::explore::tears_primary_superblock;
 use crashtest::tree::{read_tree as tree_of, tree_difference, Node, Tree};
 
 // ---------------------------------------------------------------------------------------------
@@ -288,17 +289,6 @@ fn explore(s: &Scenario<'_>, seed: u64) -> Outcome {
         started.elapsed().as_secs_f64()
     );
     out
-}
-
-/// Whether `state` tears a write covering the primary superblock (bytes 1024..2048).
-fn tears_primary_superblock(ops: &[RecordedOp], state: &CrashState) -> bool {
-    let Some(torn) = &state.torn else { return false };
-    match &ops[torn.op_index] {
-        RecordedOp::Write { offset, data, .. } => {
-            *offset < 2048 && offset + data.len() as u64 > 1024
-        }
-        _ => false,
-    }
 }
 
 /// Opens a crash image with quill, checks it, unmounts it and runs `e2fsck -fn`; returns the
