@@ -39,6 +39,9 @@ pub struct CrashtestArgs {
     /// Crash states checked per workload at most, flush boundaries first (0: all).
     #[arg(long, default_value_t = 120)]
     max_states: usize,
+    /// Stop after this many failing workloads (0: never stop; every failure is reported).
+    #[arg(long, default_value_t = 3)]
+    max_failures: usize,
     /// Where reproducers of failures are written.
     #[arg(long, default_value = "crashtest-out")]
     out: PathBuf,
@@ -108,6 +111,7 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
     opts.threads = args.threads;
     opts.threaded_every = args.threaded_every;
     opts.max_states = (args.max_states > 0).then_some(args.max_states);
+    opts.max_failures = if args.max_failures == 0 { usize::MAX } else { args.max_failures };
     for p in &args.presets {
         if journal::config::JournalConfig::preset(p).is_none() {
             bail!("--presets: unknown preset {p} (expected classic, dual or cjfs)");

@@ -75,7 +75,7 @@ fn a_lying_device_fails_the_checks_and_its_reproducers_replay() {
     let out_dir = scratch.path("out");
     let o = run(quill()
         .args(["crashtest", "--lying-device", "--images", "200", "--no-progress", "--seed", "3"])
-        .args(["--presets", "classic", "--jobs", "1"])
+        .args(["--presets", "classic", "--jobs", "1", "--max-failures", "1"])
         .arg("--out")
         .arg(&out_dir));
     let out = text(&o);
@@ -85,7 +85,10 @@ fn a_lying_device_fails_the_checks_and_its_reproducers_replay() {
         .expect("reproducers written")
         .map(|e| e.unwrap().path())
         .collect();
-    assert!(!reproducers.is_empty());
+    // One job and --max-failures 1: the run stops at its first failing workload.
+    assert_eq!(reproducers.len(), 1, "{out}");
+    let reported = out.lines().filter(|l| l.starts_with("FAIL ") && l.contains(" in workload "));
+    assert_eq!(reported.count(), 1, "{out}");
     for path in &reproducers {
         let body = std::fs::read_to_string(path).unwrap();
         assert!(body.contains("config lying_device=1") && body.contains("# failed check: "));

@@ -40,7 +40,7 @@ pub struct Options {
     pub configs: Vec<Config>,
     /// Where reproducers are written.
     pub out: PathBuf,
-    /// Stop after this many failing workloads.
+    /// Stop after this many failing workloads (`usize::MAX`: never).
     pub max_failures: usize,
 }
 
