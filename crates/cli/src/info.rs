@@ -202,6 +202,10 @@ fn to_text(info: &Info) -> String {
                 if names.is_empty() { "(none)".into() } else { names.join(" ") },
             );
             field("Journal sequence", format!("{:#010x} ({})", jsb.sequence.0, jsb.sequence.0));
+            if jsb.errno != 0 {
+                // As dumpe2fs: an aborted journal's error, for the next mount or e2fsck.
+                field("Journal errno", jsb.errno.to_string());
+            }
             if jsb.start == 0 {
                 field("Journal start", "0 (empty)".into());
             } else {
@@ -247,6 +251,7 @@ fn to_json(info: &Info) -> Value {
                 "sequence": jsb.sequence.0,
                 "start": jsb.start,
                 "empty": jsb.start == 0,
+                "errno": jsb.errno,
             });
             if jsb.start != 0 {
                 let transactions: Vec<Value> =

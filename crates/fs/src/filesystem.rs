@@ -178,7 +178,18 @@ impl Filesystem {
         let mut sb = image.superblock().clone();
         let groups = Groups::new(&sb, image.group_descs())?;
         drop(image);
+        // ext4_clear_journal_err: an aborted journal recorded its errno (quill's or the
+        // kernel's); the file system is marked as having errors, for e2fsck's full check,
+        // before the journal forgets it.
+        let recorded_errno = if options.read_only {
+            0
+        } else {
+            journal::superblock::read_superblock(&*dev, &location)?.errno
+        };
         if !options.read_only {
+            if recorded_errno != 0 {
+                sb.state |= ext4::STATE_ERROR_FS;
+            }
             // As ext4 does while mounted: the journal may hold transactions (RECOVER), and the
             // file system is not known clean (VALID_FS off) until unmount.
             sb.set_needs_recovery(true);
@@ -191,6 +202,9 @@ impl Filesystem {
             sb.mtime = now().sec as u32;
             dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
             dev.flush()?;
+            if recorded_errno != 0 {
+                journal::superblock::clear_errno(&*dev, &location)?;
+            }
         }
         // Attaching writes the journal superblock with a live log start, so it comes after
         // RECOVER is durable: the journal never holds data that a superblock without RECOVER

@@ -19,6 +19,8 @@
 //! 3. A full journal under many threads: the smallest journal (1024 blocks) and metadata-heavy
 //!    work in shared and private directories, so the log wraps many times and handles wait
 //!    for checkpoints; for the classic and cjfs presets.
+//! 4. An aborted journal records its errno in the journal superblock (`s_errno`), which
+//!    dumpe2fs shows and e2fsck and quill's next mount turn into the error state (ERROR_FS).
 //!
 //! Under errors=continue an image whose recovered superblock records the error may need
 //! e2fsck's repairs (an operation cut short commits half done, as in ext4), which must leave
@@ -637,8 +639,14 @@ fn fault_run(target: Target, after: u64, policy: ErrorPolicy, seed: u64, figures
     let fs = Arc::try_unwrap(fs).expect("the workers are done");
     // A read error is a file-system error only for metadata (ext4_error); one on file data
     // fails its caller alone, so a read fault need not leave a recorded error.
-    let error_state =
-        policy == ErrorPolicy::Continue && fired && !read_only && target != Target::Read;
+    let error_state = match policy {
+        ErrorPolicy::Continue => fired && !read_only && target != Target::Read,
+        // The abort's errno reaches the journal superblock when the fault spares it, and the
+        // next mount records the error.
+        ErrorPolicy::RemountReadOnly => {
+            read_only && matches!(target, Target::HomeWrite | Target::Read)
+        }
+    };
     fs.crash();
 
     // The final media state (every completed write) and the chosen crash states.
@@ -650,7 +658,8 @@ fn fault_run(target: Target, after: u64, policy: ErrorPolicy, seed: u64, figures
     }
     if error_state {
         // errors=continue: the error is recorded in the superblock, journaled, so a crash
-        // keeps it and the next e2fsck checks in full.
+        // keeps it and the next e2fsck checks in full. errors=remount-ro: the journal's
+        // s_errno carries it to the next mount.
         let dev = Arc::new(MemDevice::from_bytes(images[0].1.clone()));
         let fs = Filesystem::open(dev.clone(), fault_mount(policy)).expect("open after the run");
         fs.unmount().unwrap();
@@ -1088,4 +1097,61 @@ fn a_full_journal_under_many_threads_wraps_without_deadlock_classic() {
 #[test]
 fn a_full_journal_under_many_threads_wraps_without_deadlock_cjfs() {
     full_journal("cjfs");
+}
+
+/// An abort's errno reaches the journal superblock (JBD2's `s_errno`, which dumpe2fs shows
+/// and e2fsck and the kernel turn into the error state); quill's next mount turns it into
+/// ERROR_FS too, then forgets it, and everything fsynced before the abort is there.
+#[test]
+fn an_aborted_journal_marks_the_file_system_with_errors_at_the_next_mount() {
+    if !have_tools("aborted journal errno") || !have("dumpe2fs", "aborted journal errno") {
+        return;
+    }
+    let scratch = Scratch::new("faults-errno");
+    let image = scratch.path("fs.img");
+    mkfs(&image, "16M", &[]);
+    let dumpe2fs = |path: &std::path::Path| {
+        let out = std::process::Command::new("dumpe2fs").arg("-h").arg(path).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let state_line = |dump: &str| {
+        dump.lines().find(|l| l.starts_with("Filesystem state:")).unwrap_or("").to_string()
+    };
+    {
+        let fs = Filesystem::open(common::open_device(&image), MountOptions::default()).unwrap();
+        let ino = fs.create(ROOT_INO, b"kept", 0o644, 0, 0).unwrap().ino;
+        fs.write(ino, 0, b"acknowledged").unwrap();
+        fs.fsync(ino, false).unwrap();
+        // What errors=remount-ro does on an I/O error in the middle of an operation.
+        fs.journal().abort("an injected file-system error".into(), errno::EIO);
+        assert_eq!(fs.create(ROOT_INO, b"late", 0o644, 0, 0).unwrap_err().errno(), errno::EROFS);
+        fs.crash();
+    }
+    let dump = dumpe2fs(&image);
+    assert!(dump.lines().any(|l| l.starts_with("Journal errno:") && l.ends_with("-5")), "{dump}");
+    assert!(!state_line(&dump).contains("with errors"), "{dump}");
+
+    // Stock e2fsck, on a copy, reads quill's errno as it reads the kernel's.
+    let copy = scratch.path("copy.img");
+    std::fs::copy(&image, &copy).unwrap();
+    let (code, text) = e2fsck_fix(&copy);
+    assert!(code <= 1, "e2fsck -fy exits {code}:\n{text}");
+    assert!(!dumpe2fs(&copy).contains("Journal errno:"), "e2fsck clears s_errno");
+
+    let dev = common::open_device(&image);
+    let fs = Filesystem::open(dev.clone(), MountOptions::default()).unwrap();
+    let on_disk = fs::Ext4Image::open(dev.clone()).unwrap().superblock().state;
+    assert!(on_disk & ondisk::ext4::STATE_ERROR_FS != 0, "s_state {on_disk:#x} after mount");
+    let ino = fs.lookup(ROOT_INO, b"kept").unwrap().ino;
+    let mut buf = vec![0u8; 64];
+    let n = fs.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"acknowledged");
+    assert!(fs.lookup(ROOT_INO, b"late").is_err());
+    fs.unmount().unwrap();
+    drop(dev);
+    let dump = dumpe2fs(&image);
+    assert!(!dump.contains("Journal errno:"), "the mount took the errno over:\n{dump}");
+    assert_eq!(state_line(&dump), "Filesystem state:         clean with errors", "{dump}");
+    let (code, text) = e2fsck(&image);
+    assert_eq!(code, 0, "e2fsck -fn:\n{text}");
 }

@@ -159,10 +159,12 @@ impl Shared {
         (buffers + descriptors + revoke_blocks + 1) as u32
     }
 
-    /// Records the first fatal error, wakes everybody, and returns the sticky error.
+    /// Records the first fatal error, wakes everybody, records the errno in the on-disk
+    /// superblock, and returns the sticky error. The caller must not hold the superblock lock.
     pub fn abort(&self, cause: String, errno: i32) -> JournalError {
         let mut st = self.state.lock();
-        if st.abort.is_none() {
+        let first = st.abort.is_none();
+        if first {
             st.abort = Some((cause, errno));
             self.aborted.store(true, Ordering::Release);
         }
@@ -171,7 +173,31 @@ impl Shared {
         self.changed.notify_all();
         self.commit_wake.notify_all();
         self.flush_wake.notify_all();
+        if first {
+            self.record_errno(errno);
+        }
         err
+    }
+
+    /// jbd2_journal_update_sb_errno: the abort's errno goes into `s_errno` (negated, as Linux
+    /// stores it) with a FUA write, so the next mount (quill's, the kernel's `ext4_clear_
+    /// journal_err`) or e2fsck marks the file system as having errors and checks it in full.
+    /// Best effort: the device that failed may refuse this write too, and the abort stands
+    /// either way.
+    fn record_errno(&self, errno: i32) {
+        if self.read_only {
+            return;
+        }
+        let mut sb = self.superblock.lock();
+        sb.errno = if errno > 0 { -errno } else { -EIO };
+        let mut on_disk = sb.clone();
+        if self.superblock_unwritten.load(Ordering::Acquire) {
+            // Nothing was committed since attach: the device still has the clean superblock
+            // (no log start; the previous tail tid), and it keeps saying so.
+            on_disk.start = 0;
+            on_disk.sequence = on_disk.sequence.prev();
+        }
+        let _ = write_superblock(&*self.dev, &self.location, &on_disk);
     }
 
     /// Aborts on a device error and returns the sticky journal error.
@@ -186,8 +212,9 @@ impl Shared {
         let mut sb = self.superblock.lock();
         sb.sequence = tail_tid;
         sb.start = tail_block;
-        write_superblock(&*self.dev, &self.location, &sb)
-            .map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
+        let written = write_superblock(&*self.dev, &self.location, &sb);
+        drop(sb);
+        written.map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
     }
 
     /// Asks the commit stage to commit up to `tid`.

@@ -57,6 +57,14 @@ pub fn write_superblock(
     Ok(())
 }
 
+/// jbd2_journal_clear_err: forgets the errno an aborted journal recorded (the caller has
+/// made the file system's error state durable first).
+pub fn clear_errno(dev: &dyn BlockDevice, location: &JournalLocation) -> Result<()> {
+    let mut sb = read_superblock(dev, location)?;
+    sb.errno = 0;
+    write_superblock(dev, location, &sb)
+}
+
 /// How to create a journal on a raw device (tests, benchmarks; real images get theirs from
 /// mkfs).
 #[derive(Debug, Clone, Copy)]

@@ -9,6 +9,7 @@ use blockdev::fault::{Fault, FaultDevice, FaultOn};
 use blockdev::memory::MemDevice;
 use blockdev::BlockDevice;
 use common::*;
+use journal::superblock::read_superblock;
 use journal::{recover, JournalConfig, JournalError};
 use ondisk::jbd2::ChecksumVersion;
 use ondisk::Tid;
@@ -83,6 +84,8 @@ fn run_with_fault(preset: &str, fault: Fault, what: &str) {
     assert!(matches!(journal.start(1), Err(JournalError::Aborted { .. })));
     assert!(matches!(journal.commit_all(), Err(JournalError::Aborted { .. })));
     journal.abandon();
+    // The superblock sits outside the faulted range: the abort's errno reached it.
+    assert_eq!(read_superblock(&*mem, &loc).unwrap().errno, -5, "{what}: s_errno");
 
     let image = Arc::new(MemDevice::from_bytes(mem.snapshot()));
     recover(&*image, &loc, 1).unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
@@ -141,7 +144,29 @@ fn eio_on_a_checkpoint_write_aborts_the_journal_and_recovery_still_has_every_tra
     journal.abandon();
     let image = Arc::new(MemDevice::from_bytes(mem.snapshot()));
     recover(&*image, &loc, 1).unwrap();
+    // Recovery keeps the error for the file system to take over (ext4_clear_journal_err).
+    assert_eq!(read_superblock(&*image, &loc).unwrap().errno, -5, "s_errno after recovery");
     for block in 20..80u64 {
         assert_eq!(read_block(&*image, block), vec![block as u8; 1024], "block {block}");
     }
+}
+
+#[test]
+fn an_abort_before_the_first_commit_records_its_errno_and_leaves_the_journal_clean() {
+    let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let before = read_superblock(&*mem, &loc).unwrap();
+    let journal = open(mem.clone(), &loc, JournalConfig::classic());
+    let err = journal.abort("the file system failed".into(), 30);
+    assert!(matches!(err, JournalError::Aborted { errno: 30, .. }), "{err}");
+    // A second abort keeps the first error, on disk too.
+    journal.abort("again".into(), 5);
+    journal.abandon();
+    let after = read_superblock(&*mem, &loc).unwrap();
+    assert_eq!(after.errno, -30);
+    // Nothing was committed: the superblock still says "empty", at the old tail tid.
+    assert_eq!((after.start, after.sequence), (0, before.sequence));
+    assert!(!recover(&*mem, &loc, 1).unwrap().needed);
+    journal::superblock::clear_errno(&*mem, &loc).unwrap();
+    let cleared = read_superblock(&*mem, &loc).unwrap();
+    assert_eq!((cleared.errno, cleared.start, cleared.sequence), (0, 0, before.sequence));
 }
