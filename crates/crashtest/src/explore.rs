@@ -355,14 +355,19 @@ pub fn check_state(
     pass("e2fsck-fy");
     let repaired = std::fs::read(&raw).map_err(|e| ("same-tree", e.to_string()))?;
     let mut their_tree = read_only_tree(repaired, &rec.mount).map_err(|e| ("same-tree", e))?;
-    // e2fsck 1.47.0 drops the xattrs of the orphans it truncates (Repairs): compare the rest.
+    // e2fsck 1.47.0 drops the xattr block of the orphans it truncates (Repairs), keeping the
+    // xattrs stored in the inode: compare the rest.
     let mut orphan_xattrs = false;
     for (path, node) in their_tree.iter_mut() {
-        if repairs.orphan_xattrs_dropped.contains(&node.ino) && node.xattrs.is_empty() {
-            if let Some(ours) = tree.get(path).filter(|n| n.ino == node.ino) {
-                node.xattrs = ours.xattrs.clone();
-                orphan_xattrs = true;
-            }
+        if !repairs.orphan_xattrs_dropped.contains(&node.ino) {
+            continue;
+        }
+        let Some(ours) = tree.get(path).filter(|n| n.ino == node.ino) else { continue };
+        let kept_in_inode =
+            node.xattrs.iter().all(|(name, value)| ours.xattrs.get(name) == Some(value));
+        if kept_in_inode && node.xattrs.len() < ours.xattrs.len() {
+            node.xattrs = ours.xattrs.clone();
+            orphan_xattrs = true;
         }
     }
     // e2fsck's recovery must keep what was acknowledged too, unless it dropped a torn commit
