@@ -190,10 +190,12 @@ impl Filesystem {
             if recorded_errno != 0 {
                 sb.state |= ext4::STATE_ERROR_FS;
             }
-            // As ext4 does while mounted: the journal may hold transactions (RECOVER), and the
-            // file system is not known clean (VALID_FS off) until unmount.
+            // As ext4 does while mounted: the journal may hold transactions (RECOVER). VALID_FS
+            // stays as it was: with a journal, ext4_setup_super leaves it on, since replay makes
+            // the file system consistent again. Clearing it would make every crash look like
+            // an unchecked file system (the kernel's "mounting unchecked fs", e2fsck -p's
+            // forced full check) until e2fsck ran.
             sb.set_needs_recovery(true);
-            sb.state &= !ext4::STATE_VALID_FS;
             if sb.feature_compat & feature::COMPAT_ORPHAN_FILE != 0 {
                 // As ext4_setup_super: the orphan file may hold entries until unmount.
                 sb.feature_ro_compat |= feature::RO_COMPAT_ORPHAN_PRESENT;
@@ -373,7 +375,9 @@ impl Filesystem {
         if !orphan_file_used {
             home.feature_ro_compat &= !feature::RO_COMPAT_ORPHAN_PRESENT;
         }
-        home.state |= ext4::STATE_VALID_FS;
+        // ext4_put_super writes back the state found at mount (s_mount_state): a file system
+        // mounted unchecked stays so until e2fsck, and errors are kept.
+        home.state = (home.state & !ext4::STATE_VALID_FS) | (sb.state & ext4::STATE_VALID_FS);
         if errors_seen {
             home.state |= ext4::STATE_ERROR_FS;
         }

@@ -998,3 +998,51 @@ fn truncate_under_data_journal_fits_a_small_journal() {
     assert!(!fs.is_read_only());
     fs.unmount().unwrap();
 }
+
+/// A crash leaves what ext4 leaves: the superblock says "clean" (VALID_FS stays on while a
+/// journaled file system is mounted) and needs_recovery, so boot-time `e2fsck -p` replays the
+/// journal and skips the full check, and the kernel does not call it unchecked.
+#[test]
+fn a_crashed_image_needs_only_its_journal_replayed_before_e2fsck_p_calls_it_clean() {
+    if !have_tools("crash then e2fsck -p") || !have("dumpe2fs", "crash then e2fsck -p") {
+        return;
+    }
+    let scratch = Scratch::new("crash-preen");
+    let image = scratch.path("fs.img");
+    mkfs(&image, "16M", &[]);
+    let state = |path: &Path| {
+        let out = Command::new("dumpe2fs").arg("-h").arg(path).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text.lines().find(|l| l.starts_with("Filesystem state:")).unwrap_or("");
+        let features = text.lines().find(|l| l.starts_with("Filesystem features:")).unwrap_or("");
+        (line.trim_start_matches("Filesystem state:").trim().to_string(), features.to_string())
+    };
+    let fs = Filesystem::open(common::open_device(&image), MountOptions::default()).unwrap();
+    let ino = fs.create(ROOT_INO, b"kept", 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, b"acknowledged").unwrap();
+    fs.fsync(ino, false).unwrap();
+    fs.crash();
+    let (crashed, features) = state(&image);
+    assert_eq!(crashed, "clean", "a crashed image's state");
+    assert!(features.contains("needs_recovery"), "{features}");
+
+    let copy = scratch.path("preen.img");
+    std::fs::copy(&image, &copy).unwrap();
+    let out = Command::new("e2fsck").arg("-p").arg(&copy).output().unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.code().is_some_and(|c| c <= 1), "e2fsck -p:\n{text}");
+    assert!(text.contains("recovering journal") && text.contains(": clean,"), "e2fsck -p:\n{text}");
+    let (code, text) = e2fsck(&copy);
+    assert_eq!(code, 0, "e2fsck -fn after e2fsck -p:\n{text}");
+
+    let fs = Filesystem::open(common::open_device(&image), MountOptions::default()).unwrap();
+    let ino = fs.lookup(ROOT_INO, b"kept").unwrap().ino;
+    let mut buf = vec![0u8; 64];
+    let n = fs.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"acknowledged");
+    fs.unmount().unwrap();
+    let (after, features) = state(&image);
+    assert_eq!(after, "clean");
+    assert!(!features.contains("needs_recovery"), "{features}");
+}

@@ -117,7 +117,8 @@ pub fn assert_clean(image: &Path) {
     assert!(
         header
             .lines()
-            .any(|l| l.starts_with("Filesystem state:") && l.trim_end().ends_with("clean")),
+            .filter_map(|l| l.strip_prefix("Filesystem state:"))
+            .any(|state| state.trim() == "clean"),
         "{} is not marked clean:\n{header}",
         image.display()
     );
