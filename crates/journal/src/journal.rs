@@ -7,8 +7,11 @@
 //! takes the next one, exactly as JBD2's kjournald2 does. Checkpointing (`checkpoint.rs`) runs
 //! in whichever thread needs log space, one at a time under the checkpoint mutex.
 //!
-//! Lock order (outermost first): `checkpoint_lock` → `state` → a buffer's mutex → a cache shard.
-//! No lock is held across device I/O except `checkpoint_lock`.
+//! Lock order (outermost first): `checkpoint_lock` → `state` → a buffer's mutex → a cache shard;
+//! `state` → `superblock`, a leaf. No lock is held across device I/O except `checkpoint_lock`
+//! and `superblock`, which is held across its own write so that superblock writes land in the
+//! order their contents were made; an abort takes it to record its errno, so no code may abort
+//! while holding it.
 //!
 //! Invariants kept under `state`:
 //! - `txns` is ordered by tid, oldest first, with states non-increasing from front to back:
