@@ -300,7 +300,10 @@ fn parse_header(bytes: &[u8]) -> Result<ExtentHeader, OnDiskError> {
     Ok(header)
 }
 
-fn decode_extent(bytes: &[u8], at: usize) -> Result<Extent, String> {
+/// Decodes the 12-byte `ext4_extent` at byte `at` of `bytes` (`ee_len` above 32768 marks an
+/// unwritten extent), refusing a zero length and a range that wraps. Shared with the
+/// fast-commit ADD_RANGE record, which carries the same bytes.
+pub(crate) fn decode_extent(bytes: &[u8], at: usize) -> Result<Extent, String> {
     let logical = le32(bytes, at);
     let raw_len = u32::from(le16(bytes, at + 4));
     let start = block48(le32(bytes, at + 8), le16(bytes, at + 6));

@@ -17,9 +17,9 @@
 //!
 //! [`OnDiskError::Corrupted`]: crate::OnDiskError::Corrupted
 
-mod bytes;
+pub(crate) mod bytes;
 pub mod dir;
-mod extent;
+pub(crate) mod extent;
 pub mod feature;
 mod group_desc;
 pub mod htree;

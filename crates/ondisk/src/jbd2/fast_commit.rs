@@ -41,7 +41,9 @@
 //! complete full commit: recovery's `end_transaction`.
 
 use crate::crc::crc32c_raw;
-use crate::ext4::{Extent, EXTENT_LEN_INIT_MAX};
+use crate::ext4::bytes::{le16, le32};
+use crate::ext4::extent::decode_extent;
+use crate::ext4::Extent;
 use crate::{OnDiskError, Tid};
 
 const WHAT: &str = "fast-commit record";
@@ -270,18 +272,10 @@ impl<'a> Iterator for FcRecords<'a> {
     }
 }
 
-fn le16_at(bytes: &[u8], offset: usize) -> u16 {
-    u16::from_le_bytes([bytes[offset], bytes[offset + 1]])
-}
-
-fn le32_at(bytes: &[u8], offset: usize) -> u32 {
-    u32::from_le_bytes([bytes[offset], bytes[offset + 1], bytes[offset + 2], bytes[offset + 3]])
-}
-
 /// Reads the record at `offset`, whose header the caller checked fits in `block`.
 fn read_record(block: &[u8], offset: usize, inode_size: u16) -> Result<FcTlv<'_>, OnDiskError> {
-    let tag = le16_at(block, offset);
-    let len = usize::from(le16_at(block, offset + 2));
+    let tag = le16(block, offset);
+    let len = usize::from(le16(block, offset + 2));
     let value_at = offset + FC_TL_SIZE;
     let corrupted = |reason: String| {
         OnDiskError::corrupted(WHAT, format!("tag {tag} (fc_len {len}) at byte {offset}: {reason}"))
@@ -308,13 +302,12 @@ fn read_record(block: &[u8], offset: usize, inode_size: u16) -> Result<FcTlv<'_>
         return Err(corrupted("wrong length for the tag".to_string()));
     }
     let value = &block[value_at..value_at + len];
-    let word = |at: usize| le32_at(value, at);
+    let word = |at: usize| le32(value, at);
     let record = match tag {
         FC_TAG_HEAD => FcRecord::Head { features: word(0), tid: Tid(word(4)) },
-        FC_TAG_ADD_RANGE => FcRecord::AddRange {
-            ino: word(0),
-            extent: decode_extent(&value[4..]).map_err(corrupted)?,
-        },
+        FC_TAG_ADD_RANGE => {
+            FcRecord::AddRange { ino: word(0), extent: decode_extent(value, 4).map_err(corrupted)? }
+        }
         FC_TAG_DEL_RANGE => FcRecord::DelRange { ino: word(0), logical: word(4), len: word(8) },
         FC_TAG_CREAT | FC_TAG_LINK | FC_TAG_UNLINK => FcRecord::Dentry {
             op: match tag {
@@ -331,26 +324,6 @@ fn read_record(block: &[u8], offset: usize, inode_size: u16) -> Result<FcTlv<'_>
         _ => FcRecord::Tail { tid: Tid(word(0)), crc: word(4), len: len as u16 },
     };
     Ok(FcTlv { offset, bytes: &block[offset..value_at + len], record })
-}
-
-/// Decodes the 12-byte `ext4_extent` of an ADD_RANGE record (`ee_len` above 32768 marks an
-/// unwritten extent), with the checks the extent-tree parser applies to the same bytes.
-fn decode_extent(slot: &[u8]) -> Result<Extent, String> {
-    let logical = le32_at(slot, 0);
-    let raw_len = u32::from(le16_at(slot, 4));
-    let start = u64::from(le32_at(slot, 8)) | (u64::from(le16_at(slot, 6)) << 32);
-    if raw_len == 0 {
-        return Err(format!("zero-length extent at logical {logical}"));
-    }
-    let (len, unwritten) = if raw_len <= EXTENT_LEN_INIT_MAX {
-        (raw_len, false)
-    } else {
-        (raw_len - EXTENT_LEN_INIT_MAX, true)
-    };
-    if logical.checked_add(len).is_none() {
-        return Err(format!("extent at logical {logical} of {len} blocks wraps"));
-    }
-    Ok(Extent { logical, len, start, unwritten })
 }
 
 /// Continues the fast-commit crc over one record (see the module documentation).
@@ -384,7 +357,7 @@ pub fn scan_fast_commit_area<'a>(
     let mut scan = FcScan::default();
     let mut crc = 0u32;
     for (index, block) in blocks.into_iter().enumerate() {
-        if index == 0 && (block.len() < 2 || le16_at(block, 0) != FC_TAG_HEAD) {
+        if index == 0 && (block.len() < 2 || le16(block, 0) != FC_TAG_HEAD) {
             scan.stop = Some("the area does not start with a HEAD record".to_string());
             return Ok(scan);
         }
