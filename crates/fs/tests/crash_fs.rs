@@ -27,7 +27,10 @@ use std::time::{Duration, Instant};
 
 use blockdev::memory::MemDevice;
 use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordingDevice};
-use common::{e2fsck, have, mkfs, seed, Scratch};
+use common::{
+    create_fsynced, dumpe2fs_field, dumpe2fs_header, e2fsck, e2fsck_preen, have, mkfs, read_all,
+    seed, Scratch,
+};
 use fs::{DataMode, Filesystem, MountOptions, RenameFlags, SetAttr, ROOT_INO};
 
 // ---------------------------------------------------------------------------------------------
@@ -1010,39 +1013,28 @@ fn a_crashed_image_needs_only_its_journal_replayed_before_e2fsck_p_calls_it_clea
     let scratch = Scratch::new("crash-preen");
     let image = scratch.path("fs.img");
     mkfs(&image, "16M", &[]);
-    let state = |path: &Path| {
-        let out = Command::new("dumpe2fs").arg("-h").arg(path).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let line = text.lines().find(|l| l.starts_with("Filesystem state:")).unwrap_or("");
-        let features = text.lines().find(|l| l.starts_with("Filesystem features:")).unwrap_or("");
-        (line.trim_start_matches("Filesystem state:").trim().to_string(), features.to_string())
-    };
     let fs = Filesystem::open(common::open_device(&image), MountOptions::default()).unwrap();
-    let ino = fs.create(ROOT_INO, b"kept", 0o644, 0, 0).unwrap().ino;
-    fs.write(ino, 0, b"acknowledged").unwrap();
-    fs.fsync(ino, false).unwrap();
+    create_fsynced(&fs, b"kept", b"acknowledged");
     fs.crash();
-    let (crashed, features) = state(&image);
-    assert_eq!(crashed, "clean", "a crashed image's state");
+    let dump = dumpe2fs_header(&image);
+    assert_eq!(dumpe2fs_field(&dump, "Filesystem state"), "clean", "a crashed image's state");
+    let features = dumpe2fs_field(&dump, "Filesystem features");
     assert!(features.contains("needs_recovery"), "{features}");
 
     let copy = scratch.path("preen.img");
     std::fs::copy(&image, &copy).unwrap();
-    let out = Command::new("e2fsck").arg("-p").arg(&copy).output().unwrap();
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.code().is_some_and(|c| c <= 1), "e2fsck -p:\n{text}");
+    let (code, text) = e2fsck_preen(&copy);
+    assert!((0..=1).contains(&code), "e2fsck -p:\n{text}");
     assert!(text.contains("recovering journal") && text.contains(": clean,"), "e2fsck -p:\n{text}");
     let (code, text) = e2fsck(&copy);
     assert_eq!(code, 0, "e2fsck -fn after e2fsck -p:\n{text}");
 
     let fs = Filesystem::open(common::open_device(&image), MountOptions::default()).unwrap();
     let ino = fs.lookup(ROOT_INO, b"kept").unwrap().ino;
-    let mut buf = vec![0u8; 64];
-    let n = fs.read(ino, 0, &mut buf).unwrap();
-    assert_eq!(&buf[..n], b"acknowledged");
+    assert_eq!(read_all(&fs, ino).unwrap(), b"acknowledged");
     fs.unmount().unwrap();
-    let (after, features) = state(&image);
-    assert_eq!(after, "clean");
+    let dump = dumpe2fs_header(&image);
+    assert_eq!(dumpe2fs_field(&dump, "Filesystem state"), "clean");
+    let features = dumpe2fs_field(&dump, "Filesystem features");
     assert!(!features.contains("needs_recovery"), "{features}");
 }

@@ -44,8 +44,8 @@ use blockdev::memory::MemDevice;
 use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordingDevice};
 use blockdev::{BlockDevice, DeviceError, Write};
 use common::{
-    e2fsck, e2fsck_fix, env_count, have, head, mkfs, run_watched, seed, unexpected_fsck_lines, Rng,
-    Scratch,
+    create_fsynced, dumpe2fs_field, dumpe2fs_header, e2fsck, e2fsck_fix, env_count, have, head,
+    mkfs, read_all, run_watched, seed, unexpected_fsck_lines, Rng, Scratch,
 };
 use fs::error::errno;
 use fs::{ErrorPolicy, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
@@ -76,14 +76,6 @@ fn entries(fs: &Filesystem, dir: u32) -> Result<Vec<(String, u32)>, FsError> {
             }
         }
     }
-}
-
-fn read_all(fs: &Filesystem, ino: u32) -> Result<Vec<u8>, FsError> {
-    let size = fs.getattr(ino)?.size as usize;
-    let mut buf = vec![0u8; size];
-    let n = fs.read(ino, 0, &mut buf)?;
-    buf.truncate(n);
-    Ok(buf)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1110,48 +1102,37 @@ fn an_aborted_journal_marks_the_file_system_with_errors_at_the_next_mount() {
     let scratch = Scratch::new("faults-errno");
     let image = scratch.path("fs.img");
     mkfs(&image, "16M", &[]);
-    let dumpe2fs = |path: &std::path::Path| {
-        let out = std::process::Command::new("dumpe2fs").arg("-h").arg(path).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let state_line = |dump: &str| {
-        dump.lines().find(|l| l.starts_with("Filesystem state:")).unwrap_or("").to_string()
-    };
     {
         let fs = Filesystem::open(common::open_device(&image), MountOptions::default()).unwrap();
-        let ino = fs.create(ROOT_INO, b"kept", 0o644, 0, 0).unwrap().ino;
-        fs.write(ino, 0, b"acknowledged").unwrap();
-        fs.fsync(ino, false).unwrap();
+        create_fsynced(&fs, b"kept", b"acknowledged");
         // What errors=remount-ro does on an I/O error in the middle of an operation.
         fs.journal().abort("an injected file-system error".into(), errno::EIO);
         assert_eq!(fs.create(ROOT_INO, b"late", 0o644, 0, 0).unwrap_err().errno(), errno::EROFS);
         fs.crash();
     }
-    let dump = dumpe2fs(&image);
-    assert!(dump.lines().any(|l| l.starts_with("Journal errno:") && l.ends_with("-5")), "{dump}");
-    assert!(!state_line(&dump).contains("with errors"), "{dump}");
+    let dump = dumpe2fs_header(&image);
+    assert_eq!(dumpe2fs_field(&dump, "Journal errno"), "-5", "{dump}");
+    assert!(!dumpe2fs_field(&dump, "Filesystem state").contains("with errors"), "{dump}");
 
     // Stock e2fsck, on a copy, reads quill's errno as it reads the kernel's.
     let copy = scratch.path("copy.img");
     std::fs::copy(&image, &copy).unwrap();
     let (code, text) = e2fsck_fix(&copy);
     assert!(code <= 1, "e2fsck -fy exits {code}:\n{text}");
-    assert!(!dumpe2fs(&copy).contains("Journal errno:"), "e2fsck clears s_errno");
+    assert!(!dumpe2fs_header(&copy).contains("Journal errno:"), "e2fsck clears s_errno");
 
     let dev = common::open_device(&image);
     let fs = Filesystem::open(dev.clone(), MountOptions::default()).unwrap();
     let on_disk = fs::Ext4Image::open(dev.clone()).unwrap().superblock().state;
     assert!(on_disk & ondisk::ext4::STATE_ERROR_FS != 0, "s_state {on_disk:#x} after mount");
     let ino = fs.lookup(ROOT_INO, b"kept").unwrap().ino;
-    let mut buf = vec![0u8; 64];
-    let n = fs.read(ino, 0, &mut buf).unwrap();
-    assert_eq!(&buf[..n], b"acknowledged");
+    assert_eq!(read_all(&fs, ino).unwrap(), b"acknowledged");
     assert!(fs.lookup(ROOT_INO, b"late").is_err());
     fs.unmount().unwrap();
     drop(dev);
-    let dump = dumpe2fs(&image);
+    let dump = dumpe2fs_header(&image);
     assert!(!dump.contains("Journal errno:"), "the mount took the errno over:\n{dump}");
-    assert_eq!(state_line(&dump), "Filesystem state:         clean with errors", "{dump}");
+    assert_eq!(dumpe2fs_field(&dump, "Filesystem state"), "clean with errors", "{dump}");
     let (code, text) = e2fsck(&image);
     assert_eq!(code, 0, "e2fsck -fn:\n{text}");
 }

@@ -67,12 +67,57 @@ pub fn mkfs(image: &Path, size: &str, extra: &[&str]) {
     assert!(out.status.success(), "mkfs.ext4 failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// Runs `e2fsck -fn` and returns (exit code, output).
-pub fn e2fsck(image: &Path) -> (i32, String) {
-    let out = Command::new("e2fsck").arg("-fn").arg(image).output().expect("run e2fsck");
+/// Runs `program flag image` and returns (exit code, stdout then stderr).
+fn run_on_image(program: &str, flag: &str, image: &Path) -> (i32, String) {
+    let out = Command::new(program)
+        .arg(flag)
+        .arg(image)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program} {flag}: {e}"));
     let text =
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.code().unwrap_or(-1), text)
+}
+
+/// Runs `e2fsck -fn` and returns (exit code, output).
+pub fn e2fsck(image: &Path) -> (i32, String) {
+    run_on_image("e2fsck", "-fn", image)
+}
+
+/// Runs `e2fsck -p` (boot-time preen: a full check only when the superblock asks for one) and
+/// returns (exit code, output).
+pub fn e2fsck_preen(image: &Path) -> (i32, String) {
+    run_on_image("e2fsck", "-p", image)
+}
+
+/// `dumpe2fs -h`: the superblock and journal superblock, as e2fsprogs reads them.
+pub fn dumpe2fs_header(image: &Path) -> String {
+    run_on_image("dumpe2fs", "-h", image).1
+}
+
+/// The value of a `Label:   value` line of `dumpe2fs -h` output, trimmed ("" if absent).
+pub fn dumpe2fs_field<'a>(header: &'a str, label: &str) -> &'a str {
+    header
+        .lines()
+        .find_map(|l| l.strip_prefix(label).and_then(|rest| rest.strip_prefix(':')))
+        .map_or("", str::trim)
+}
+
+/// Creates `name` in the root directory with `bytes` and fsyncs it; returns its inode.
+pub fn create_fsynced(fs: &fs::Filesystem, name: &[u8], bytes: &[u8]) -> u32 {
+    let ino = fs.create(fs::ROOT_INO, name, 0o644, 0, 0).expect("create").ino;
+    fs.write(ino, 0, bytes).expect("write");
+    fs.fsync(ino, false).expect("fsync");
+    ino
+}
+
+/// The whole contents of inode `ino`.
+pub fn read_all(fs: &fs::Filesystem, ino: u32) -> Result<Vec<u8>, fs::FsError> {
+    let size = fs.getattr(ino)?.size as usize;
+    let mut buf = vec![0u8; size];
+    let n = fs.read(ino, 0, &mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
 }
 
 /// Asserts `e2fsck -fn` finds nothing; on failure keeps a copy of the image for inspection.
@@ -122,10 +167,7 @@ pub fn unexpected_fsck_lines(text: &str) -> Vec<&str> {
 
 /// Runs `e2fsck -fy` (repairing the image in place) and returns (exit code, output).
 pub fn e2fsck_fix(image: &Path) -> (i32, String) {
-    let out = Command::new("e2fsck").arg("-fy").arg(image).output().expect("run e2fsck -fy");
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.code().unwrap_or(-1), text)
+    run_on_image("e2fsck", "-fy", image)
 }
 
 /// The first `n` lines of `text`.
