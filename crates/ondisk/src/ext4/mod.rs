@@ -19,7 +19,7 @@
 
 pub(crate) mod bytes;
 pub mod dir;
-pub(crate) mod extent;
+mod extent;
 pub mod feature;
 mod group_desc;
 pub mod htree;
@@ -27,6 +27,7 @@ mod inode;
 mod superblock;
 pub mod xattr;
 
+pub(crate) use extent::decode_extent;
 pub use extent::{
     extent_block_checksum_ok, parse_extent_node, Extent, ExtentEntries, ExtentHeader, ExtentIndex,
     EXTENT_DEPTH_MAX, EXTENT_ENTRY_SIZE, EXTENT_HEADER_SIZE, EXTENT_LEN_INIT_MAX, EXTENT_MAGIC,

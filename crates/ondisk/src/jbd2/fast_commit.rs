@@ -42,7 +42,7 @@
 
 use crate::crc::crc32c_raw;
 use crate::ext4::bytes::{le16, le32};
-use crate::ext4::extent::decode_extent;
+use crate::ext4::decode_extent;
 use crate::ext4::Extent;
 use crate::{OnDiskError, Tid};
 
