@@ -42,19 +42,27 @@ pub fn jbd2(data: &[u8]) {
             .copy_from_slice(&checksum.to_be_bytes());
         check_journal_superblock(&raw);
     }
-    let _ = parse_header(bytes);
     let block_size = BLOCK_SIZES[usize::from(selector >> 3) & 3];
     let mut block = bytes.to_vec();
     block.resize(block_size as usize, 0);
+    // The unpadded bytes too: every parser must refuse a block of the wrong size. The header
+    // and the escape round trip do not depend on the format: once per block.
+    let blocks = [&block[..], bytes].map(|block| {
+        let header = parse_header(block);
+        if header.is_some() {
+            check_escape(block);
+        }
+        (block, header.map_or(Tid(0), |h| h.sequence))
+    });
     let chosen = (usize::from(selector & 3), selector & 4 != 0);
     // The chosen format first, then every other tag layout at the same block size.
     let mut formats = vec![chosen];
     formats.extend((0..4).flat_map(|c| [(c, false), (c, true)]).filter(|f| *f != chosen));
     for (checksum, is_64bit) in formats {
         let format = LogFormat::new(block_size, CHECKSUMS[checksum], is_64bit, UUID);
-        check_log_block(&format, &block);
-        // The unpadded bytes too: every parser must refuse a block of the wrong size.
-        check_log_block(&format, bytes);
+        for (block, tid) in blocks {
+            check_log_block(&format, block, tid);
+        }
     }
 }
 
@@ -72,8 +80,9 @@ fn check_journal_superblock(bytes: &[u8]) {
     assert!(again == sb, "journal superblock round trip");
 }
 
-fn check_log_block(format: &LogFormat, block: &[u8]) {
-    let tid = parse_header(block).map_or(Tid(0), |h| h.sequence);
+/// Every log-block parser and verifier on `block` under `format`; `tid` is the sequence of the
+/// block's header (0 without one).
+fn check_log_block(format: &LogFormat, block: &[u8], tid: Tid) {
     let _ = verify_block_tail(format, block);
     let _ = (verify_commit_checksum(format, block), verify_commit_checksum_partial(format, block));
     if let Ok(tags) = parse_descriptor_tags(format, block) {
@@ -110,12 +119,15 @@ fn check_log_block(format: &LogFormat, block: &[u8]) {
             assert_eq!(parse_revoke_block(format, again).ok(), Some(revoked.clone()), "revoke");
         }
     }
-    if block.len() >= 4 && parse_header(block).is_some() {
-        let mut copy = block.to_vec();
-        assert!(escape_block(&mut copy), "a block with the magic is escaped");
-        unescape_block(&mut copy);
-        assert_eq!(copy, block, "escape and unescape");
-    }
+}
+
+/// Escapes and unescapes a copy of `block`, which starts with a journal header (so with the
+/// magic): it must be escaped and come back unchanged.
+fn check_escape(block: &[u8]) {
+    let mut copy = block.to_vec();
+    assert!(escape_block(&mut copy), "a block with the magic is escaped");
+    unescape_block(&mut copy);
+    assert_eq!(copy, block, "escape and unescape");
 }
 
 /// Builds a descriptor for the tags' home blocks (logged blocks derived from the block number,
@@ -167,12 +179,13 @@ pub fn fast_commit(data: &[u8]) {
     let inode_size = (FC_INODE_RAW_MIN as u16) << ((config >> 2) & 3);
     let mut records_read = 0;
     let mut tails = 0;
+    let mut encoded = Vec::new();
     for block in area.chunks(block_size) {
         for tlv in fast_commit_records(block, inode_size) {
             let Ok(tlv) = tlv else { break };
             records_read += 1;
             tails += usize::from(matches!(tlv.record, FcRecord::Tail { .. }));
-            let mut encoded = Vec::new();
+            encoded.clear();
             tlv.record.encode(&mut encoded);
             assert_eq!(encoded.len(), tlv.bytes.len(), "fast-commit record length");
             let again = fast_commit_records(&encoded, inode_size).next();
