@@ -44,8 +44,16 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn corpus() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
-    let mut corpus: BTreeMap<&'static str, Vec<(String, Vec<u8>)>> = BTreeMap::new();
+type Corpus = BTreeMap<&'static str, Vec<(String, Vec<u8>)>>;
+
+/// Every target's seeds and regression inputs, by target; built once for all the tests.
+fn corpus() -> &'static Corpus {
+    static CORPUS: OnceLock<Corpus> = OnceLock::new();
+    CORPUS.get_or_init(build_corpus)
+}
+
+fn build_corpus() -> Corpus {
+    let mut corpus = Corpus::new();
     for seed in seeds() {
         corpus.entry(seed.target).or_default().push((format!("seed {}", seed.name), seed.bytes));
     }
@@ -84,11 +92,10 @@ fn run_target(name: &str) {
     let _serial = serial();
     install_panic_counter();
     let (_, target) = *TARGETS.iter().find(|(n, _)| *n == name).expect("known target");
-    let corpus = corpus();
-    let inputs = corpus.get(name).cloned().unwrap_or_default();
+    let inputs = corpus().get(name).map(Vec::as_slice).unwrap_or_default();
     assert!(!inputs.is_empty(), "target {name} has no seeds");
     let started = Instant::now();
-    for (what, data) in &inputs {
+    for (what, data) in inputs {
         run_one(name, target, what, data);
     }
     let rounds: usize =
