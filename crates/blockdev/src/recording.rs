@@ -280,71 +280,45 @@ impl RecordingDevice {
         sample_evenly(gen.states, opts.max_states)
     }
 
-    /// The image `state` describes, built by replaying the log onto the initial image.
-    ///
-    /// `state` must come from [`RecordingDevice::crash_states`] of this device (the log only
-    /// grows, so states stay valid while recording continues).
-    /// Whether `state` is one this log allows (what [`RecordingDevice::materialize`] asserts),
-    /// so a state read from a file can be refused with a message instead of a panic.
-    pub fn check_state(&self, state: &CrashState) -> Result<(), String> {
-        let ops = self.ops();
-        if state.crash_at > ops.len() {
-            return Err(format!(
-                "crash at op {} but the log has {} ops",
-                state.crash_at,
-                ops.len()
-            ));
-        }
-        let covers = flushed_by(&ops[..state.crash_at]);
-        let pending = |i: usize| {
-            i < state.crash_at
-                && matches!(&ops[i], RecordedOp::Write { fua: false, seq, .. } if *seq >= covers)
-        };
-        if let Some(&i) = state.applied.iter().find(|&&i| !pending(i)) {
-            return Err(format!("applied op {i} is not a write pending at the crash point"));
-        }
-        if let Some(torn) = &state.torn {
-            let sectors = match ops.get(torn.op_index) {
-                Some(RecordedOp::Write { data, fua, .. })
-                    if pending(torn.op_index) || (torn.op_index == state.crash_at && *fua) =>
-                {
-                    sectors_of(data)
-                }
-                _ => {
-                    return Err(format!(
-                        "torn op {} is neither pending nor an in-flight FUA write",
-                        torn.op_index
-                    ))
-                }
-            };
-            let s = &torn.sectors;
-            if s.is_empty()
-                || s.len() >= sectors as usize
-                || !s.windows(2).all(|w| w[0] < w[1])
-                || s.iter().any(|&x| x >= sectors)
-            {
-                return Err(format!(
-                    "torn sectors {s:?} are not a non-empty proper subset of 0..{sectors}, ascending"
-                ));
-            }
-        }
-        Ok(())
+    /// The crash state of this log at `crash_at` with these pending writes applied and this
+    /// write torn, its marks filled in; or why the log does not allow it, so that a state read
+    /// from a file is refused with a message instead of a panic.
+    pub fn crash_state(
+        &self,
+        crash_at: usize,
+        kind: CrashKind,
+        applied: Vec<usize>,
+        torn: Option<TornWrite>,
+    ) -> Result<CrashState, String> {
+        let log = self.log.lock();
+        let mut state = CrashState { crash_at, marks: Vec::new(), kind, applied, torn };
+        validate(&log.ops, &state)?;
+        state.marks = log.ops[..crash_at]
+            .iter()
+            .filter_map(|op| match op {
+                RecordedOp::Mark(label) => Some(*label),
+                _ => None,
+            })
+            .collect();
+        Ok(state)
     }
 
+    /// The image `state` describes, built by replaying the log onto the initial image.
+    ///
+    /// `state` must come from [`RecordingDevice::crash_states`] or
+    /// [`RecordingDevice::crash_state`] of this device (the log only grows, so states stay
+    /// valid while recording continues). The log is read in place, under its lock.
     pub fn materialize(&self, state: &CrashState) -> Vec<u8> {
-        let ops: Vec<RecordedOp> = {
-            let log = self.log.lock();
-            assert!(
-                state.crash_at <= log.ops.len(),
-                "crash state at op {} but the log has {} ops",
-                state.crash_at,
-                log.ops.len()
-            );
-            // One op past the crash point: an in-flight FUA write there may be torn.
-            log.ops[..(state.crash_at + 1).min(log.ops.len())].to_vec()
-        };
+        let log = self.log.lock();
+        validate(&log.ops, state).unwrap_or_else(|e| panic!("not a state of this log: {e}"));
+        let ops = &log.ops;
         let happened = &ops[..state.crash_at];
         let covers = flushed_by(happened);
+        // Validated: every applied or torn op is a write.
+        let write = |index: usize| match &ops[index] {
+            RecordedOp::Write { offset, data, .. } => (*offset, data),
+            other => unreachable!("op {index} is not a write: {other:?}"),
+        };
 
         let mut image = self.initial.clone();
         // For each sector, the op index of the newest durable write to it.
@@ -360,37 +334,59 @@ impl RecordingDevice {
             }
         }
         for &index in &state.applied {
-            assert!(index < state.crash_at, "applied op {index} is after the crash point");
-            let (offset, data) = match &ops[index] {
-                RecordedOp::Write { offset, data, fua: false, seq } if *seq >= covers => {
-                    (*offset, data)
-                }
-                other => panic!("applied op {index} is not a pending write: {other:?}"),
-            };
+            let (offset, data) = write(index);
             let all: Vec<u32> = (0..sectors_of(data)).collect();
             apply_sectors(&mut image, &durable_owner, index, offset, data, &all);
         }
         if let Some(torn) = &state.torn {
-            let (offset, data) = match ops.get(torn.op_index) {
-                Some(RecordedOp::Write { offset, data, fua, seq })
-                    if (torn.op_index < state.crash_at && !*fua && *seq >= covers)
-                        || (torn.op_index == state.crash_at && *fua) =>
-                {
-                    (*offset, data)
-                }
-                other => {
-                    panic!("torn op {} is neither pending nor in flight: {other:?}", torn.op_index)
-                }
-            };
-            let n = sectors_of(data);
-            assert!(!torn.sectors.is_empty() && torn.sectors.len() < n as usize);
-            assert!(
-                torn.sectors.windows(2).all(|w| w[0] < w[1]) && torn.sectors.iter().all(|&s| s < n)
-            );
+            let (offset, data) = write(torn.op_index);
             apply_sectors(&mut image, &durable_owner, torn.op_index, offset, data, &torn.sectors);
         }
         image
     }
+}
+
+/// Whether `state` is one the log `ops` allows: the crash point inside the log, every applied
+/// op a write still pending there, the torn op pending or an in-flight FUA write at the crash
+/// point, and its torn sectors a non-empty proper subset of its sectors, ascending.
+fn validate(ops: &[RecordedOp], state: &CrashState) -> Result<(), String> {
+    if state.crash_at > ops.len() {
+        return Err(format!("crash at op {} but the log has {} ops", state.crash_at, ops.len()));
+    }
+    let covers = flushed_by(&ops[..state.crash_at]);
+    let pending = |i: usize| {
+        i < state.crash_at
+            && matches!(&ops[i], RecordedOp::Write { fua: false, seq, .. } if *seq >= covers)
+    };
+    if let Some(&i) = state.applied.iter().find(|&&i| !pending(i)) {
+        return Err(format!("applied op {i} is not a write pending at the crash point"));
+    }
+    if let Some(torn) = &state.torn {
+        let sectors = match ops.get(torn.op_index) {
+            Some(RecordedOp::Write { data, fua, .. })
+                if pending(torn.op_index) || (torn.op_index == state.crash_at && *fua) =>
+            {
+                sectors_of(data)
+            }
+            _ => {
+                return Err(format!(
+                    "torn op {} is neither pending nor an in-flight FUA write",
+                    torn.op_index
+                ))
+            }
+        };
+        let s = &torn.sectors;
+        if s.is_empty()
+            || s.len() >= sectors as usize
+            || !s.windows(2).all(|w| w[0] < w[1])
+            || s.iter().any(|&x| x >= sectors)
+        {
+            return Err(format!(
+                "torn sectors {s:?} are not a non-empty proper subset of 0..{sectors}, ascending"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How many writes (by seq) the flushes among `ops` made durable.

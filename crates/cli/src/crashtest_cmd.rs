@@ -1,12 +1,12 @@
 //! `quill crashtest`: the crash-state explorer (crates/crashtest) from the command line.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use crashtest::explore::{self, default_configs, Failure, Options};
+use journal::config::PRESETS;
 
 use crate::progress::Progress;
 
@@ -113,8 +113,8 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
     opts.max_states = (args.max_states > 0).then_some(args.max_states);
     opts.max_failures = if args.max_failures == 0 { usize::MAX } else { args.max_failures };
     for p in &args.presets {
-        if journal::config::JournalConfig::preset(p).is_none() {
-            bail!("--presets: unknown preset {p} (expected classic, dual or cjfs)");
+        if !PRESETS.contains(&p.as_str()) {
+            bail!("--presets: unknown preset {p} (expected one of {})", PRESETS.join(", "));
         }
     }
     for d in &args.data {
@@ -150,9 +150,10 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         opts.jobs,
         opts.configs.len()
     );
+    let progress = Progress::new("crash images", opts.images, !args.no_progress, false);
     let bar = Bar {
-        bar: Progress::new("crash images", opts.images, !args.no_progress, false),
-        lines: args.no_progress || !std::io::stderr().is_terminal(),
+        lines: !progress.is_drawn(),
+        bar: progress,
         tenths: AtomicU64::new(0),
         started: Instant::now(),
     };
@@ -166,7 +167,7 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         .with_context(|| format!("cannot write reproducers to {}", opts.out.display()))?;
     for (f, path) in totals.failures.iter().zip(&paths) {
         println!("\nFAIL {}: {}", f.check, path.display());
-        print!("{}", f.reproducer(None));
+        print!("{}", f.reproducer(false));
     }
     bail!("{} workloads failed; rerun one with quill crashtest --replay FILE", paths.len())
 }

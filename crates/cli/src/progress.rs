@@ -39,6 +39,11 @@ impl Progress {
         progress
     }
 
+    /// Whether a bar is drawn (stderr is a terminal and the bar was wanted).
+    pub fn is_drawn(&self) -> bool {
+        self.bar.is_some()
+    }
+
     /// Redraws even when the count does not move (a long step), so the ETA stays current; not
     /// before the total is known, so an empty bar is never drawn as a full one.
     fn start_ticking(&self) {

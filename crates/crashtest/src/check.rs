@@ -198,7 +198,12 @@ fn versions(states: &[Model], m: usize, lo: usize, hi: usize) -> Vec<Inode> {
     out
 }
 
-fn check_inodes(at: &Model, states: &[Model], b: &Bounds, sub: &Tree) -> Result<(), String> {
+fn check_inodes(
+    at: &Model,
+    states: &[Model],
+    b: &Bounds,
+    sub: &BTreeMap<String, &Node>,
+) -> Result<(), String> {
     for (path, node) in sub {
         let m = at.names[path];
         let meta_lo = b.all_lo.max(b.meta_lo.get(&m).copied().unwrap_or(0));
@@ -258,7 +263,7 @@ fn run(cmd: &mut Command) -> Result<(i32, String), String> {
     Ok((out.status.code().unwrap_or(-1), text))
 }
 
-pub fn head(text: &str) -> String {
+fn head(text: &str) -> String {
     text.lines().take(20).collect::<Vec<_>>().join("\n")
 }
 

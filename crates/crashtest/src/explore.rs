@@ -10,16 +10,13 @@ use std::time::Instant;
 use blockdev::memory::MemDevice;
 use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordedOp, TornWrite};
 use fs::{Filesystem, MountOptions};
+use ondisk::ext4;
 use parking_lot::Mutex;
 
 use crate::check::{check_acknowledged, e2fsck_clean, e2fsck_repairs};
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
 use crate::workload::{ace, threaded, Config, Workload};
-
-/// The checks, in the order they run on every crash image.
-pub const CHECKS: [&str; 6] =
-    ["quill-recovers", "acknowledged", "unmount", "e2fsck-fn", "e2fsck-fy", "same-tree"];
 
 /// How much to explore.
 #[derive(Debug, Clone)]
@@ -110,18 +107,22 @@ pub struct Failure {
     pub state: Option<CrashState>,
     pub check: &'static str,
     pub message: String,
+    /// [`fingerprint`] of the recording the crash state belongs to (None when the workload
+    /// itself failed).
+    pub recording: Option<String>,
 }
 
 impl Failure {
-    /// The reproducer file's text: the workload, the crash state, and what failed.
-    pub fn reproducer(&self, rec: Option<&Recording>) -> String {
+    /// The reproducer file's text: the workload, the crash state, and what failed; with
+    /// `with_recording`, also the recording's fingerprint (which `--replay` compares).
+    pub fn reproducer(&self, with_recording: bool) -> String {
         let mut out = "# quill crashtest reproducer: `quill crashtest --replay FILE`\n".to_string();
         out += &format!("# failed check: {}\n", self.check);
         for line in self.message.lines().take(12) {
             out += &format!("#   {line}\n");
         }
-        if let Some(rec) = rec {
-            out += &format!("# recording: {}\n", fingerprint(rec));
+        if let Some(recording) = self.recording.as_ref().filter(|_| with_recording) {
+            out += &format!("# recording: {recording}\n");
         }
         out += &self.workload.to_text();
         if let Some(state) = &self.state {
@@ -208,7 +209,6 @@ pub fn state_line(s: &CrashState) -> String {
 
 /// The crash state of a reproducer's `crash` line, against recording `rec`.
 pub fn parse_state_line(line: &str, rec: &Recording) -> Result<CrashState, String> {
-    let ops = rec.device.ops();
     let bad = |why: &str| format!("crash line {line:?}: {why}");
     let list = |v: &str| -> Result<Vec<usize>, String> {
         v.split(',')
@@ -216,29 +216,23 @@ pub fn parse_state_line(line: &str, rec: &Recording) -> Result<CrashState, Strin
             .map(|x| x.parse().map_err(|_| bad("bad number")))
             .collect()
     };
-    let mut state = CrashState {
-        crash_at: 0,
-        marks: Vec::new(),
-        kind: CrashKind::Subset,
-        applied: Vec::new(),
-        torn: None,
-    };
+    let (mut crash_at, mut kind, mut applied, mut torn) = (0, CrashKind::Subset, Vec::new(), None);
     for word in line.split_whitespace().skip(1) {
         match word.split_once('=') {
-            Some(("at", v)) => state.crash_at = v.parse().map_err(|_| bad("bad at"))?,
+            Some(("at", v)) => crash_at = v.parse().map_err(|_| bad("bad at"))?,
             Some(("kind", v)) => {
-                state.kind = match v {
+                kind = match v {
                     "FlushBoundary" => CrashKind::FlushBoundary,
                     "Subset" => CrashKind::Subset,
                     "Torn" => CrashKind::Torn,
                     _ => return Err(bad("unknown kind")),
                 }
             }
-            Some(("applied", v)) => state.applied = list(v)?,
+            Some(("applied", v)) => applied = list(v)?,
             Some(("torn", v)) => {
                 let (op, sectors) = v.split_once(':').ok_or_else(|| bad("torn=OP:SECTORS"))?;
                 let op_index = op.parse().map_err(|_| bad("bad torn op"))?;
-                state.torn = Some(TornWrite {
+                torn = Some(TornWrite {
                     op_index,
                     sectors: list(sectors)?.into_iter().map(|s| s as u32).collect(),
                 });
@@ -246,18 +240,7 @@ pub fn parse_state_line(line: &str, rec: &Recording) -> Result<CrashState, Strin
             _ => return Err(bad(&format!("unknown word {word:?}"))),
         }
     }
-    if state.crash_at > ops.len() {
-        return Err(bad(&format!("the recording has only {} ops", ops.len())));
-    }
-    state.marks = ops[..state.crash_at]
-        .iter()
-        .filter_map(|o| match o {
-            RecordedOp::Mark(m) => Some(*m),
-            _ => None,
-        })
-        .collect();
-    rec.device.check_state(&state).map_err(|e| bad(&e))?;
-    Ok(state)
+    rec.device.crash_state(crash_at, kind, applied, torn).map_err(|e| bad(&e))
 }
 
 /// Whether `state` tears a write covering the primary superblock (bytes 1024..2048): out of
@@ -266,7 +249,9 @@ pub fn tears_primary_superblock(ops: &[RecordedOp], state: &CrashState) -> bool 
     let Some(torn) = &state.torn else { return false };
     match &ops[torn.op_index] {
         RecordedOp::Write { offset, data, .. } => {
-            *offset < 2048 && offset + data.len() as u64 > 1024
+            let superblock =
+                ext4::SUPERBLOCK_OFFSET..ext4::SUPERBLOCK_OFFSET + ext4::SUPERBLOCK_SIZE as u64;
+            *offset < superblock.end && offset + data.len() as u64 > superblock.start
         }
         _ => false,
     }
@@ -419,25 +404,20 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
     if w.threads.len() > 1 {
         totals.threaded_workloads = 1;
     }
-    let rec = match record(w) {
+    let recorded = record(w).and_then(|rec| match rec.failures.first() {
+        Some(e) => Err(e.clone()),
+        None => Ok(rec),
+    });
+    let rec = match recorded {
         Ok(rec) => rec,
-        Err(e) => {
+        Err(message) => {
+            let check = "workload-runs";
             let failure =
-                Failure { workload: w.clone(), state: None, check: "workload-runs", message: e };
+                Failure { workload: w.clone(), state: None, check, message, recording: None };
             totals.failures.push(failure);
             return totals;
         }
     };
-    if let Some(e) = rec.failures.first() {
-        let failure = Failure {
-            workload: w.clone(),
-            state: None,
-            check: "workload-runs",
-            message: e.clone(),
-        };
-        totals.failures.push(failure);
-        return totals;
-    }
     let (states, skipped) = states_of(&rec, opts);
     totals.torn_superblock_skipped = skipped;
     for state in states {
@@ -450,6 +430,7 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
                 state: Some(state),
                 check,
                 message,
+                recording: Some(fingerprint(&rec)),
             });
             break;
         }
@@ -554,9 +535,8 @@ pub fn write_reproducers(failures: &[Failure], dir: &Path) -> std::io::Result<Ve
     std::fs::create_dir_all(dir)?;
     let mut paths = Vec::new();
     for (i, f) in failures.iter().enumerate() {
-        let rec = record(&f.workload).ok();
         let path = dir.join(format!("repro-{}-{i}.txt", f.workload.seed));
-        std::fs::write(&path, f.reproducer(rec.as_ref()))?;
+        std::fs::write(&path, f.reproducer(true))?;
         paths.push(path);
     }
     Ok(paths)
@@ -569,11 +549,12 @@ pub fn replay(text: &str, opts: &Options) -> Result<(String, bool), String> {
     let scratch = Scratch::new("replay");
     let rec = record(&w)?;
     let mut out = w.to_text();
-    out += &format!("recorded: {}\n", fingerprint(&rec));
+    let recorded = fingerprint(&rec);
+    out += &format!("recorded: {recorded}\n");
     out += &op_log(&rec);
     if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("# recording: ")) {
         let was = line.trim_start().trim_start_matches("# recording: ");
-        if was != fingerprint(&rec) {
+        if was != recorded {
             out += &format!("warning: the reproducer was recorded with {was}; the crash state may name other writes\n");
         }
     }

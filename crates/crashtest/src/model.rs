@@ -285,20 +285,30 @@ impl Model {
     /// hard-link group is named by its smallest path, so two trees compare equal exactly when
     /// they have the same names, kinds, links and symlink targets.
     pub fn namespace(&self) -> Namespace {
-        let mut first: BTreeMap<usize, &str> = BTreeMap::new();
-        for (p, &i) in &self.names {
-            first.entry(i).or_insert(p.as_str());
-        }
-        self.names
-            .iter()
-            .filter(|(p, _)| !p.is_empty())
-            .map(|(p, &i)| {
-                let inode = &self.inodes[i];
-                let target = if inode.kind == Kind::Symlink { inode.data.clone() } else { vec![] };
-                (p.clone(), (inode.kind.letter(), first[&i].to_string(), target))
-            })
-            .collect()
+        namespace_from(self.names.iter().filter(|(p, _)| !p.is_empty()).map(|(p, &i)| {
+            let inode = &self.inodes[i];
+            let target = if inode.kind == Kind::Symlink { inode.data.clone() } else { vec![] };
+            (p.as_str(), i, inode.kind.letter(), target)
+        }))
     }
+}
+
+/// A [`Namespace`] from (path, inode, kind letter, symlink target) items in path order: each
+/// hard-link group is named by the first (smallest) path of its inode.
+pub(crate) fn namespace_from<'a, K: Ord + Copy>(
+    items: impl IntoIterator<Item = (&'a str, K, char, Vec<u8>)>,
+) -> Namespace {
+    let items: Vec<_> = items.into_iter().collect();
+    let mut first: BTreeMap<K, &str> = BTreeMap::new();
+    for &(path, inode, ..) in &items {
+        first.entry(inode).or_insert(path);
+    }
+    items
+        .into_iter()
+        .map(|(path, inode, kind, target)| {
+            (path.to_string(), (kind, first[&inode].to_string(), target))
+        })
+        .collect()
 }
 
 /// Bytes a set of user xattrs takes in an xattr block: a 16-byte entry plus the name (without

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use fs::{Filesystem, FsError, ROOT_INO};
+use ondisk::ext4;
 
 /// One path of a recovered tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,10 +52,10 @@ fn walk(fs: &Filesystem, dir: u32, prefix: &str, tree: &mut Tree) -> Result<(), 
         let name = String::from_utf8_lossy(&e.name).into_owned();
         let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
         let attr = fs.getattr(e.ino).map_err(|x| err(&format!("getattr {path}"), x))?;
-        let kind = match attr.mode & 0o170000 {
-            0o100000 => 'f',
-            0o040000 => 'd',
-            0o120000 => 'l',
+        let kind = match attr.mode & ext4::MODE_TYPE_MASK {
+            ext4::MODE_REGULAR => 'f',
+            ext4::MODE_DIR => 'd',
+            ext4::MODE_SYMLINK => 'l',
             _ => 'o',
         };
         let data = match kind {
@@ -127,10 +128,14 @@ pub fn tree_difference(a: &Tree, b: &Tree) -> Option<String> {
     b.keys().find(|p| !a.contains_key(*p)).map(|p| format!("{p} only in the second tree"))
 }
 
-/// The part of `tree` under `root` (relative paths), as [`crate::model::Model::namespace`]
-/// shapes a model: path -> (kind, hard-link group, symlink target).
-pub fn namespace_of(tree: &Tree, root: &str) -> (Tree, crate::model::Namespace) {
-    let sub: Tree = tree
+/// The part of `tree` under `root` (relative paths, borrowing its nodes), and its shape as
+/// [`crate::model::Model::namespace`] gives a model's: path -> (kind, hard-link group, symlink
+/// target).
+pub fn namespace_of<'t>(
+    tree: &'t Tree,
+    root: &str,
+) -> (BTreeMap<String, &'t Node>, crate::model::Namespace) {
+    let sub: BTreeMap<String, &Node> = tree
         .iter()
         .filter_map(|(p, n)| {
             let rel = if root.is_empty() {
@@ -138,19 +143,12 @@ pub fn namespace_of(tree: &Tree, root: &str) -> (Tree, crate::model::Namespace) 
             } else {
                 p.strip_prefix(root)?.strip_prefix('/')
             };
-            rel.map(|r| (r.to_string(), n.clone()))
+            rel.map(|r| (r.to_string(), n))
         })
         .collect();
-    let mut first: BTreeMap<u32, &str> = BTreeMap::new();
-    for (p, n) in &sub {
-        first.entry(n.ino).or_insert(p.as_str());
-    }
-    let ns = sub
-        .iter()
-        .map(|(p, n)| {
-            let target = if n.kind == 'l' { n.data.clone() } else { Vec::new() };
-            (p.clone(), (n.kind, first[&n.ino].to_string(), target))
-        })
-        .collect();
+    let ns = crate::model::namespace_from(sub.iter().map(|(p, n)| {
+        let target = if n.kind == 'l' { n.data.clone() } else { Vec::new() };
+        (p.as_str(), n.ino, n.kind, target)
+    }));
     (sub, ns)
 }

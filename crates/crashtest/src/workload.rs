@@ -346,12 +346,8 @@ impl Workload {
         if w.threads.is_empty() {
             w.threads.push(Vec::new());
         }
-        if !["ordered", "journal"].contains(&w.config.data.as_str()) {
-            return Err(format!("data={}: expected ordered or journal", w.config.data));
-        }
-        if journal::JournalConfig::preset(&w.config.preset).is_none() {
-            return Err(format!("unknown preset {}", w.config.preset));
-        }
+        // The configuration must be one the recorded run can mount.
+        crate::run::mount_options(&w.config)?;
         Ok(w)
     }
 }
