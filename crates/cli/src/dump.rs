@@ -153,18 +153,11 @@ fn fast_commit_area(
     ext4_sb: &ondisk::ext4::Superblock,
     sb: &ondisk::jbd2::JournalSuperblock,
 ) -> Option<std::ops::Range<u32>> {
-    use ondisk::jbd2::JBD2_DEFAULT_FAST_COMMIT_BLOCKS;
-    let blocks = if sb.fast_commit_blocks() > 0 {
-        sb.fast_commit_blocks()
-    } else if ext4_sb.feature_compat & ondisk::ext4::feature::COMPAT_FAST_COMMIT != 0 {
-        if sb.num_fc_blocks == 0 {
-            JBD2_DEFAULT_FAST_COMMIT_BLOCKS
-        } else {
-            sb.num_fc_blocks
-        }
-    } else {
+    let ext4_fast_commit = ext4_sb.feature_compat & ondisk::ext4::feature::COMPAT_FAST_COMMIT != 0;
+    if sb.fast_commit_blocks() == 0 && !ext4_fast_commit {
         return None;
-    };
+    }
+    let blocks = sb.configured_fast_commit_blocks();
     // A parsed superblock leaves at least 1024 log blocks beside its own fast-commit area; an
     // area the journal's bit does not size must be checked here.
     let log_end = sb.max_len.checked_sub(blocks).filter(|end| *end > sb.first)?;

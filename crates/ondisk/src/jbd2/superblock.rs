@@ -249,9 +249,17 @@ impl JournalSuperblock {
     /// clean unmount and sets it again at mount from the ext4 feature, so a clean journal of a
     /// fast-commit file system reads 0 here until the bit is set again.
     pub fn fast_commit_blocks(&self) -> u32 {
-        if !self.has_incompat(feature::INCOMPAT_FAST_COMMIT) {
+        if self.has_incompat(feature::INCOMPAT_FAST_COMMIT) {
+            self.configured_fast_commit_blocks()
+        } else {
             0
-        } else if self.num_fc_blocks == 0 {
+        }
+    }
+
+    /// The size `s_num_fc_blks` gives the fast-commit area, [`JBD2_DEFAULT_FAST_COMMIT_BLOCKS`]
+    /// when 0, whether or not `INCOMPAT_FAST_COMMIT` is set (never 0).
+    pub fn configured_fast_commit_blocks(&self) -> u32 {
+        if self.num_fc_blocks == 0 {
             JBD2_DEFAULT_FAST_COMMIT_BLOCKS
         } else {
             self.num_fc_blocks
