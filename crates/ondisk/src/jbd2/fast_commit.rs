@@ -230,7 +230,7 @@ pub struct FcTlv<'a> {
 impl<'a> FcTlv<'a> {
     /// The bytes of this record the fast-commit crc covers: all of them, except a TAIL's
     /// `fc_crc` and filler.
-    pub fn crc_bytes(&self) -> &'a [u8] {
+    fn crc_bytes(&self) -> &'a [u8] {
         match self.record {
             FcRecord::Tail { .. } => &self.bytes[..TAIL_CRC_COVERED],
             _ => self.bytes,
@@ -290,9 +290,8 @@ fn read_record(block: &[u8], offset: usize, inode_size: u16) -> Result<FcTlv<'_>
         FC_TAG_CREAT | FC_TAG_LINK | FC_TAG_UNLINK => {
             (1..=FC_NAME_LEN_MAX).contains(&len.saturating_sub(DENTRY_INFO_LEN))
         }
-        FC_TAG_INODE => {
-            (FC_INODE_RAW_MIN..=usize::from(inode_size)).contains(&len.saturating_sub(4))
-        }
+        FC_TAG_INODE => (FC_INODE_RAW_MIN..=usize::from(inode_size))
+            .contains(&len.saturating_sub(INODE_NUMBER_LEN)),
         FC_TAG_PAD => true,
         FC_TAG_TAIL => len >= TAIL_LEN,
         FC_TAG_HEAD => len == HEAD_LEN,
@@ -327,7 +326,7 @@ fn read_record(block: &[u8], offset: usize, inode_size: u16) -> Result<FcTlv<'_>
 }
 
 /// Continues the fast-commit crc over one record (see the module documentation).
-pub fn fc_crc_update(crc: u32, tlv: &FcTlv<'_>) -> u32 {
+fn fc_crc_update(crc: u32, tlv: &FcTlv<'_>) -> u32 {
     crc32c_raw(crc, tlv.crc_bytes())
 }
 
@@ -370,45 +369,36 @@ pub fn scan_fast_commit_area<'a>(
                     return Ok(scan);
                 }
             };
-            match tlv.record {
-                FcRecord::Head { features, tid } => {
-                    if features & !FC_SUPPORTED_FEATURES != 0 {
-                        return Err(OnDiskError::unsupported(
-                            WHAT,
-                            format!("HEAD with features {features:#x}"),
-                        ));
-                    }
-                    if tid != expected_tid {
-                        scan.stop =
-                            Some(format!("block {index}: HEAD of tid {tid}, not {expected_tid}"));
-                        return Ok(scan);
-                    }
-                    crc = fc_crc_update(crc, &tlv);
-                    scan.records.push(tlv.record);
+            if let FcRecord::Head { features, tid } = tlv.record {
+                if features & !FC_SUPPORTED_FEATURES != 0 {
+                    return Err(OnDiskError::unsupported(
+                        WHAT,
+                        format!("HEAD with features {features:#x}"),
+                    ));
                 }
-                FcRecord::Tail { tid, crc: stored, .. } => {
-                    crc = fc_crc_update(crc, &tlv);
-                    scan.records.push(tlv.record);
-                    if tid == expected_tid && stored == crc {
-                        scan.records_valid = scan.records.len();
-                        scan.commits += 1;
-                    } else {
-                        let reason = format!(
-                            "block {index}: TAIL of tid {tid} with crc {stored:#010x}, expected \
-                             tid {expected_tid} and crc {crc:#010x}"
-                        );
-                        if scan.records_valid == 0 {
-                            return Err(OnDiskError::corrupted(WHAT, reason));
-                        }
-                        scan.stop = Some(reason);
-                        return Ok(scan);
+                if tid != expected_tid {
+                    scan.stop =
+                        Some(format!("block {index}: HEAD of tid {tid}, not {expected_tid}"));
+                    return Ok(scan);
+                }
+            }
+            crc = fc_crc_update(crc, &tlv);
+            scan.records.push(tlv.record);
+            if let FcRecord::Tail { tid, crc: stored, .. } = tlv.record {
+                if tid != expected_tid || stored != crc {
+                    let reason = format!(
+                        "block {index}: TAIL of tid {tid} with crc {stored:#010x}, expected tid \
+                         {expected_tid} and crc {crc:#010x}"
+                    );
+                    if scan.records_valid == 0 {
+                        return Err(OnDiskError::corrupted(WHAT, reason));
                     }
-                    crc = 0;
+                    scan.stop = Some(reason);
+                    return Ok(scan);
                 }
-                _ => {
-                    crc = fc_crc_update(crc, &tlv);
-                    scan.records.push(tlv.record);
-                }
+                scan.records_valid = scan.records.len();
+                scan.commits += 1;
+                crc = 0;
             }
         }
     }
