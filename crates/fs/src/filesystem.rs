@@ -160,13 +160,13 @@ impl Filesystem {
         let location = image.journal_location()?;
         let needs_recovery = sb.needs_recovery();
         drop(image);
-        if !options.read_only {
-            // JBD2's jbd2_journal_load, first half: replay the log if it needs it.
+        if !options.read_only || needs_recovery {
+            // JBD2's jbd2_journal_load, first half: replay the log if it needs it. A read-only
+            // mount replays too, as the kernel's does (which writes the device).
             journal::recover(&*dev, &location, options.journal.recovery_threads)?;
-        } else if needs_recovery {
-            // As the kernel's read-only mount: replay (which writes the device), mark the
-            // file system recovered, then attach without writing anything more.
-            journal::recover(&*dev, &location, options.journal.recovery_threads)?;
+        }
+        if options.read_only && needs_recovery {
+            // Then it marks the file system recovered and attaches without writing more.
             let image = Ext4Image::open(dev.clone())?;
             let mut sb = image.superblock().clone();
             sb.set_needs_recovery(false);
@@ -178,15 +178,11 @@ impl Filesystem {
         let mut sb = image.superblock().clone();
         let groups = Groups::new(&sb, image.group_descs())?;
         drop(image);
-        // ext4_clear_journal_err: an aborted journal recorded its errno (quill's or the
-        // kernel's); the file system is marked as having errors, for e2fsck's full check,
-        // before the journal forgets it.
-        let recorded_errno = if options.read_only {
-            0
-        } else {
-            journal::superblock::read_superblock(&*dev, &location)?.errno
-        };
         if !options.read_only {
+            // ext4_clear_journal_err: an aborted journal recorded its errno (quill's or the
+            // kernel's); the file system is marked as having errors, for e2fsck's full check,
+            // before the journal forgets it.
+            let recorded_errno = journal::superblock::read_superblock(&*dev, &location)?.errno;
             if recorded_errno != 0 {
                 sb.state |= ext4::STATE_ERROR_FS;
             }
@@ -208,9 +204,10 @@ impl Filesystem {
                 journal::superblock::clear_errno(&*dev, &location)?;
             }
         }
-        // Attaching writes the journal superblock with a live log start, so it comes after
-        // RECOVER is durable: the journal never holds data that a superblock without RECOVER
-        // would tell e2fsck and the kernel to ignore (the kernel wipes such a journal).
+        // The journal superblock naming a live log start is written by the first commit, so
+        // after RECOVER is durable (above): the journal never holds data that a superblock
+        // without RECOVER would tell e2fsck and the kernel to ignore (the kernel wipes such a
+        // journal).
         let journal = if options.read_only {
             Journal::open_read_only(dev.clone(), location, options.journal.clone())?
         } else {
@@ -308,7 +305,10 @@ impl Filesystem {
     /// errors=continue, once. The caller holds no handle. A failure here is not reported:
     /// unmount writes the state too.
     pub(crate) fn save_error_state(&self) {
-        if !self.error_unsaved.swap(false, Ordering::AcqRel) {
+        // Called at every handle start: read first, so the common case writes nothing shared.
+        if !self.error_unsaved.load(Ordering::Acquire)
+            || !self.error_unsaved.swap(false, Ordering::AcqRel)
+        {
             return;
         }
         let Ok(mut txn) = self.begin_with(1, self.groups.no_reservation()) else { return };

@@ -212,8 +212,8 @@ impl Filesystem {
 
     pub fn readlink(&self, ino: u32) -> Result<Vec<u8>> {
         let slot = self.inodes.slot(ino);
-        let guard = self.lock_live(&slot)?;
-        let data = guard.as_ref().expect("loaded");
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
         if !data.inode.is_symlink() {
             return Err(FsError::Invalid(format!("inode {ino} is not a symbolic link")));
         }
@@ -230,9 +230,6 @@ impl Filesystem {
         }
         // A slow symlink's block is journaled metadata: read it through the journal's cache,
         // which has it even before it is checkpointed home.
-        drop(guard);
-        let mut guard = self.lock_live(&slot)?;
-        let data = guard.as_mut().expect("loaded");
         let mut block = self
             .with_dir(&mut ReadIo { fs: self }, ino, data, |access, _| access.read_dir_block(0))?;
         block.truncate(len);

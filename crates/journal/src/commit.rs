@@ -188,11 +188,7 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
     if shared.superblock_unwritten.swap(false, std::sync::atomic::Ordering::AcqRel) {
         // The first commit since the journal was attached: the superblock names the log start
         // and this transaction's tid as the tail before any log block can be replayed.
-        let sb = shared.superblock.lock();
-        let written = crate::superblock::write_superblock(&*shared.dev, &shared.location, &sb);
-        drop(sb);
-        written
-            .map_err(|e| shared.abort(format!("writing the journal superblock: {e}"), e.errno()))?;
+        shared.update_superblock(|_| {})?;
     }
     let (blocks, v1_crc) = commit_build_log_blocks(shared, tid, &committing);
     assert_eq!(blocks.len(), offsets.len(), "{tid:?}: log size mismatch");

@@ -212,9 +212,18 @@ impl Shared {
     /// Writes the superblock with a new tail (`tail_tid` at `tail_block`; `tail_block == 0`
     /// marks the journal clean).
     pub fn write_tail(&self, tail_tid: Tid, tail_block: u32) -> Result<()> {
+        self.update_superblock(|sb| {
+            sb.sequence = tail_tid;
+            sb.start = tail_block;
+        })
+    }
+
+    /// Applies `change` to the superblock and writes it (FUA) under the superblock mutex, so
+    /// writes land in the order their contents were made; a failed write aborts the journal,
+    /// after the mutex is released (the abort records its errno through it).
+    pub fn update_superblock(&self, change: impl FnOnce(&mut JournalSuperblock)) -> Result<()> {
         let mut sb = self.superblock.lock();
-        sb.sequence = tail_tid;
-        sb.start = tail_block;
+        change(&mut sb);
         let written = write_superblock(&*self.dev, &self.location, &sb);
         drop(sb);
         written.map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
