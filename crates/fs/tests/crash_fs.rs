@@ -21,7 +21,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -184,7 +183,7 @@ impl Outcome {
 }
 
 fn states_wanted(default: usize) -> usize {
-    std::env::var("QUILL_CRASH_STATES").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    common::env_count("QUILL_CRASH_STATES", default)
 }
 
 fn have_tools(test: &str) -> bool {
@@ -318,7 +317,7 @@ fn recover_and_check(
 }
 
 fn head(text: &str) -> String {
-    text.lines().take(20).collect::<Vec<_>>().join("\n")
+    common::head(text, 20)
 }
 
 /// Stock `e2fsck -fy` repairs a copy of the raw crash image: it must only replay the journal,
@@ -331,10 +330,7 @@ fn e2fsck_repairs_to(
     mount: &MountOptions,
 ) -> Result<bool, String> {
     std::fs::write(path, raw).unwrap();
-    let out = Command::new("e2fsck").arg("-fy").arg(path).output().expect("run e2fsck -fy");
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let code = out.status.code().unwrap_or(-1);
+    let (code, text) = common::e2fsck_fix(path);
     let orphans = text.contains("orphaned inode");
     if code > 1 {
         return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));

@@ -45,7 +45,7 @@ use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordingDevice};
 use blockdev::{BlockDevice, DeviceError, Write};
 use common::{
     create_fsynced, dumpe2fs_field, dumpe2fs_header, e2fsck, e2fsck_fix, env_count, have, head,
-    mkfs, read_all, run_watched, seed, unexpected_fsck_lines, Rng, Scratch,
+    mkfs, read_all, run_watched, seed, superblock_state, unexpected_fsck_lines, Rng, Scratch,
 };
 use fs::error::errno;
 use fs::{ErrorPolicy, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
@@ -518,7 +518,7 @@ fn check_crash_image(
     // and records the error in s_state (journaled with it) for e2fsck: an image whose
     // recovered superblock has the error may need e2fsck's repairs, which must then leave it
     // clean.
-    let state = u16::from_le_bytes([recovered[1024 + 0x3A], recovered[1024 + 0x3B]]);
+    let state = superblock_state(dev.clone());
     let errors_recorded =
         policy == ErrorPolicy::Continue && state & ondisk::ext4::STATE_ERROR_FS != 0;
     std::fs::write(&path, recovered).unwrap();
@@ -655,8 +655,7 @@ fn fault_run(target: Target, after: u64, policy: ErrorPolicy, seed: u64, figures
         let dev = Arc::new(MemDevice::from_bytes(images[0].1.clone()));
         let fs = Filesystem::open(dev.clone(), fault_mount(policy)).expect("open after the run");
         fs.unmount().unwrap();
-        let image = fs::Ext4Image::open(dev as Arc<dyn BlockDevice>).unwrap();
-        let state = image.superblock().state;
+        let state = superblock_state(dev);
         assert!(state & ondisk::ext4::STATE_ERROR_FS != 0, "{label}: s_state {state:#x}");
     }
     let mut failures = Vec::new();
@@ -1123,7 +1122,7 @@ fn an_aborted_journal_marks_the_file_system_with_errors_at_the_next_mount() {
 
     let dev = common::open_device(&image);
     let fs = Filesystem::open(dev.clone(), MountOptions::default()).unwrap();
-    let on_disk = fs::Ext4Image::open(dev.clone()).unwrap().superblock().state;
+    let on_disk = superblock_state(dev.clone());
     assert!(on_disk & ondisk::ext4::STATE_ERROR_FS != 0, "s_state {on_disk:#x} after mount");
     let ino = fs.lookup(ROOT_INO, b"kept").unwrap().ino;
     assert_eq!(read_all(&fs, ino).unwrap(), b"acknowledged");

@@ -103,6 +103,11 @@ pub fn dumpe2fs_field<'a>(header: &'a str, label: &str) -> &'a str {
         .map_or("", str::trim)
 }
 
+/// The superblock's `s_state` on `dev` (VALID_FS, ERROR_FS).
+pub fn superblock_state(dev: Arc<dyn BlockDevice>) -> u16 {
+    fs::Ext4Image::open(dev).expect("open the image").superblock().state
+}
+
 /// Creates `name` in the root directory with `bytes` and fsyncs it; returns its inode.
 pub fn create_fsynced(fs: &fs::Filesystem, name: &[u8], bytes: &[u8]) -> u32 {
     let ino = fs.create(fs::ROOT_INO, name, 0o644, 0, 0).expect("create").ino;
