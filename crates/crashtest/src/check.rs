@@ -256,6 +256,14 @@ fn check_data(path: &str, node: &Node, versions: &[Inode], since: usize) -> Resu
 // ---------------------------------------------------------------------------------------------
 // e2fsck
 
+/// The value of a `Label:   value` line of `dumpe2fs -h` output, trimmed ("" if absent).
+pub fn dumpe2fs_field<'a>(header: &'a str, label: &str) -> &'a str {
+    header
+        .lines()
+        .find_map(|l| l.strip_prefix(label).and_then(|rest| rest.strip_prefix(':')))
+        .map_or("", str::trim)
+}
+
 fn run(cmd: &mut Command) -> Result<(i32, String), String> {
     let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     let text =

@@ -115,10 +115,7 @@ pub fn assert_clean(image: &Path) {
         image.display()
     );
     assert!(
-        header
-            .lines()
-            .filter_map(|l| l.strip_prefix("Filesystem state:"))
-            .any(|state| state.trim() == "clean"),
+        crashtest::check::dumpe2fs_field(&header, "Filesystem state") == "clean",
         "{} is not marked clean:\n{header}",
         image.display()
     );

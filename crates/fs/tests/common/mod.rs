@@ -95,13 +95,8 @@ pub fn dumpe2fs_header(image: &Path) -> String {
     run_on_image("dumpe2fs", "-h", image).1
 }
 
-/// The value of a `Label:   value` line of `dumpe2fs -h` output, trimmed ("" if absent).
-pub fn dumpe2fs_field<'a>(header: &'a str, label: &str) -> &'a str {
-    header
-        .lines()
-        .find_map(|l| l.strip_prefix(label).and_then(|rest| rest.strip_prefix(':')))
-        .map_or("", str::trim)
-}
+#[allow(unused_imports)]
+pub use crashtest::check::dumpe2fs_field;
 
 /// The superblock's `s_state` on `dev` (VALID_FS, ERROR_FS).
 pub fn superblock_state(dev: Arc<dyn BlockDevice>) -> u16 {
