@@ -146,6 +146,18 @@ impl Target {
         }
     }
 
+    /// The [`CountingDevice`] counter of the ops this target's fault hits.
+    fn counter(self) -> &'static str {
+        match self {
+            Target::JournalWrite => "journal",
+            Target::HomeWrite => "home",
+            Target::CommitWrite => "commit",
+            Target::Flush => "flush",
+            Target::Read => "read",
+            Target::NoSpaceWrite => "any-write",
+        }
+    }
+
     fn errno(self) -> i32 {
         if self == Target::NoSpaceWrite {
             errno::ENOSPC
@@ -314,7 +326,7 @@ fn fault_workload(
     mark: &dyn Fn(u64),
 ) -> ThreadLog {
     static NEXT_MARK: AtomicU64 = AtomicU64::new(1);
-    let mut rng = Rng::new(seed ^ (thread as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = Rng::for_thread(seed, thread);
     let bs = u64::from(fs.block_size());
     let mut log = ThreadLog::default();
     let mut next_name = 0;
@@ -692,14 +704,7 @@ fn fault_case(name: &str, target: Target, policy: ErrorPolicy) {
     let started = Instant::now();
     let seed = seed(name);
     let base = formatted();
-    let key = match target {
-        Target::JournalWrite => "journal",
-        Target::HomeWrite => "home",
-        Target::CommitWrite => "commit",
-        Target::Flush => "flush",
-        Target::Read => "read",
-        Target::NoSpaceWrite => "any-write",
-    };
+    let key = target.counter();
     let total = base.counts[key];
     assert!(total >= 4, "{name}: only {total} {key} ops in a run without faults");
     let runs = env_count("QUILL_FAULT_RUNS", 2) as u64;
@@ -847,7 +852,7 @@ fn a_full_file_system_under_many_threads_fails_with_enospc_only_and_makes_room_a
     let shared = fs.clone();
     let starts = before.clone();
     let results = run_watched(WRITERS + CREATORS, WATCHDOG, move |t| {
-        let mut rng = Rng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng::for_thread(seed, t);
         if t < WRITERS {
             let (ino, first) = starts[t].clone();
             (t, fill_with_data(&shared, ino, first, &mut rng), 0)
@@ -925,7 +930,7 @@ fn journal_workload_allows(e: &FsError) -> bool {
 /// One thread of metadata-heavy work: creates, xattrs, renames and unlinks in its private
 /// directory and in the shared one, with an fsync now and then. Returns (ops, fsyncs).
 fn metadata_workload(fs: &Filesystem, thread: usize, seed: u64, ops: usize) -> (usize, usize) {
-    let mut rng = Rng::new(seed ^ (thread as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = Rng::for_thread(seed, thread);
     let private = fs.resolve(&format!("/p{thread}")).unwrap();
     let shared = fs.resolve("/s").unwrap();
     let mut fsyncs = 0;

@@ -450,8 +450,7 @@ fn run_model(c: &Config, seed: u64, steps: usize) {
             .map(|(t, &base)| {
                 let fs = fs.clone();
                 s.spawn(move || {
-                    let mut rng =
-                        Rng::new(seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let mut rng = Rng::for_thread(seed, t);
                     let mut model = Model::default();
                     for _ in 0..steps {
                         random_op(&fs, base, &mut model, &mut rng, block_size);

@@ -13,6 +13,12 @@ impl Rng {
         Rng(seed | 1)
     }
 
+    /// Thread `thread`'s own generator of a run seeded with `seed` (threads differ, and
+    /// thread streams differ from the run's own).
+    pub fn for_thread(seed: u64, thread: usize) -> Rng {
+        Rng::new(seed ^ (thread as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
     /// A generator from [`seed`]`(what)`.
     pub fn from_env(what: &str) -> Rng {
         Rng::new(seed(what))
