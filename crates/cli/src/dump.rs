@@ -243,16 +243,13 @@ mod tests {
 
     #[test]
     fn fast_commit_lines_describe_the_area_as_recovery_scans_it() {
-        use ondisk::crc::crc32c_raw;
+        use ondisk::jbd2::fast_commit::append_tail;
         use ondisk::Tid;
         let mut block = Vec::new();
         FcRecord::Head { features: 0, tid: Tid(5) }.encode(&mut block);
         let op = FcDentryOp::Unlink;
         FcRecord::Dentry { op, parent_ino: 2, ino: 12, name: b"gone" }.encode(&mut block);
-        let at = block.len();
-        FcRecord::Tail { tid: Tid(5), crc: 0, len: (1024 - at - 4) as u16 }.encode(&mut block);
-        let crc = crc32c_raw(0, &block[..at + 8]);
-        block[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+        let crc = append_tail(&mut block, 1024, 0, Tid(5));
         let blocks = vec![block, vec![0u8; 1024]];
         let lines = fast_commit_lines(&blocks, 256, Tid(5), true);
         assert!(lines[0].starts_with("fast-commit area (2 blocks): 1 fast commits of tid 5, 3"));

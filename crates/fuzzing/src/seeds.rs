@@ -15,7 +15,7 @@ use blockdev::BlockDevice;
 use fs::Ext4Image;
 use ondisk::ext4::htree::parse_dx_root;
 use ondisk::ext4::{inode_csum_seed, Extent, Inode, Superblock};
-use ondisk::jbd2::fast_commit::{FcDentryOp, FcRecord, FC_TL_SIZE};
+use ondisk::jbd2::fast_commit::{append_tail, FcDentryOp, FcRecord, FC_TL_SIZE};
 use ondisk::jbd2::{
     encode_commit_block, encode_revoke_blocks, parse_header, ChecksumVersion, DescriptorBuilder,
     JournalSuperblock, LogFormat,
@@ -249,20 +249,14 @@ fn fast_commit_seeds(out: &mut Vec<Seed>) {
             let mut encoded = Vec::new();
             record.encode(&mut encoded);
             if block.len() + encoded.len() + FC_TL_SIZE > block_size {
-                let pad = FcRecord::Pad { len: (block_size - block.len() - FC_TL_SIZE) as u16 };
-                pad.encode(&mut block);
-                crc = crc32c_raw(crc, &block);
-                area.append(&mut block);
+                crc = pad_into_area(&mut area, &mut block, block_size, crc);
             }
             block.extend_from_slice(&encoded);
             if i == 4 || i + 1 == records.len() {
                 if block.len() + FC_TL_SIZE + 8 > block_size {
-                    let pad = FcRecord::Pad { len: (block_size - block.len() - FC_TL_SIZE) as u16 };
-                    pad.encode(&mut block);
-                    crc = crc32c_raw(crc, &block);
-                    area.append(&mut block);
+                    crc = pad_into_area(&mut area, &mut block, block_size, crc);
                 }
-                seal_tail(&mut block, block_size, crc, Tid(9));
+                append_tail(&mut block, block_size, crc, Tid(9));
                 crc = 0;
                 area.append(&mut block);
             }
@@ -280,12 +274,11 @@ fn fast_commit_seeds(out: &mut Vec<Seed>) {
     );
 }
 
-/// Ends `block` (records since the last tail, whose crc so far is `crc` before this block) with
-/// a TAIL that fills it.
-fn seal_tail(block: &mut Vec<u8>, block_size: usize, crc: u32, tid: Tid) {
-    let at = block.len();
-    let len = (block_size - at - FC_TL_SIZE) as u16;
-    FcRecord::Tail { tid, crc: 0, len }.encode(block);
-    let crc = crc32c_raw(crc32c_raw(crc, &block[..at]), &block[at..at + 8]);
-    block[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+/// Pads `block` to `block_size`, continues the fast-commit crc `crc` over it, moves it to the
+/// end of `area` and returns the crc.
+fn pad_into_area(area: &mut Vec<u8>, block: &mut Vec<u8>, block_size: usize, crc: u32) -> u32 {
+    FcRecord::Pad { len: (block_size - block.len() - FC_TL_SIZE) as u16 }.encode(block);
+    let crc = crc32c_raw(crc, block);
+    area.append(block);
+    crc
 }

@@ -330,6 +330,24 @@ fn fc_crc_update(crc: u32, tlv: &FcTlv<'_>) -> u32 {
     crc32c_raw(crc, tlv.crc_bytes())
 }
 
+/// Appends to `block` (records, none of them a TAIL) a TAIL for `tid` whose value fills it to
+/// `block_size` bytes (the Linux 6.2+ layout), and returns the crc the TAIL stores: `crc` (the
+/// fast-commit crc of the records since the previous TAIL that are in earlier blocks, 0 if none)
+/// continued over `block` and the TAIL. For building fast-commit areas in tests and seeds;
+/// panics when no TAIL fits in the rest of the block.
+pub fn append_tail(block: &mut Vec<u8>, block_size: usize, crc: u32, tid: Tid) -> u32 {
+    let at = block.len();
+    let len = block_size
+        .checked_sub(at + FC_TL_SIZE)
+        .and_then(|len| u16::try_from(len).ok())
+        .unwrap_or_else(|| panic!("no room for a TAIL at byte {at} of {block_size}"));
+    FcRecord::Tail { tid, crc: 0, len }.encode(block);
+    let crc_at = at + TAIL_CRC_COVERED;
+    let crc = crc32c_raw(crc, &block[..crc_at]);
+    block[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+    crc
+}
+
 /// What [`scan_fast_commit_area`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FcScan<'a> {
@@ -425,16 +443,6 @@ mod tests {
         let len = block_size - block.len() - FC_TL_SIZE;
         FcRecord::Pad { len: len as u16 }.encode(block);
         assert_eq!(block.len(), block_size);
-    }
-
-    /// Appends a TAIL for `tid` that ends the block, its crc continued from `crc` over
-    /// `block[from..]` (the records since the previous tail, in this block).
-    fn seal(block: &mut Vec<u8>, block_size: usize, from: usize, crc: u32, tid: Tid) {
-        let at = block.len();
-        let len = (block_size - at - FC_TL_SIZE) as u16;
-        FcRecord::Tail { tid, crc: 0, len }.encode(block);
-        let crc = crc32c_raw(crc32c_raw(crc, &block[from..at]), &block[at..at + 8]);
-        block[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
     }
 
     fn sample_records(raw_inode: &[u8]) -> Vec<FcRecord<'_>> {
@@ -559,10 +567,10 @@ mod tests {
         let mut first = encode_all(&sample_records(raw_inode)[..5]);
         pad_to(&mut first, 1024);
         let mut second = encode_all(&sample_records(raw_inode)[5..]);
-        seal(&mut second, 1024, 0, crc32c_raw(0, &first), Tid(7));
+        append_tail(&mut second, 1024, crc32c_raw(0, &first), Tid(7));
         let mut third = Vec::new();
         FcRecord::DelRange { ino: 14, logical: 0, len: 1 }.encode(&mut third);
-        seal(&mut third, 1024, 0, 0, Tid(7));
+        append_tail(&mut third, 1024, 0, Tid(7));
         vec![first, second, third]
     }
 
