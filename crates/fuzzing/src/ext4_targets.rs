@@ -1,7 +1,6 @@
 //! Targets for the ext4 parsers of `ondisk::ext4`. Each documents its input layout; every
 //! configuration value comes from [`Input`], so any byte string is a valid input.
 
-use ondisk::crc::crc32c_raw;
 use ondisk::ext4::dir::{
     dir_block_checksum_ok, dir_block_csum, dir_rec_len, dir_tail_ok, find_dir_entry,
     insert_dir_entry, pack_dir_block, parse_dir_block, parse_dir_block_records, parse_dots,
@@ -22,16 +21,12 @@ use ondisk::ext4::xattr::{
 use ondisk::ext4::{
     bitmap_checksum, extent_block_checksum_ok, feature, group_desc_checksum,
     group_desc_checksum_ok, inode_checksum_ok, inode_csum_seed, parse_extent_node,
-    set_group_desc_checksum, set_inode_checksum, ExtentEntries, ExtentHeader, GroupDesc, Inode,
-    Superblock, DESC_SIZE_MAX, INODE_BLOCK_SIZE,
+    set_group_desc_checksum, set_inode_checksum, set_superblock_checksum, ExtentEntries,
+    ExtentHeader, GroupDesc, Inode, Superblock, DESC_SIZE_MAX, INODE_BLOCK_SIZE, SUPERBLOCK_SIZE,
 };
 
 use crate::input::Input;
 use crate::samples;
-
-/// Superblock bytes and checksum field.
-const SUPERBLOCK_SIZE: usize = 1024;
-const SUPERBLOCK_CHECKSUM: usize = 0x3FC;
 
 /// `superblock`: the input is the 1024 superblock bytes (more are ignored). Parsed as given and
 /// again with `s_checksum` resealed, so that mutations reach the geometry checks; whatever
@@ -39,10 +34,9 @@ const SUPERBLOCK_CHECKSUM: usize = 0x3FC;
 /// from.
 pub fn superblock(data: &[u8]) {
     check_superblock(data);
-    if data.len() >= SUPERBLOCK_SIZE {
-        let mut raw = data[..SUPERBLOCK_SIZE].to_vec();
-        let checksum = crc32c_raw(!0, &raw[..SUPERBLOCK_CHECKSUM]);
-        raw[SUPERBLOCK_CHECKSUM..].copy_from_slice(&checksum.to_le_bytes());
+    if let Some(raw) = data.first_chunk::<SUPERBLOCK_SIZE>() {
+        let mut raw = *raw;
+        set_superblock_checksum(&mut raw);
         check_superblock(&raw);
     }
 }

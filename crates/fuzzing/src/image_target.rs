@@ -37,13 +37,13 @@ use blockdev::memory::MemDevice;
 use blockdev::BlockDevice;
 use fs::mkfs::{Features, MkfsOptions};
 use fs::{Ext4Image, Filesystem, MountOptions, RenameFlags, SetMode, ROOT_INO};
-use ondisk::crc::crc32c_raw;
 use ondisk::ext4::dir::{dir_tail_ok, set_dir_block_checksum};
 use ondisk::ext4::htree::{dx_csum, set_dx_checksum};
 use ondisk::ext4::xattr::set_xattr_block_checksum;
 use ondisk::ext4::{
     self, inode_csum_seed, parse_extent_node, set_group_desc_checksum, set_inode_checksum,
-    ExtentEntries, Superblock,
+    set_superblock_checksum, ExtentEntries, ExtentHeader, Superblock, EXTENT_TAIL_SIZE,
+    SUPERBLOCK_OFFSET,
 };
 
 use crate::input::Input;
@@ -172,9 +172,8 @@ fn reseal(bytes: &mut [u8], base: &BaseImage, touched: &BTreeSet<usize>) {
         let (nr, kind) = base.metadata_blocks[index];
         if kind == MetaKind::Superblock {
             // The superblock is bytes 1024..2048 whatever the block size.
-            let raw = &mut bytes[1024..2048];
-            let checksum = crc32c_raw(!0, &raw[..0x3FC]);
-            raw[0x3FC..].copy_from_slice(&checksum.to_le_bytes());
+            let raw = bytes[SUPERBLOCK_OFFSET as usize..].first_chunk_mut().expect("superblock");
+            set_superblock_checksum(raw);
             continue;
         }
         let start = nr as usize * block_size;
@@ -205,10 +204,11 @@ fn reseal(bytes: &mut [u8], base: &BaseImage, touched: &BTreeSet<usize>) {
                 }
             }
             MetaKind::ExtentTree { seed } => {
-                let tail = 12 + 12 * usize::from(u16::from_le_bytes([block[4], block[5]]));
-                if tail + 4 <= block.len() {
-                    let checksum = crc32c_raw(seed, &block[..tail]);
-                    block[tail..tail + 4].copy_from_slice(&checksum.to_le_bytes());
+                // Only eh_max places the tail; the header may be damaged past parsing.
+                let max = u16::from_le_bytes([block[4], block[5]]);
+                let header = ExtentHeader { entries: 0, max, depth: 0, generation: 0 };
+                if header.tail_offset() + EXTENT_TAIL_SIZE <= block.len() {
+                    header.seal_block(seed, block);
                 }
             }
             MetaKind::Xattr => set_xattr_block_checksum(sb.csum_seed(), nr, block),

@@ -12,8 +12,7 @@
 
 use std::sync::OnceLock;
 
-use ondisk::crc::crc32c_raw;
-use ondisk::ext4::{feature, Superblock};
+use ondisk::ext4::{feature, set_superblock_checksum, Superblock};
 
 /// The UUID of every sample (and of the images and journals the seeds come from).
 pub const UUID: [u8; 16] = *b"quill-fuzz-uuid!";
@@ -78,8 +77,7 @@ fn build(config: u8) -> Superblock {
     put32(&mut raw, 0xEC, 0x0123_4567);
     raw[0xFC] = 1;
     put16(&mut raw, 0x15C, 32);
-    let checksum = crc32c_raw(!0, &raw[..0x3FC]);
-    put32(&mut raw, 0x3FC, checksum);
+    set_superblock_checksum(&mut raw);
     Superblock::parse(&raw)
         .unwrap_or_else(|e| panic!("sample superblock {config:#04x} does not parse: {e}"))
 }

@@ -44,9 +44,9 @@ pub use inode::{
     ROOT_INO,
 };
 pub use superblock::{
-    Superblock, CHECKSUM_TYPE_CRC32C, CREATOR_OS_LINUX, DESC_SIZE_MAX, DESC_SIZE_MIN,
-    DESC_SIZE_MIN_64BIT, EXT4_MAGIC, FIRST_INO_MIN, INODE_SIZE_MIN, LOG_BLOCK_SIZE_MAX,
-    STATE_ERROR_FS, STATE_VALID_FS, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE,
+    set_superblock_checksum, Superblock, CHECKSUM_TYPE_CRC32C, CREATOR_OS_LINUX, DESC_SIZE_MAX,
+    DESC_SIZE_MIN, DESC_SIZE_MIN_64BIT, EXT4_MAGIC, FIRST_INO_MIN, INODE_SIZE_MIN,
+    LOG_BLOCK_SIZE_MAX, STATE_ERROR_FS, STATE_VALID_FS, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE,
 };
 
 #[cfg(test)]
@@ -135,8 +135,7 @@ mod hostile_input_tests {
         for _ in 0..3000 {
             let mut raw = superblock::tests::sample_raw();
             mutate(&mut rng, &mut raw[..0x3FC]);
-            let checksum = crate::crc::crc32c_raw(!0, &raw[..0x3FC]);
-            raw[0x3FC..].copy_from_slice(&checksum.to_le_bytes());
+            set_superblock_checksum(&mut raw);
             if let Ok(sb) = Superblock::parse(&raw) {
                 let _ = (sb.block_size(), sb.group_count(), sb.group_desc_blocks(), sb.csum_seed());
                 for nr in 0..sb.group_desc_blocks().min(4) {

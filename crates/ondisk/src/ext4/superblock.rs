@@ -537,8 +537,7 @@ impl Superblock {
         put_le32(b, off::ORPHAN_FILE_INUM, self.orphan_file_inum);
         put_le16(b, off::RESERVED_GDT_BLOCKS, self.reserved_gdt_blocks);
         if self.has_metadata_csum() {
-            let checksum = raw_checksum(b);
-            put_le32(b, off::CHECKSUM, checksum);
+            set_superblock_checksum(b);
         }
         raw.to_vec()
     }
@@ -566,6 +565,13 @@ impl fmt::Debug for Superblock {
             .field("checksum_type", &self.checksum_type)
             .finish_non_exhaustive()
     }
+}
+
+/// Writes `s_checksum` of the raw superblock `raw` (`ext4_superblock_csum_set`), whatever its
+/// features: the checksum [`Superblock::parse`] requires under metadata_csum.
+pub fn set_superblock_checksum(raw: &mut [u8; SUPERBLOCK_SIZE]) {
+    let checksum = raw_checksum(raw);
+    put_le32(raw, off::CHECKSUM, checksum);
 }
 
 /// `ext4_superblock_csum`: crc32c(~0) over everything before `s_checksum`.
@@ -633,8 +639,7 @@ pub(crate) mod tests {
         b[off::CHECKSUM_TYPE] = CHECKSUM_TYPE_CRC32C;
         // A field quill does not model (s_mkfs_time at 0x108) must survive encode.
         put_le32(&mut b, 0x108, 0x6543_2100);
-        let checksum = raw_checksum(&b);
-        put_le32(&mut b, off::CHECKSUM, checksum);
+        set_superblock_checksum(&mut b);
         b
     }
 
@@ -716,8 +721,7 @@ pub(crate) mod tests {
     ) -> Result<Superblock, OnDiskError> {
         let mut raw = sample_raw();
         edit(&mut raw);
-        let checksum = raw_checksum(&raw);
-        put_le32(&mut raw, off::CHECKSUM, checksum);
+        set_superblock_checksum(&mut raw);
         Superblock::parse(&raw)
     }
 
