@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use blockdev::file::{FileDevice, FileOptions};
 use blockdev::BlockDevice;
 use fs::Ext4Image;
-use journal::recovery::ScannedTransaction;
+use journal::recovery::{read_log_block, ScannedTransaction};
 use journal::{JournalLocation, LogScan};
 use ondisk::jbd2::fast_commit::{scan_fast_commit_area, FcDentryOp, FcRecord};
 use std::path::{Path, PathBuf};
@@ -172,11 +172,8 @@ fn read_fast_commit_area(
 ) -> Result<Vec<Vec<u8>>> {
     let mut blocks = Vec::new();
     for log_block in area {
-        let offset = location
-            .device_offset(log_block)
-            .with_context(|| format!("journal block {log_block} is not mapped"))?;
         let mut block = vec![0u8; location.block_size() as usize];
-        dev.read_at(offset, &mut block)
+        read_log_block(dev, location, log_block, &mut block)
             .with_context(|| format!("reading fast-commit block {log_block}"))?;
         blocks.push(block);
     }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use blockdev::memory::MemDevice;
 use blockdev::BlockDevice;
 use fs::Ext4Image;
+use journal::recovery::read_log_block;
 use ondisk::ext4::htree::parse_dx_root;
 use ondisk::ext4::{inode_csum_seed, Extent, Inode, Superblock};
 use ondisk::jbd2::fast_commit::{append_tail, FcDentryOp, FcRecord, FC_TL_SIZE};
@@ -165,9 +166,8 @@ fn journal_seeds(out: &mut Vec<Seed>, base: &BaseImage) {
     let image = Ext4Image::open(dev.clone()).expect("base image opens");
     let Ok(location) = image.journal_location() else { return };
     let read = |log_block: u32| {
-        let offset = location.device_offset(log_block)?;
         let mut block = vec![0u8; location.block_size() as usize];
-        dev.read_at(offset, &mut block).ok()?;
+        read_log_block(&*dev, &location, log_block, &mut block).ok()?;
         Some(block)
     };
     let Some(sb_block) = read(0) else { return };

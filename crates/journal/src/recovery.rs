@@ -145,8 +145,9 @@ pub fn recover_with_progress(
     })
 }
 
-/// Reads one journal block (`buf` is block-sized).
-fn read_log_block(
+/// Reads journal block `block` into `buf` (block-sized); `Corrupted` when the journal does not
+/// map it.
+pub fn read_log_block(
     dev: &dyn BlockDevice,
     location: &JournalLocation,
     block: u32,
