@@ -478,15 +478,10 @@ impl Filesystem {
     /// inodes map nothing.
     pub(crate) fn truncate_blocks(&self, ino: u32, data: &mut InodeData, size: u64) -> Result<()> {
         if data.inode.flags & ext4::EXTENTS_FL == 0 {
-            // Fast symlinks and device, fifo and socket inodes map nothing (i_blocks may still
-            // count an xattr block); a file or directory mapped indirectly is another matter.
-            let maps_data = data.inode.is_regular() || data.inode.is_dir();
-            if maps_data && data.inode.size > 0 {
-                return Err(FsError::Unsupported(format!(
-                    "inode {ino} maps blocks indirectly (no extents); quill cannot free them"
-                )));
-            }
-            return Ok(());
+            return match indirect_mapping(ino, &data.inode) {
+                Some(why) => Err(FsError::Unsupported(why)),
+                None => Ok(()),
+            };
         }
         let bs = u64::from(self.block_size());
         let first_gone = size.div_ceil(bs);
@@ -696,4 +691,26 @@ impl Filesystem {
         self.dev.write_at(pblk * bs, &block)?;
         Ok(())
     }
+}
+
+/// Why inode `ino` cannot have its blocks freed by quill: it has no extents flag and is a
+/// file, directory or slow symlink whose `i_block` holds block pointers (direct or indirect,
+/// ext2/3 style), which quill does not walk yet. `None` when it maps nothing: fast symlinks,
+/// device, fifo and socket inodes, and files whose pointers are all zero (i_blocks may still
+/// count an xattr block). The pointers are checked, not `i_size`: a truncate to 0 cut short by
+/// a crash leaves `i_size` 0 with every block still mapped, and freeing nothing would expose
+/// those stale blocks (e2fsck would make them the file's contents again).
+pub(crate) fn indirect_mapping(ino: u32, inode: &ext4::Inode) -> Option<String> {
+    if inode.flags & ext4::EXTENTS_FL != 0 {
+        return None;
+    }
+    let fast_symlink = inode.is_symlink() && inode.size < ext4::INODE_BLOCK_SIZE as u64;
+    let maps_blocks = inode.is_regular() || inode.is_dir() || (inode.is_symlink() && !fast_symlink);
+    let has_pointers = inode.block.iter().any(|&b| b != 0);
+    (maps_blocks && has_pointers).then(|| {
+        format!(
+            "inode {ino} maps its blocks indirectly (no extents flag); \
+             quill cannot free indirect-mapped blocks yet"
+        )
+    })
 }

@@ -232,7 +232,14 @@ impl Filesystem {
             next_generation: AtomicU32::new(now().nsec),
         };
         if !fs.options.read_only {
-            fs.process_orphans()?;
+            if let Err(err) = fs.process_orphans() {
+                // An orphan quill cannot finish is refused before anything changed: leave the
+                // image as a clean unmount would (needs_recovery cleared again), orphans kept.
+                if matches!(err, FsError::Unsupported(_)) && !fs.is_read_only() {
+                    fs.unmount()?;
+                }
+                return Err(err);
+            }
         }
         Ok(fs)
     }

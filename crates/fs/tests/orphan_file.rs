@@ -1,6 +1,7 @@
 //! The orphan file (feature orphan_file): quill records orphans in it, frees them at the next
 //! open after a crash, and leaves blocks e2fsck accepts; e2fsck's own replay frees what quill
-//! recorded; orphan_present is set while mounted and cleared at a clean unmount.
+//! recorded; orphan_present is set while mounted and cleared at a clean unmount. And an orphan
+//! quill cannot finish (an ext3-style indirect-mapped file) stays on the list untouched.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use blockdev::BlockDevice;
-use common::{assert_fsck_clean, have_tools, mkfs, open_device, Scratch};
+use common::{assert_fsck_clean, debugfs_write, e2fsck, have_tools, mkfs, open_device, Scratch};
 use fs::{Ext4Image, Filesystem, MountOptions, ROOT_INO};
 use ondisk::ext4::feature;
 
@@ -96,5 +97,70 @@ fn orphan_file_slots_are_given_back_when_files_close() {
     });
     Arc::into_inner(fs).unwrap().unmount().unwrap();
     // e2fsck checks that every orphan block is empty, with its magic and checksum.
+    assert_fsck_clean(&image);
+}
+
+/// An orphan whose truncate to 0 was cut short, on a file mapped by block pointers (no extents
+/// flag, as ext3 writes), on an extent-journal image: quill cannot free indirect-mapped
+/// blocks, so a read-write open must refuse and leave the orphan on the list, not drop it with
+/// its blocks allocated (e2fsck would then make the stale blocks the file's contents).
+#[test]
+fn an_indirect_mapped_orphan_is_left_on_the_list_and_the_mount_refused() {
+    if !have_tools(&["mkfs.ext4", "e2fsck", "debugfs"]) {
+        return;
+    }
+    let scratch = Scratch::new("orphan-indirect");
+    let image = scratch.path("fs.img");
+    mkfs(&image, "64M", &["-b", "4096"]);
+    let free = debugfs_write(&image, "ffb 8 5000\n");
+    let blocks: Vec<u64> = free
+        .split("Free blocks found:")
+        .nth(1)
+        .expect("ffb output")
+        .split_whitespace()
+        .map_while(|w| w.parse().ok())
+        .collect();
+    assert_eq!(blocks.len(), 8, "debugfs ffb: {free}");
+    // A 32 KiB file mapped by eight direct pointers, with its blocks marked in use; e2fsck -fy
+    // then fixes the free counts so only the orphan is left to find.
+    let mut script = String::from("write /dev/null f\nsif f flags 0\nsif f size 32768\n");
+    for (i, b) in blocks.iter().enumerate() {
+        script += &format!("sif f block[{i}] {b}\nsetb {b}\n");
+    }
+    script += "sif f blocks 64\n";
+    debugfs_write(&image, &script);
+    let out = Command::new("e2fsck").arg("-fy").arg(&image).output().unwrap();
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
+    assert_fsck_clean(&image);
+    // The crash: i_size already 0, the blocks not yet freed, the inode on the orphan list.
+    debugfs_write(&image, "sif f size 0\nssv last_orphan 12\n");
+    let (_, before) = e2fsck(&image);
+    assert!(before.contains("i_size is 0, should be 32768"), "{before}");
+
+    let dev = open_device(&image);
+    let err = Filesystem::open(dev.clone(), MountOptions::default()).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, fs::FsError::Unsupported(_)), "{message}");
+    assert!(message.contains("orphan inode 12") && message.contains("indirect"), "{message}");
+    let sb = Ext4Image::open(dev.clone()).unwrap().superblock().clone();
+    assert_eq!(sb.last_orphan, 12, "the orphan stays on the list");
+    assert!(!sb.needs_recovery(), "the refused mount leaves no mount state behind");
+    let (_, after) = e2fsck(&image);
+    assert_eq!(after, before, "e2fsck finds the image as it was");
+
+    // A read-only open does not process orphans, so it works and shows the file.
+    let fs = Filesystem::open(dev.clone(), MountOptions { read_only: true, ..Default::default() })
+        .unwrap();
+    let f = fs.lookup(ROOT_INO, b"f").unwrap();
+    assert_eq!(f.size, 0);
+    fs.unmount().unwrap();
+    drop(dev);
+
+    // e2fsck -fy finishes the truncate; quill then mounts it read-write.
+    let out = Command::new("e2fsck").arg("-fy").arg(&image).output().unwrap();
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
+    let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+    assert_eq!(fs.lookup(ROOT_INO, b"f").unwrap().size, 0);
+    fs.unmount().unwrap();
     assert_fsck_clean(&image);
 }

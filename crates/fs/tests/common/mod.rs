@@ -226,3 +226,21 @@ where
 pub fn env_count(var: &str, default: usize) -> usize {
     std::env::var(var).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
+
+/// Runs a `debugfs -w` script (one request a line) on `image`, returning its output; for
+/// crafting images e2fsprogs can describe but mkfs cannot make.
+pub fn debugfs_write(image: &Path, script: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("debugfs")
+        .args(["-w", "-f", "-"])
+        .arg(image)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run debugfs");
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "debugfs failed: {}", String::from_utf8_lossy(&out.stderr));
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
