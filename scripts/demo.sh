@@ -5,17 +5,17 @@
 #
 #   scripts/demo.sh [WORKDIR]      (default: a fresh directory under /tmp)
 #
-# Needs /dev/fuse and fusermount3 (Debian: fuse3), e2fsprogs for the final check, and root or
-# a user allowed to mount FUSE file systems.
+# Needs /dev/fuse, and root or a user allowed to mount FUSE file systems; as root on Debian it
+# installs what else it needs (fuse3, e2fsprogs) with apt-get, as .ci/run does.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="${1:-$(mktemp -d /tmp/quill-demo.XXXXXX)}"
 image="$work/quill.img"
 mnt="$work/mnt"
 
-for tool in fusermount3 e2fsck tar; do
-  command -v "$tool" >/dev/null || { echo "demo: $tool is needed (apt-get install fuse3 e2fsprogs tar)" >&2; exit 1; }
-done
+# Installs fuse3, e2fsprogs and tar when they are missing (root, Debian), as .ci/run does.
+"$repo/scripts/install-tools.sh" fusermount3:fuse3 e2fsck:e2fsprogs tar:tar flock:util-linux \
+  || { echo "demo: cannot continue without those tools" >&2; exit 1; }
 [ -e /dev/fuse ] || { echo "demo: /dev/fuse is missing (modprobe fuse)" >&2; exit 1; }
 
 echo "== build"
