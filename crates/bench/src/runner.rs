@@ -257,9 +257,11 @@ pub struct Scratch {
 
 impl Scratch {
     /// A new directory in `parent`, unique in this process (plans running side by side in
-    /// one process, as tests do, must not share image names) and across processes.
+    /// one process, as tests do, must not share image names) and across processes. `parent`
+    /// is created (with its parents) when it does not exist yet, as `mkdir -p`; it is kept.
     pub fn new(parent: &std::path::Path) -> std::io::Result<Scratch> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
+        std::fs::create_dir_all(parent)?;
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = parent.join(format!("quill-bench-scratch-{}-{n}", std::process::id()));
         std::fs::create_dir(&path)?;
@@ -272,5 +274,23 @@ impl Drop for Scratch {
         // Every run removed its own files; what is left is empty directories, or the files of
         // a run that failed to unmount (kept out of the way of a live mount).
         let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Scratch;
+
+    #[test]
+    fn a_scratch_parent_that_does_not_exist_yet_is_created() {
+        let parent = std::env::temp_dir()
+            .join(format!("quill-bench-new-parent-{}", std::process::id()))
+            .join("nested");
+        let _ = std::fs::remove_dir_all(parent.parent().unwrap());
+        let scratch = Scratch::new(&parent).unwrap();
+        assert!(scratch.path.is_dir() && scratch.path.starts_with(&parent));
+        drop(scratch);
+        assert!(parent.is_dir(), "the named directory is kept, as mkdir -p leaves it");
+        std::fs::remove_dir_all(parent.parent().unwrap()).unwrap();
     }
 }

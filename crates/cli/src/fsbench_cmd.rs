@@ -66,7 +66,8 @@ pub struct FsBenchArgs {
     /// Where to write report.json, runs.csv, summary.csv and the plots.
     #[arg(long, default_value = "quill-bench-out")]
     out: PathBuf,
-    /// Where images and mount points go (the disk being measured); created and removed.
+    /// Where images and mount points go (the disk being measured): created if missing; the
+    /// run's own directory inside it is removed at the end.
     #[arg(long, default_value = ".")]
     scratch: PathBuf,
     /// Size of each image, in MiB.

@@ -1,11 +1,11 @@
-//! Bad input to `quill recover` and `quill journal dump`: one line on stderr, exit code 1, and
-//! the image is never touched.
+//! Bad input to `quill recover`, `quill journal dump` and `quill info`: one line on stderr, exit
+//! code 1, and the image is never touched.
 
 mod common;
 
 use common::*;
 
-fn assert_one_line_failure(args: &[&str], image: &std::path::Path, what: &str) {
+fn assert_one_line_failure(args: &[&str], image: &std::path::Path, what: &str) -> String {
     let before = std::fs::read(image).ok();
     let o = run(quill().args(args).arg(image));
     assert_eq!(o.status.code(), Some(1), "{what}: {}", text(&o));
@@ -13,6 +13,7 @@ fn assert_one_line_failure(args: &[&str], image: &std::path::Path, what: &str) {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{what}: one line: {stderr}");
     assert!(stderr.starts_with("quill: "), "{what}: {stderr}");
     assert_eq!(std::fs::read(image).ok(), before, "{what}: the image was modified");
+    stderr.into_owned()
 }
 
 #[test]
@@ -41,4 +42,21 @@ fn recover_refuses_an_image_without_a_journal() {
     let image = scratch.path("nojournal.img");
     mkfs(&image, "16M", &["-O", "^has_journal"]);
     assert_one_line_failure(&["recover"], &image, "no journal");
+}
+
+/// A valid bigalloc image is refused naming the feature, never called corrupted (its groups
+/// have more blocks than a bitmap block has bits, because bitmaps count clusters).
+#[test]
+fn a_bigalloc_image_is_refused_by_name() {
+    let test = "a_bigalloc_image_is_refused_by_name";
+    if !have("mkfs.ext4", test) {
+        return;
+    }
+    let scratch = Scratch::new("cli-bigalloc");
+    let image = scratch.path("bigalloc.img");
+    mkfs(&image, "256M", &["-O", "bigalloc"]);
+    for command in [&["info"][..], &["recover"][..], &["journal", "dump"][..]] {
+        let stderr = assert_one_line_failure(command, &image, "bigalloc");
+        assert!(stderr.contains("feature bigalloc") && !stderr.contains("corrupt"), "{stderr}");
+    }
 }

@@ -27,7 +27,8 @@ fn fake_bin(scratch: &Scratch, uid: u32, provides: &[&str]) -> PathBuf {
     let bin = scratch.path("bin");
     std::fs::create_dir_all(&bin).unwrap();
     for tool in ["bash", "sort", "printf", "cat", "mkdir", "chmod", "env"] {
-        let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().unwrap();
+        let found =
+            Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().unwrap();
         let path = String::from_utf8_lossy(&found.stdout).trim().to_string();
         if !path.is_empty() && path.starts_with('/') {
             let _ = std::os::unix::fs::symlink(path, bin.join(tool));

@@ -66,6 +66,8 @@ mod off {
     pub const ORPHAN_FILE_INUM: usize = 0x280;
     pub const FIRST_DATA_BLOCK: usize = 0x14;
     pub const LOG_BLOCK_SIZE: usize = 0x18;
+    /// s_log_cluster_size (bigalloc; otherwise equal to s_log_block_size).
+    pub const LOG_CLUSTER_SIZE: usize = 0x1C;
     pub const BLOCKS_PER_GROUP: usize = 0x20;
     pub const INODES_PER_GROUP: usize = 0x28;
     pub const MAGIC: usize = 0x38;
@@ -170,8 +172,29 @@ impl Superblock {
         let sb = Self::decode(raw);
         sb.validate_revision()?;
         sb.validate_checksum()?;
+        sb.validate_layout_features()?;
         sb.validate_geometry()?;
         Ok(sb)
+    }
+
+    /// Features that change what the geometry fields mean, which this parser does not model:
+    /// named, so a valid image is never called corrupted. bigalloc counts its bitmaps and free
+    /// counts in clusters of several blocks, so a group legitimately has more blocks than one
+    /// bitmap block has bits.
+    fn validate_layout_features(&self) -> Result<(), OnDiskError> {
+        if self.feature_ro_compat & feature::RO_COMPAT_BIGALLOC != 0 {
+            let log_cluster = le32(&self.raw, off::LOG_CLUSTER_SIZE);
+            let blocks_per_cluster =
+                1u64.checked_shl(log_cluster.saturating_sub(self.log_block_size)).unwrap_or(0);
+            return Err(OnDiskError::unsupported(
+                "ext4 superblock",
+                format!(
+                    "feature bigalloc ({blocks_per_cluster} blocks per cluster) is not supported \
+                     yet"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn decode(raw: [u8; SUPERBLOCK_SIZE]) -> Self {
@@ -746,6 +769,22 @@ pub(crate) mod tests {
             let err = parse_edited(edit).expect_err(name);
             assert!(matches!(err, OnDiskError::Corrupted { .. }), "{name}: {err}");
         }
+    }
+
+    #[test]
+    fn a_bigalloc_superblock_is_refused_by_name_not_called_corrupted() {
+        // As mkfs.ext4 -O bigalloc -b 4096 writes it: 16-block clusters, so 32768 clusters
+        // per group are 524288 blocks.
+        let err = parse_edited(|b| {
+            let ro = le32(b, off::FEATURE_RO_COMPAT) | feature::RO_COMPAT_BIGALLOC;
+            put_le32(b, off::FEATURE_RO_COMPAT, ro);
+            let log_cluster = le32(b, off::LOG_BLOCK_SIZE) + 4;
+            put_le32(b, off::LOG_CLUSTER_SIZE, log_cluster);
+            put_le32(b, off::BLOCKS_PER_GROUP, 16 * 8 * 1024);
+        })
+        .unwrap_err();
+        assert!(matches!(err, OnDiskError::Unsupported { .. }), "{err}");
+        assert!(err.to_string().contains("bigalloc (16 blocks per cluster)"), "{err}");
     }
 
     #[test]
