@@ -11,13 +11,15 @@
 //!   batch has the durability of its own `fua` flag. Completion order inside a batch is unspecified.
 //!
 //! Implementations: [`file::FileDevice`], [`memory::MemDevice`], [`recording::RecordingDevice`]
-//! (crash images), [`fault::FaultDevice`] (EIO injection), [`simssd::SimSsd`] (deterministic
+//! (crash images), [`fault::FaultDevice`] (EIO injection), [`overlay::OverlayDevice`] (writes kept
+//! in memory over a read-only device), [`simssd::SimSsd`] (deterministic
 //! latency model).
 
 pub mod aligned;
 pub mod fault;
 pub mod file;
 pub mod memory;
+pub mod overlay;
 pub mod recording;
 pub mod simssd;
 

@@ -298,21 +298,9 @@ fn open_and_mount(
     let read_only = spec.fs.read_only;
     let dev = FileDevice::open(image, FileOptions { read_only, direct: false })
         .map_err(|e| failed(format!("cannot open {shown}: {e}")))?;
-    // Opened read-only, the device refuses writes; Filesystem::open with read_only attaches
-    // the journal without writing, so nothing ever tries.
+    // Opened read-only, the device refuses writes; Filesystem::open with read_only writes
+    // nothing (a journal that needs replaying is replayed in memory), so nothing ever tries.
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    if read_only {
-        // Replaying the journal writes; a read-only mount must not (the kernel would, unless
-        // the device is read-only: quill treats `ro` as a promise not to write the image).
-        let sb = fs::Ext4Image::open(dev.clone())
-            .map_err(|e| failed(format!("{shown} is not a usable ext4 image: {e}")))?;
-        if sb.superblock().needs_recovery() {
-            return Err(failed(format!(
-                "{shown} needs journal recovery, which a read-only mount cannot do: \
-                 run `quill recover {shown}` or mount it read-write first"
-            )));
-        }
-    }
     let filesystem = fs::Filesystem::open(dev, spec.fs.clone())
         .map_err(|e| failed(format!("cannot mount {shown}: {e}")))?;
     let fs = Arc::new(filesystem);

@@ -125,3 +125,57 @@ fn check_durable(root: &Path, durable: &[String]) {
         &missing[..missing.len().min(5)]
     );
 }
+
+/// A read-only mount of an image that needs recovery replays the journal in memory: every
+/// fsynced file is there, and the image is not written (as fuse2fs; quill's `ro` promises not
+/// to write the image). `ro,norecovery` shows the image unreplayed; `norecovery` without `ro`
+/// is refused.
+#[test]
+fn a_read_only_mount_replays_the_journal_in_memory_and_writes_nothing() {
+    if !ready("a_read_only_mount_replays_the_journal_in_memory_and_writes_nothing", &["dumpe2fs"]) {
+        return;
+    }
+    let s = Scratch::new("ro-replay");
+    let image = s.path("img");
+    quill_mkfs(&image, "64M");
+    let mnt = s.dir("mnt");
+    let m = QuillMount::foreground(&image, &mnt, "");
+    let names: Vec<String> = (0..20).map(|i| format!("f{i:02}")).collect();
+    for name in &names {
+        let mut f = File::create(mnt.join(name)).unwrap();
+        f.write_all(&contents(name)).unwrap();
+        f.sync_all().unwrap();
+    }
+    m.kill9();
+    let header = text(&ok(Command::new("dumpe2fs").arg("-h").arg(&image)));
+    assert!(header.contains("needs_recovery"), "the crash left a journal to replay");
+
+    let before = image_hash(&image);
+    let m = QuillMount::foreground(&image, &mnt, "ro");
+    for name in &names {
+        assert!(fs::read(mnt.join(name)).unwrap() == contents(name), "{name} after replay");
+    }
+    let err = fs::write(mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    m.unmount();
+    assert_eq!(image_hash(&image), before, "a read-only mount wrote to the image");
+
+    let m = QuillMount::foreground(&image, &mnt, "ro,norecovery");
+    let listed = fs::read_dir(&mnt).unwrap().count();
+    println!("norecovery shows {listed} entries of the unreplayed image");
+    m.unmount();
+    assert_eq!(image_hash(&image), before, "a norecovery mount wrote to the image");
+
+    let o = run(quill().args(["mount", "-f", "-o", "norecovery"]).arg(&image).arg(&mnt));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("norecovery needs ro"), "{}", text(&o));
+    assert_eq!(image_hash(&image), before);
+
+    // The journal is still there for a read-write mount, which replays it for good.
+    let m = QuillMount::foreground(&image, &mnt, "");
+    for name in &names {
+        assert!(fs::read(mnt.join(name)).unwrap() == contents(name), "{name} after rw replay");
+    }
+    m.unmount();
+    assert_clean(&image);
+}

@@ -66,9 +66,12 @@ pub enum ErrorPolicy {
 /// How to open a file system.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
-    /// Open without writing anything (unless the journal needs replaying, which a read-only
-    /// open does first, as the kernel does).
+    /// Open without writing anything to the device. A journal that needs replaying is
+    /// replayed into memory (the device is never written), unless `no_recovery`.
     pub read_only: bool,
+    /// Read-only only: do not replay the journal; show the image as it is on the device
+    /// (the kernel's `norecovery`), which may be inconsistent after a crash.
+    pub no_recovery: bool,
     pub data: DataMode,
     pub journal: JournalConfig,
     pub errors: ErrorPolicy,
@@ -88,6 +91,7 @@ impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             read_only: false,
+            no_recovery: false,
             data: DataMode::Ordered,
             journal: JournalConfig::classic(),
             errors: ErrorPolicy::RemountReadOnly,
@@ -154,24 +158,33 @@ impl Filesystem {
     /// replays the journal if it needs it, marks the file system in use, and cleans up the
     /// orphan list left by a crash.
     pub fn open(dev: Arc<dyn BlockDevice>, options: MountOptions) -> Result<Filesystem> {
+        if options.no_recovery && !options.read_only {
+            return Err(FsError::Invalid("norecovery needs a read-only open".into()));
+        }
         let image = Ext4Image::open(dev.clone())?;
         let sb = image.superblock().clone();
         check_features(&sb, options.read_only)?;
         let location = image.journal_location()?;
         let needs_recovery = sb.needs_recovery();
         drop(image);
-        if !options.read_only || needs_recovery {
-            // JBD2's jbd2_journal_load, first half: replay the log if it needs it. A read-only
-            // mount replays too, as the kernel's does (which writes the device).
+        // A read-only open writes nothing to `dev`: a journal that needs replaying is replayed
+        // into an in-memory overlay (as fuse2fs does; the kernel would write the device), so
+        // the image may even be read-only. norecovery shows the image as it is, unreplayed.
+        let dev: Arc<dyn BlockDevice> = if options.read_only && needs_recovery {
+            Arc::new(blockdev::overlay::OverlayDevice::new(dev))
+        } else {
+            dev
+        };
+        if !options.no_recovery && (!options.read_only || needs_recovery) {
+            // JBD2's jbd2_journal_load, first half: replay the log if it needs it.
             journal::recover(&*dev, &location, options.journal.recovery_threads)?;
         }
-        if options.read_only && needs_recovery {
-            // Then it marks the file system recovered and attaches without writing more.
+        if options.read_only && needs_recovery && !options.no_recovery {
+            // Then it marks the file system recovered (in the overlay) and attaches.
             let image = Ext4Image::open(dev.clone())?;
             let mut sb = image.superblock().clone();
             sb.set_needs_recovery(false);
             dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
-            dev.flush()?;
         }
         // Recovery may have replayed the superblock and descriptors: read them again.
         let image = Ext4Image::open(dev.clone())?;

@@ -6,6 +6,7 @@
 //! | option | effect |
 //! |---|---|
 //! | `ro`, `rw` | read-only / read-write (default) |
+//! | `norecovery` (or `noload`) | with `ro`: do not replay the journal (a `ro` mount otherwise replays it in memory) |
 //! | `data=ordered\|journal\|writeback` | [`fs::DataMode`] |
 //! | `commit=SECONDS` | journal commit interval (0 = the default, 5 s, as ext4) |
 //! | `errors=remount-ro\|continue` | what a file-system error does ([`fs::ErrorPolicy`]) |
@@ -58,6 +59,10 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 no_value(key, value)?;
                 spec.fs.read_only = key == "ro";
                 spec.fuse.read_only = key == "ro";
+            }
+            "norecovery" | "noload" => {
+                no_value(key, value)?;
+                spec.fs.no_recovery = true;
             }
             "data" => {
                 spec.fs.data = match need(key, value)? {
@@ -161,6 +166,10 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
     }
     journal.validate().map_err(|e| format!("journal settings: {e}"))?;
     spec.fs.journal = journal;
+    if spec.fs.no_recovery && !spec.fs.read_only {
+        // As ext4: a journal left unreplayed must not be written over.
+        return Err("norecovery needs ro (a read-write mount must replay the journal)".into());
+    }
     Ok(spec)
 }
 
@@ -253,6 +262,15 @@ mod tests {
         // Later wins.
         assert!(!parse(&["ro,rw"], false).unwrap().fs.read_only);
         assert_eq!(parse(&["data=writeback"], false).unwrap().fs.data, fs::DataMode::Writeback);
+    }
+
+    #[test]
+    fn norecovery_is_for_read_only_mounts() {
+        assert!(parse(&["ro,norecovery"], false).unwrap().fs.no_recovery);
+        assert!(parse(&["noload,ro"], false).unwrap().fs.no_recovery);
+        let err = parse(&["norecovery"], false).unwrap_err();
+        assert!(err.contains("norecovery needs ro"), "{err}");
+        assert!(parse(&["norecovery=1,ro"], false).is_err());
     }
 
     #[test]

@@ -275,7 +275,9 @@ impl Journal {
     ) -> Result<Journal> {
         config.validate().map_err(JournalError::Invalid)?;
         let mut sb = read_superblock(&*dev, &location)?;
-        if sb.start != 0 {
+        // A read-only journal never writes and never replays: attached to a log that still
+        // holds transactions (a norecovery mount), reads see the home blocks as they are.
+        if sb.start != 0 && !read_only {
             return Err(JournalError::NeedsRecovery { start: sb.start });
         }
         // JBD2 journal_reset: the first tid is one past the clean superblock's sequence; the
