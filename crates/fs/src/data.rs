@@ -61,6 +61,15 @@ impl Filesystem {
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at or past EOF).
     pub fn read(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let read = self.read_file(ino, offset, buf)?;
+        if !buf.is_empty() {
+            // As the kernel's file_accessed: a failed access-time update fails no read.
+            let _ = self.touch_atime(ino, false);
+        }
+        Ok(read)
+    }
+
+    fn read_file(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let slot = self.inodes.slot(ino);
         let guard = self.lock_file(&slot)?;
         let data = guard.as_ref().expect("loaded");

@@ -72,6 +72,10 @@ pub struct MountOptions {
     /// Read-only only: do not replay the journal; show the image as it is on the device
     /// (the kernel's `norecovery`), which may be inconsistent after a crash.
     pub no_recovery: bool,
+    /// When reads update access times (`relatime` by default, as ext4).
+    pub atime: crate::AtimeMode,
+    /// Directory listings never update access times (`nodiratime`).
+    pub no_dir_atime: bool,
     pub data: DataMode,
     pub journal: JournalConfig,
     pub errors: ErrorPolicy,
@@ -92,6 +96,8 @@ impl Default for MountOptions {
         MountOptions {
             read_only: false,
             no_recovery: false,
+            atime: crate::AtimeMode::Relative,
+            no_dir_atime: false,
             data: DataMode::Ordered,
             journal: JournalConfig::classic(),
             errors: ErrorPolicy::RemountReadOnly,

@@ -33,6 +33,7 @@ pub mod mkfs;
 pub mod xattr;
 
 mod adapters;
+mod atime;
 mod data;
 mod file;
 mod filesystem;
@@ -44,6 +45,7 @@ mod page_cache;
 mod rename;
 mod writeback;
 
+pub use atime::AtimeMode;
 pub use data::FallocateMode;
 pub use error::FsError;
 pub use file::File;

@@ -196,7 +196,7 @@ impl Filesystem {
         if !data.inode.is_dir() {
             return Err(FsError::NotDir);
         }
-        Ok(self
+        let entries: Vec<DirEntry> = self
             .with_dir(&mut ReadIo { fs: self }, ino, data, |access, ctx| {
                 dir::read_dir(access, ctx, cookie, max)
             })?
@@ -207,7 +207,11 @@ impl Filesystem {
                 file_type: e.file_type,
                 next_cookie: e.next_cookie,
             })
-            .collect())
+            .collect();
+        drop(guard);
+        // As iterate_dir's file_accessed; a failed update fails no listing.
+        let _ = self.touch_atime(ino, true);
+        Ok(entries)
     }
 
     pub fn readlink(&self, ino: u32) -> Result<Vec<u8>> {

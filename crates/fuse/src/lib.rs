@@ -45,6 +45,7 @@ use ondisk::ext4::{self, dir as ext4dir, Timestamp};
 use parking_lot::Mutex;
 
 pub mod options;
+mod privileges;
 
 /// The fuser crate this adapter is built on (its `Session` is what [`mount`] returns).
 pub use fuser;
@@ -225,6 +226,32 @@ impl QuillFuse {
         Ok((req.uid(), pattr.gid, mode))
     }
 
+    /// The mode `ino` must get before `req` writes, truncates or fallocates it, when that
+    /// drops its set-user-ID or set-group-ID bit (see `privileges.rs`); `None` otherwise.
+    /// `mode` (permission bits) is the one the request itself sets, if any.
+    fn mode_dropping_privileges(
+        &self,
+        req: &Request,
+        ino: u32,
+        mode: Option<u16>,
+    ) -> Result<Option<u16>, Errno> {
+        let attr = self.fs.getattr(ino).map_err(errno)?;
+        let mode = mode.map_or(attr.mode, |m| (attr.mode & ext4::MODE_TYPE_MASK) | m);
+        if mode & (libc::S_ISUID | libc::S_ISGID) as u16 == 0 {
+            return Ok(None);
+        }
+        Ok(privileges::Caller::of(req).mode_after_change(mode, attr.gid).map(|m| m & 0o7777))
+    }
+
+    /// Drops what [`Self::mode_dropping_privileges`] says, before a write or fallocate.
+    fn drop_privileges(&self, req: &Request, ino: u32) -> Result<(), Errno> {
+        if let Some(mode) = self.mode_dropping_privileges(req, ino, None)? {
+            let set = SetAttr { mode: Some(mode), ..SetAttr::default() };
+            self.fs.setattr(ino, &set).map_err(errno)?;
+        }
+        Ok(())
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, FsError>) {
         match result {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(attr.generation.into())),
@@ -374,7 +401,7 @@ impl fuser::Filesystem for QuillFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -391,8 +418,18 @@ impl fuser::Filesystem for QuillFuse {
         reply: ReplyAttr,
     ) {
         let ino = ino!(ino, reply);
+        let mut mode = mode.map(|m| (m & 0o7777) as u16);
+        if size.is_some() {
+            // A truncate drops set-id bits as a write does; the kernel may send the mode its
+            // own, older rule left in the same request.
+            match self.mode_dropping_privileges(req, ino, mode) {
+                Ok(Some(dropped)) => mode = Some(dropped),
+                Ok(None) => {}
+                Err(e) => return reply.error(e),
+            }
+        }
         let set = SetAttr {
-            mode: mode.map(|m| (m & 0o7777) as u16),
+            mode,
             uid,
             gid,
             size,
@@ -551,7 +588,7 @@ impl fuser::Filesystem for QuillFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -562,6 +599,9 @@ impl fuser::Filesystem for QuillFuse {
         reply: ReplyWrite,
     ) {
         let ino = ino!(ino, reply);
+        if let Err(e) = self.drop_privileges(req, ino) {
+            return reply.error(e);
+        }
         match self.fs.write(ino, offset, data) {
             // A write request is at most max_write (16 MiB), so the count fits.
             Ok(n) => reply.written(n as u32),
@@ -804,7 +844,7 @@ impl fuser::Filesystem for QuillFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -823,6 +863,10 @@ impl fuser::Filesystem for QuillFuse {
             // Linux rejects as EOPNOTSUPP too).
             _ => return reply.error(Errno::EOPNOTSUPP),
         };
+        // ext4_fallocate's file_modified: set-id bits go as on write.
+        if let Err(e) = self.drop_privileges(req, ino) {
+            return reply.error(e);
+        }
         match self.fs.fallocate(ino, mode, offset, length) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(err)),

@@ -14,8 +14,9 @@
 //! | `preset=classic\|dual\|cjfs` | journal preset ([`journal::JournalConfig::preset`]) |
 //! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N` | one journal technique setting |
 //! | `threads=N` | FUSE worker threads |
-//! | `nosuid`, `nodev`, `noexec`, `noatime`, `sync`, `dirsync` (and `suid`, `dev`, `exec`, `atime`, `async`) | generic mount flags, passed to the kernel |
-//! | `defaults`, `auto`, `noauto`, `nofail`, `_netdev`, `relatime`, `x-*`, `comment=*` | accepted for /etc/fstab, no effect |
+//! | `relatime` (default), `strictatime`, `noatime` (`atime`: back to relatime), `nodiratime` | when reads update access times ([`fs::AtimeMode`]) |
+//! | `nosuid`, `nodev`, `noexec`, `sync`, `dirsync` (and `suid`, `dev`, `exec`, `async`) | generic mount flags, passed to the kernel |
+//! | `defaults`, `auto`, `noauto`, `nofail`, `_netdev`, `norelatime`, `x-*`, `comment=*` | accepted for /etc/fstab, no effect |
 
 use std::time::Duration;
 
@@ -59,6 +60,24 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 no_value(key, value)?;
                 spec.fs.read_only = key == "ro";
                 spec.fuse.read_only = key == "ro";
+            }
+            "relatime" | "strictatime" | "noatime" | "atime" => {
+                no_value(key, value)?;
+                spec.fs.atime = match key {
+                    "strictatime" => fs::AtimeMode::Strict,
+                    "noatime" => fs::AtimeMode::Never,
+                    // `atime` undoes noatime: the default, relatime, as the kernel's.
+                    _ => fs::AtimeMode::Relative,
+                };
+                // The kernel shows noatime among the mount's options too.
+                spec.fuse.vfs_flags.retain(|f| f != &MountOption::NoAtime);
+                if key == "noatime" {
+                    spec.fuse.vfs_flags.push(MountOption::NoAtime);
+                }
+            }
+            "nodiratime" | "diratime" => {
+                no_value(key, value)?;
+                spec.fs.no_dir_atime = key == "nodiratime";
             }
             "norecovery" | "noload" => {
                 no_value(key, value)?;
@@ -197,8 +216,6 @@ fn vfs_flag(option: &str) -> Option<MountOption> {
         "dev" => MountOption::Dev,
         "noexec" => MountOption::NoExec,
         "exec" => MountOption::Exec,
-        "noatime" => MountOption::NoAtime,
-        "atime" => MountOption::Atime,
         "sync" => MountOption::Sync,
         "async" => MountOption::Async,
         "dirsync" => MountOption::DirSync,
@@ -206,8 +223,8 @@ fn vfs_flag(option: &str) -> Option<MountOption> {
     })
 }
 
-/// Words /etc/fstab and mount(8) may hand a mount helper that change nothing here (relatime
-/// is the kernel's default, and quill does not update atime on reads anyway).
+/// Words /etc/fstab and mount(8) may hand a mount helper that change nothing here
+/// (`norelatime` leaves the default, relatime, as the kernel does without strictatime).
 fn is_fstab_word(option: &str) -> bool {
     matches!(
         option,
@@ -216,10 +233,7 @@ fn is_fstab_word(option: &str) -> bool {
             | "noauto"
             | "nofail"
             | "_netdev"
-            | "relatime"
             | "norelatime"
-            | "nodiratime"
-            | "diratime"
             | "lazytime"
             | "nolazytime"
     ) || option.starts_with("x-")
@@ -262,6 +276,19 @@ mod tests {
         // Later wins.
         assert!(!parse(&["ro,rw"], false).unwrap().fs.read_only);
         assert_eq!(parse(&["data=writeback"], false).unwrap().fs.data, fs::DataMode::Writeback);
+    }
+
+    #[test]
+    fn atime_options_choose_the_access_time_mode() {
+        assert_eq!(parse::<&str>(&[], false).unwrap().fs.atime, fs::AtimeMode::Relative);
+        assert_eq!(parse(&["strictatime"], false).unwrap().fs.atime, fs::AtimeMode::Strict);
+        let spec = parse(&["noatime,nodiratime"], false).unwrap();
+        assert_eq!(spec.fs.atime, fs::AtimeMode::Never);
+        assert!(spec.fs.no_dir_atime);
+        assert_eq!(spec.fuse.vfs_flags, vec![MountOption::NoAtime]);
+        let spec = parse(&["noatime,atime"], false).unwrap();
+        assert_eq!(spec.fs.atime, fs::AtimeMode::Relative);
+        assert!(spec.fuse.vfs_flags.is_empty());
     }
 
     #[test]

@@ -366,7 +366,7 @@ pub fn daemon_pid(dir: &Path) -> Option<u32> {
     None
 }
 
-/// A read-only kernel loop mount of an image, unmounted on drop.
+/// A kernel loop mount of an image (read-only unless made by `read_write`), unmounted on drop.
 pub struct LoopMount {
     pub dir: PathBuf,
 }
@@ -374,6 +374,14 @@ pub struct LoopMount {
 impl LoopMount {
     pub fn new(image: &Path, dir: &Path) -> LoopMount {
         ok(Command::new("mount").args(["-t", "ext4", "-o", "loop,ro,noload"]).arg(image).arg(dir));
+        LoopMount { dir: dir.to_path_buf() }
+    }
+
+    /// A read-write kernel mount with extra options (`opts` may be empty), to compare what
+    /// the kernel's ext4 does with what quill does.
+    pub fn read_write(image: &Path, dir: &Path, opts: &str) -> LoopMount {
+        let opts = if opts.is_empty() { "loop".to_string() } else { format!("loop,{opts}") };
+        ok(Command::new("mount").args(["-t", "ext4", "-o", &opts]).arg(image).arg(dir));
         LoopMount { dir: dir.to_path_buf() }
     }
 }
