@@ -7,7 +7,8 @@
 //!    /dev/fuse opens (nothing is opened for writing yet).
 //! 2. Without `-f`, fork while the process is still single-threaded (the file system starts
 //!    journal threads, which a fork would not carry over). The parent waits on a pipe for the
-//!    child's one-line verdict and exits 0 once the mount is live, or prints the error.
+//!    child's one-line verdict and exits 0 once the mount is live, or reaps the child (which
+//!    exits after a failed verdict) and prints the error.
 //! 3. The child (or the `-f` process) starts a new session, blocks SIGINT/SIGTERM in every
 //!    thread it will start, takes an exclusive lock on the image (a second mount of the same
 //!    image fails instead of corrupting it), opens the file system (which refuses unsupported
@@ -219,16 +220,20 @@ fn daemonize() -> Result<Reporter, MountError> {
     let _ = File::from(read_end).read_to_string(&mut verdict);
     let verdict = verdict.trim_end();
     if verdict == "ok" {
+        // The daemon lives on; whoever adopts it when this process exits reaps it.
         std::process::exit(0);
     }
+    // The child exits right after a failed verdict (or died without one): reap it, or it
+    // stays a zombie for whoever adopts it, and where that is a PID 1 that does not reap
+    // (many containers), for good.
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
     if let Some((code, msg)) = verdict.split_once(' ') {
         eprintln!("quill: {msg}");
         std::process::exit(code.parse().unwrap_or(1));
     }
     // The child died without a word (killed, or a panic before it could answer).
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
     eprintln!("quill: the mount process exited before mounting (wait status {status:#x})");
     std::process::exit(1);
 }
