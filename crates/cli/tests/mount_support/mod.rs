@@ -240,11 +240,23 @@ impl QuillMount {
 
     /// `quill mount [-o opts] image dir` (daemon); asserts it exits 0 with the mount live.
     pub fn daemon(image: &Path, dir: &Path, opts: &str) -> QuillMount {
+        QuillMount::daemon_with_env(image, dir, opts, &[]).0
+    }
+
+    /// As [`QuillMount::daemon`], with `env` added to quill's environment; also returns what
+    /// `quill mount` printed.
+    pub fn daemon_with_env(
+        image: &Path,
+        dir: &Path,
+        opts: &str,
+        env: &[(&str, &str)],
+    ) -> (QuillMount, Output) {
         let mut cmd = quill();
         cmd.arg("mount");
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts);
         }
+        cmd.envs(env.iter().copied());
         let o = run(cmd.arg(image).arg(dir).stdin(Stdio::null()));
         let mount = QuillMount {
             image: image.to_path_buf(),
@@ -259,7 +271,7 @@ impl QuillMount {
             "quill mount exited 0 but {} is not mounted",
             dir.display()
         );
-        mount
+        (mount, o)
     }
 
     /// Adopts a mount made some other way (the mount helper), served by a daemon.
@@ -341,6 +353,51 @@ impl Drop for QuillMount {
             // SAFETY: signalling a process by id.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
+    }
+}
+
+/// Makes this test process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER): a
+/// quill daemon, whose parent exits once it has mounted, then becomes this process's child
+/// instead of PID 1's, so a test sees (and must reap) what a daemon leaves when it exits, and
+/// what `quill mount` itself failed to reap shows up as a zombie child of the test.
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(r, 0, "PR_SET_CHILD_SUBREAPER: {}", std::io::Error::last_os_error());
+}
+
+/// The zombie (defunct) children of process `parent`, as (pid, command name).
+pub fn zombie_children(parent: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses, so split at the
+        // last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let mut rest = stat[close + 1..].split_whitespace();
+        let (Some(state), Some(ppid)) = (rest.next(), rest.next()) else { continue };
+        if state == "Z" && ppid.parse::<u32>() == Ok(parent) {
+            found.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    found
+}
+
+/// Waits up to 30 s for child `pid` (a daemon this subreaper adopted) to exit, reaps it and
+/// returns its exit code (`None` if a signal killed it).
+pub fn reap(pid: u32) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for a child of this process, without blocking.
+        let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+        assert!(r >= 0, "waitpid({pid}): {}", std::io::Error::last_os_error());
+        if r == pid as i32 {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "process {pid} still runs after 30 s");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -1,0 +1,242 @@
+//! What a daemonized `quill mount` leaves behind: a log a user can find (syslog, `-o log=`, or
+//! the default file `quill mount` names when there is no syslog) holding every failure after
+//! the mount went live (a journal abort from a failing device, a panic in a request thread with
+//! its backtrace, a failed unmount), requests answered EIO instead of hanging, the daemon's exit
+//! code, and no zombie processes. Faults are injected with the test-only `QUILL_TEST_FAULT`
+//! (crates/cli/src/mount_test_fault.rs).
+//!
+//! This test process is a child subreaper ([`become_subreaper`]): each daemon becomes its child
+//! once `quill mount` exits, so the tests reap the daemons themselves, read their exit codes,
+//! and see any process quill failed to reap as a zombie child. The tests take one lock so that
+//! one test's daemons are not counted as another's zombies.
+
+mod mount_support;
+
+use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use mount_support::*;
+
+/// Held by each test: zombie counts are per process, and the tests share this one.
+static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// The name whose lookup fires the injected fault (mount_test_fault.rs).
+const TRIGGER: &str = ".quill-test-fault";
+
+fn test_pid() -> u32 {
+    std::process::id()
+}
+
+/// No zombie child of this test process, nor of process `daemon` if given.
+fn assert_no_zombies(when: &str, daemon: Option<u32>) {
+    let mine = zombie_children(test_pid());
+    assert!(mine.is_empty(), "{when}: zombie children of the test: {mine:?}");
+    if let Some(daemon) = daemon {
+        let its = zombie_children(daemon);
+        assert!(its.is_empty(), "{when}: zombie children of the daemon {daemon}: {its:?}");
+    }
+}
+
+fn read_log(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("read the log {}: {e}", path.display()))
+}
+
+/// Asserts the log holds a line with `needle` that carries a timestamp and `level`.
+fn assert_logged(log: &str, level: &str, needle: &str) {
+    let found = log.lines().find(|l| l.contains(needle));
+    let Some(line) = found else { panic!("the log has no line with {needle:?}:\n{log}") };
+    let (stamp, rest) = line.split_once(' ').unwrap();
+    assert!(
+        stamp.len() == "2026-11-25T13:16:00.123Z".len() && stamp.ends_with('Z'),
+        "no timestamp: {line}"
+    );
+    assert!(rest.starts_with(level), "not {level}: {line}");
+}
+
+/// Writes `data` to `path` and fsyncs it; the error's errno if either fails.
+fn write_fsync(path: &Path, data: &[u8]) -> Result<(), i32> {
+    use std::io::Write;
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(0);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(errno)?;
+    f.write_all(data).map_err(errno)?;
+    f.sync_all().map_err(errno)
+}
+
+/// The errno of `stat(path)`, run on another thread so that a request that is never answered
+/// fails the test instead of hanging it.
+fn stat_errno_within(path: &Path, limit: Duration) -> i32 {
+    let (tx, rx) = mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::metadata(&path).err().and_then(|e| e.raw_os_error()).unwrap_or(0));
+    });
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("stat was not answered in {limit:?}"))
+}
+
+/// The image after a journal abort, recovered by `quill recover`, passes `e2fsck -fn` and
+/// holds `file` with `contents` (committed before the fault).
+fn assert_recovers_with(s: &Scratch, image: &Path, file: &str, contents: &[u8]) {
+    let o = ok(quill().arg("recover").arg(image));
+    println!("quill recover: {}", text(&o).trim());
+    // The abort's errno, where it reached the journal superblock, marks the file system as
+    // having errors; e2fsck -fy clears the mark after its full check finds nothing else.
+    let o = run(Command::new("e2fsck").arg("-fy").arg(image));
+    assert!(matches!(o.status.code(), Some(0) | Some(1)), "e2fsck -fy:\n{}", text(&o));
+    assert!(!text(&o).contains("Inode"), "e2fsck -fy repaired metadata:\n{}", text(&o));
+    assert_clean(image);
+    let kernel = LoopMount::new(image, &s.dir("kernel"));
+    assert_eq!(fs::read(kernel.dir.join(file)).unwrap(), contents);
+}
+
+/// Without syslog and without `-o log=`, `quill mount` names the file its daemon logs to; the
+/// daemon logs its mount and unmount there and exits 0; a failed mount and a clean unmount
+/// leave no zombie (a failed daemon child is reaped by `quill mount`, not left to PID 1).
+#[test]
+fn daemon_names_its_default_log_file_and_leaves_no_zombie() {
+    let _serial = SERIAL.lock();
+    if !ready("daemon_names_its_default_log_file_and_leaves_no_zombie", &["dumpe2fs"]) {
+        return;
+    }
+    become_subreaper();
+    let s = Scratch::new("deflog");
+    let image = s.path(&format!("default-log-{}.img", test_pid()));
+    quill_mkfs(&image, "32M");
+    let mnt = s.dir("mnt");
+    let syslog =
+        std::os::unix::net::UnixDatagram::unbound().and_then(|u| u.connect("/dev/log")).is_ok();
+
+    let (m, o) = QuillMount::daemon_with_env(&image, &mnt, "", &[]);
+    let daemon = m.pid();
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.stdout.is_empty(), "stdout: {:?}", o.stdout);
+    let default_log: Option<PathBuf> = if syslog {
+        println!("SKIP default log file part: a syslog daemon listens on /dev/log here");
+        assert!(stderr.is_empty(), "with syslog, quill mount prints nothing: {stderr}");
+        None
+    } else {
+        assert_eq!(stderr.lines().count(), 1, "one line naming the log: {stderr:?}");
+        let path = stderr.trim_end().rsplit(' ').next().unwrap();
+        assert!(path.ends_with(&format!("default-log-{}.img.log", test_pid())), "{stderr}");
+        Some(PathBuf::from(path))
+    };
+    fs::write(mnt.join("a"), b"a").unwrap();
+    assert_no_zombies("after the mount", Some(daemon));
+
+    // A second mount of the image fails in the daemon child, after the fork.
+    let mnt2 = s.dir("mnt2");
+    let o = run(quill().arg("mount").arg(&image).arg(&mnt2));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("in use"), "{}", text(&o));
+    assert_no_zombies("after a failed mount", Some(daemon));
+
+    m.unmount();
+    assert_eq!(reap(daemon), Some(0), "the daemon's exit code after a clean unmount");
+    assert_no_zombies("after the unmount", None);
+    assert_clean(&image);
+    if let Some(path) = default_log {
+        let log = read_log(&path);
+        let _ = fs::remove_file(&path);
+        assert_logged(&log, "INFO", &format!("mounted {} on {}", image.display(), mnt.display()));
+        assert_logged(&log, "INFO", &format!("unmounted {}: the image is clean", mnt.display()));
+        assert_logged(&log, "ERROR", "is in use (another quill mount holds it)");
+        assert!(!log.contains("WARN"), "a clean mount and unmount warn of nothing:\n{log}");
+    }
+}
+
+/// A device that starts failing under a live daemon: the fsync that meets it fails EIO, the
+/// journal aborts, and the log says so with the cause; the unmount that cannot complete exits 1
+/// and says why in the log; the image recovers to what was committed before.
+#[test]
+fn journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1() {
+    let _serial = SERIAL.lock();
+    if !ready("journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1", &["dumpe2fs"])
+    {
+        return;
+    }
+    become_subreaper();
+    let s = Scratch::new("devfault");
+    let image = s.path("img");
+    quill_mkfs(&image, "32M");
+    let mnt = s.dir("mnt");
+    let log_path = s.path("quill.log");
+    let opts = format!("log={}", log_path.display());
+    let (m, o) =
+        QuillMount::daemon_with_env(&image, &mnt, &opts, &[("QUILL_TEST_FAULT", "device-eio")]);
+    assert!(o.stderr.is_empty(), "log= chosen: nothing to print: {}", text(&o));
+    let daemon = m.pid();
+    write_fsync(&mnt.join("before"), b"committed before the fault").unwrap();
+
+    assert_eq!(stat_errno_within(&mnt.join(TRIGGER), Duration::from_secs(20)), libc::ENOENT);
+    assert_eq!(write_fsync(&mnt.join("after"), b"never durable"), Err(libc::EIO));
+    let refused = write_fsync(&mnt.join("later"), b"x");
+    assert!(matches!(refused, Err(libc::EROFS) | Err(libc::EIO)), "{refused:?}");
+    assert_eq!(fs::read(mnt.join("before")).unwrap(), b"committed before the fault");
+
+    m.unmount();
+    assert_eq!(reap(daemon), Some(1), "an unmount that could not finish exits 1");
+    assert_no_zombies("after the unmount", None);
+    let log = read_log(&log_path);
+    assert_logged(&log, "WARN", "TEST ONLY: QUILL_TEST_FAULT=device-eio is set");
+    assert_logged(&log, "ERROR", "a request failed: device: Write at byte");
+    assert_logged(&log, "ERROR", "journal aborted: file system error: device: Write at byte");
+    assert_logged(&log, "ERROR", &format!("unmounting {} failed: journal", mnt.display()));
+    assert_recovers_with(&s, &image, "before", b"committed before the fault");
+}
+
+/// A panic in a request handler: the request is answered EIO within seconds (not left
+/// hanging), the journal is aborted so the file system is read-only, reads still work, the
+/// log holds the panic's message, place and backtrace and what became of the request, and the
+/// daemon still unmounts (exit 1: the aborted journal cannot be checkpointed).
+#[test]
+fn panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace() {
+    let _serial = SERIAL.lock();
+    let name = "panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace";
+    if !ready(name, &["dumpe2fs"]) {
+        return;
+    }
+    become_subreaper();
+    let s = Scratch::new("panic");
+    let image = s.path("img");
+    quill_mkfs(&image, "32M");
+    let mnt = s.dir("mnt");
+    let log_path = s.path("quill.log");
+    let opts = format!("log={},threads=2", log_path.display());
+    let (m, _) = QuillMount::daemon_with_env(&image, &mnt, &opts, &[("QUILL_TEST_FAULT", "panic")]);
+    let daemon = m.pid();
+    write_fsync(&mnt.join("before"), b"committed before the panic").unwrap();
+
+    // More panics than worker threads: each thread survives its panic and serves on.
+    for _ in 0..3 {
+        assert_eq!(stat_errno_within(&mnt.join(TRIGGER), Duration::from_secs(20)), libc::EIO);
+    }
+    assert_eq!(write_fsync(&mnt.join("after"), b"x"), Err(libc::EROFS));
+    assert_eq!(fs::read(mnt.join("before")).unwrap(), b"committed before the panic");
+    assert_no_zombies("after the panic", Some(daemon));
+
+    m.unmount();
+    assert_eq!(reap(daemon), Some(1), "an unmount after a journal abort exits 1");
+    assert_no_zombies("after the unmount", None);
+    let log = read_log(&log_path);
+    assert_logged(&log, "ERROR", "panic in thread 'fuser-");
+    assert_logged(&log, "ERROR", "QUILL_TEST_FAULT=panic: injected panic (tests only)");
+    assert_logged(&log, "ERROR", "backtrace:");
+    // The backtrace names the frames between the request and the panic.
+    assert_logged(&log, "ERROR", "quill_fuse::QuillFuse::guarded");
+    assert_logged(&log, "ERROR", "as fuser::Filesystem>::lookup");
+    assert_logged(&log, "ERROR", "journal aborted: panic in a FUSE lookup request");
+    assert_logged(&log, "ERROR", "a lookup request panicked");
+    assert_logged(&log, "ERROR", &format!("unmounting {} failed", mnt.display()));
+    assert_eq!(log.matches("a lookup request panicked").count(), 3, "{log}");
+    assert_eq!(log.matches("]: journal aborted: panic").count(), 1, "the abort is logged once");
+    assert_recovers_with(&s, &image, "before", b"committed before the panic");
+}
