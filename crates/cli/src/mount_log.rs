@@ -145,7 +145,7 @@ impl Log for Logger {
         }
         let level = record.level();
         let message = record.args().to_string();
-        if is_fusers_second_unmount(record.target(), &message) {
+        if is_fuser_noise(record.target(), &message) {
             return;
         }
         let to_stderr = match &self.log.primary {
@@ -169,14 +169,18 @@ impl Log for Logger {
     fn flush(&self) {}
 }
 
-/// fuser's session, when it ends, unmounts the mount point again (it cannot tell that the
-/// kernel already did: `umount`, or quill's signal thread, ended the session) and warns that
-/// this failed with EINVAL, nothing being mounted there. That is not news, and a log that says
-/// "failed" after every clean unmount would teach its reader to skip failures.
-fn is_fusers_second_unmount(target: &str, message: &str) -> bool {
+/// fuser's warnings that are no news, kept out of the log so that a warning stays worth
+/// reading (and a clean `-f` mount prints nothing):
+/// - `[Not Implemented] OP(...)`: a request quill leaves to fuser's default (copy_file_range,
+///   lseek, ioctl, …), answered ENOSYS, after which the kernel falls back on its own;
+/// - `Failed to umount filesystem: Invalid argument`: fuser's session, when it ends, unmounts
+///   the mount point again (it cannot tell that `umount`, or quill's signal thread, already
+///   did, which is what ended the session), and nothing is mounted there any more.
+fn is_fuser_noise(target: &str, message: &str) -> bool {
     target.starts_with("fuser")
-        && message.starts_with("Failed to umount filesystem")
-        && message.contains("Invalid argument")
+        && (message.starts_with("[Not Implemented]")
+            || (message.starts_with("Failed to umount filesystem")
+                && message.contains("Invalid argument")))
 }
 
 /// Every line of `message` after `prefix`, each ended by a newline.
@@ -309,6 +313,19 @@ mod tests {
     fn every_line_of_a_message_gets_the_prefix() {
         assert_eq!(prefixed("P: ", "one\ntwo"), "P: one\nP: two\n");
         assert_eq!(prefixed("P: ", "single"), "P: single\n");
+    }
+
+    #[test]
+    fn fusers_expected_warnings_are_left_out_and_the_others_kept() {
+        let not_implemented = "[Not Implemented] copy_file_range(ino_in: INodeNo(0x1c), ...)";
+        assert!(is_fuser_noise("fuser::lib", not_implemented));
+        let second_unmount = "Failed to umount filesystem: Invalid argument (os error 22)";
+        assert!(is_fuser_noise("fuser::session", second_unmount));
+        let busy = "Failed to umount filesystem: Device or resource busy (os error 16)";
+        assert!(!is_fuser_noise("fuser::session", busy));
+        let unanswered = "Reply not sent for operation 30, replying with I/O error";
+        assert!(!is_fuser_noise("fuser::reply", unanswered));
+        assert!(!is_fuser_noise("quill_fuse", not_implemented));
     }
 
     #[test]
