@@ -240,3 +240,98 @@ fn panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace
     assert_eq!(log.matches("]: journal aborted: panic").count(), 1, "the abort is logged once");
     assert_recovers_with(&s, &image, "before", b"committed before the panic");
 }
+
+/// Starts, on another thread, a child process that holds a copy of every descriptor this
+/// process has open for `hold` before it execs, as a tool spawned by a parallel test does
+/// between its fork and its exec; returns once the child exists (so the copies do), with the
+/// thread that waits for it.
+fn spawn_fork_holding_copies(hold: Duration) -> std::thread::JoinHandle<()> {
+    use std::os::unix::process::CommandExt;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills both descriptors.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let [read_end, write_end] = fds;
+    let waiter = std::thread::spawn(move || {
+        let mut cmd = Command::new("true");
+        // SAFETY: the closure runs in the forked child before exec and only makes system
+        // calls (write, nanosleep).
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::write(write_end, b"f".as_ptr().cast(), 1);
+                std::thread::sleep(hold);
+                Ok(())
+            });
+        }
+        let status = cmd.status().unwrap();
+        assert!(status.success());
+        // SAFETY: our descriptor, closed once.
+        unsafe { libc::close(write_end) };
+    });
+    let mut byte = 0u8;
+    // SAFETY: reading one byte from our pipe into a local.
+    let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
+    assert_eq!(n, 1, "the child did not start");
+    // SAFETY: as above.
+    unsafe { libc::close(read_end) };
+    waiter
+}
+
+/// `umount` right after `rm -rf` of a few thousand files unmounts, and the daemon exits 0
+/// with a clean image, round after round. The "target is busy" this sometimes gave was not
+/// the daemon's: a test process, whose tests spawn tools from parallel threads, had a child
+/// forked while it had a file open on the mount; the child holds a copy of that file until it
+/// execs, so a `umount` right after the test closed its own copy was refused. Each round makes
+/// that happen for sure (a child that holds its copies for a second) and unmounts through
+/// `mount_support::umount`, which waits out such a refusal (and names any process that keeps
+/// a file open longer).
+#[test]
+fn umount_right_after_rm_rf_of_a_large_tree_is_not_busy() {
+    let _serial = SERIAL.lock();
+    if !ready("umount_right_after_rm_rf_of_a_large_tree_is_not_busy", &["dumpe2fs", "tar", "rm"]) {
+        return;
+    }
+    become_subreaper();
+    let s = Scratch::new("rmrf");
+    let image = s.path("img");
+    quill_mkfs(&image, "128M");
+    let mnt = s.dir("mnt");
+    // 3,000 files of 3 KiB in 30 directories, as a tarball.
+    let tree = s.dir("tree");
+    for d in 0..30 {
+        let dir = tree.join(format!("dir-{d:02}/sub"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            fs::write(dir.join(format!("file-{f:03}")), vec![(d * 100 + f) as u8; 3000]).unwrap();
+        }
+    }
+    let tarball = s.path("tree.tar");
+    ok(Command::new("tar").arg("-cf").arg(&tarball).arg("-C").arg(&tree).arg("."));
+    let log_path = s.path("quill.log");
+    for round in 0..5 {
+        let (m, _) =
+            QuillMount::daemon_with_env(&image, &mnt, &format!("log={}", log_path.display()), &[]);
+        let daemon = m.pid();
+        let top = mnt.join("tree");
+        fs::create_dir(&top).unwrap();
+        ok(Command::new("tar").arg("-xf").arg(&tarball).arg("-C").arg(&top));
+        ok(Command::new("rm").arg("-rf").arg(&top));
+        // This process looks at what is left, while a parallel test spawns a tool.
+        let open = fs::File::open(&mnt).unwrap();
+        let spawned = spawn_fork_holding_copies(Duration::from_secs(1));
+        let left: Vec<_> = fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["lost+found"], "round {round}: rm -rf left entries");
+        drop(open);
+        if let Err(err) = umount(&mnt) {
+            panic!("round {round}: {err}");
+        }
+        spawned.join().unwrap();
+        let mut m = m;
+        m.wait_exit();
+        assert_eq!(reap(daemon), Some(0), "round {round}: the daemon's exit code");
+        assert_clean(&image);
+    }
+    assert_no_zombies("after the rounds", None);
+    let log = read_log(&log_path);
+    assert_eq!(log.matches("the image is clean").count(), 5, "{log}");
+    assert!(!log.contains("ERROR") && !log.contains("WARN"), "{log}");
+}

@@ -296,7 +296,9 @@ impl QuillMount {
     /// Unmounts with `umount` and waits for the quill process to finish; asserts it exited 0
     /// (for `-f`) and released the image, with nothing on stderr.
     pub fn unmount(mut self) {
-        ok(Command::new("umount").arg(&self.dir));
+        if let Err(err) = umount(&self.dir) {
+            panic!("{err}");
+        }
         self.wait_exit();
     }
 
@@ -354,6 +356,56 @@ impl Drop for QuillMount {
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
     }
+}
+
+/// How long [`umount`] waits out "target is busy"; a fork child holds its copies for
+/// microseconds to milliseconds, so a refusal this long is a file really left open.
+pub const UMOUNT_BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// `umount DIR`, waiting out a transient "target is busy". A test binary runs its tests on
+/// parallel threads, and they spawn tools: a child forked while another thread has a file
+/// open on a mount holds a copy of that file (its copy of the descriptor table) until it
+/// execs, and the kernel refuses to unmount while the copy exists, though the test closed its
+/// file before calling umount. A refusal that outlasts [`UMOUNT_BUSY_WAIT`] is an error naming
+/// the processes that hold files under `dir`.
+pub fn umount(dir: &Path) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let o = run(Command::new("umount").arg(dir));
+        if o.status.success() {
+            return Ok(());
+        }
+        let busy = text(&o).contains("target is busy");
+        if !busy || start.elapsed() > UMOUNT_BUSY_WAIT {
+            return Err(format!(
+                "umount {} failed ({}): {}; processes using it: {:?}",
+                dir.display(),
+                o.status,
+                text(&o).trim(),
+                users_of(dir)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The processes (pid, command name) with an open file, working directory or root under `dir`.
+pub fn users_of(dir: &Path) -> Vec<(u32, String)> {
+    let under = |link: PathBuf| std::fs::read_link(link).is_ok_and(|p| p.starts_with(dir));
+    let mut users = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let proc_dir = entry.path();
+        let fds = std::fs::read_dir(proc_dir.join("fd")).into_iter().flatten().flatten();
+        let uses = under(proc_dir.join("cwd"))
+            || under(proc_dir.join("root"))
+            || fds.into_iter().any(|fd| under(fd.path()));
+        if uses {
+            let comm = std::fs::read_to_string(proc_dir.join("comm")).unwrap_or_default();
+            users.push((pid, comm.trim().to_string()));
+        }
+    }
+    users
 }
 
 /// Makes this test process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER): a
