@@ -153,44 +153,71 @@ fn daemon_names_its_default_log_file_and_leaves_no_zombie() {
     }
 }
 
+/// A daemon mounted with `QUILL_TEST_FAULT=fault`, logging to a file, with `before` written
+/// and fsynced; `None` (after a SKIP line) where FUSE tests cannot run.
+struct FaultyMount {
+    s: Scratch,
+    image: PathBuf,
+    mnt: PathBuf,
+    log_path: PathBuf,
+    mount: QuillMount,
+    daemon: u32,
+}
+
+fn faulty_mount(test: &str, fault: &str, opts: &str, before: &[u8]) -> Option<FaultyMount> {
+    if !ready(test, &["dumpe2fs"]) {
+        return None;
+    }
+    become_subreaper();
+    let s = Scratch::new(fault);
+    let image = s.path("img");
+    quill_mkfs(&image, "32M");
+    let mnt = s.dir("mnt");
+    let log_path = s.path("quill.log");
+    let opts = format!("log={},{opts}", log_path.display());
+    let env = [("QUILL_TEST_FAULT", fault)];
+    let (mount, o) = QuillMount::daemon_with_env(&image, &mnt, &opts, &env);
+    assert!(o.stderr.is_empty(), "log= chosen: nothing to print: {}", text(&o));
+    let daemon = mount.pid();
+    write_fsync(&mnt.join("before"), before).unwrap();
+    Some(FaultyMount { s, image, mnt, log_path, mount, daemon })
+}
+
+impl FaultyMount {
+    /// Unmounts, reaps the daemon and asserts it exited `code`, with no zombie left; then the
+    /// image, recovered, holds `before` as [`faulty_mount`] wrote it. Returns the log.
+    fn unmount_and_recover(self, code: i32, before: &[u8]) -> String {
+        self.mount.unmount();
+        assert_eq!(reap(self.daemon), Some(code), "the daemon's exit code");
+        assert_no_zombies("after the unmount", None);
+        assert_recovers_with(&self.s, &self.image, "before", before);
+        read_log(&self.log_path)
+    }
+}
+
 /// A device that starts failing under a live daemon: the fsync that meets it fails EIO, the
 /// journal aborts, and the log says so with the cause; the unmount that cannot complete exits 1
 /// and says why in the log; the image recovers to what was committed before.
 #[test]
 fn journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1() {
     let _serial = SERIAL.lock();
-    if !ready("journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1", &["dumpe2fs"])
-    {
-        return;
-    }
-    become_subreaper();
-    let s = Scratch::new("devfault");
-    let image = s.path("img");
-    quill_mkfs(&image, "32M");
-    let mnt = s.dir("mnt");
-    let log_path = s.path("quill.log");
-    let opts = format!("log={}", log_path.display());
-    let (m, o) =
-        QuillMount::daemon_with_env(&image, &mnt, &opts, &[("QUILL_TEST_FAULT", "device-eio")]);
-    assert!(o.stderr.is_empty(), "log= chosen: nothing to print: {}", text(&o));
-    let daemon = m.pid();
-    write_fsync(&mnt.join("before"), b"committed before the fault").unwrap();
+    let test = "journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1";
+    let before = b"committed before the fault";
+    let Some(f) = faulty_mount(test, "device-eio", "", before) else { return };
+    let mnt = f.mnt.clone();
 
     assert_eq!(stat_errno_within(&mnt.join(TRIGGER), Duration::from_secs(20)), libc::ENOENT);
     assert_eq!(write_fsync(&mnt.join("after"), b"never durable"), Err(libc::EIO));
     let refused = write_fsync(&mnt.join("later"), b"x");
     assert!(matches!(refused, Err(libc::EROFS) | Err(libc::EIO)), "{refused:?}");
-    assert_eq!(fs::read(mnt.join("before")).unwrap(), b"committed before the fault");
+    assert_eq!(fs::read(mnt.join("before")).unwrap(), before);
 
-    m.unmount();
-    assert_eq!(reap(daemon), Some(1), "an unmount that could not finish exits 1");
-    assert_no_zombies("after the unmount", None);
-    let log = read_log(&log_path);
+    // The unmount cannot finish: exit 1.
+    let log = f.unmount_and_recover(1, before);
     assert_logged(&log, "WARN", "TEST ONLY: QUILL_TEST_FAULT=device-eio is set");
     assert_logged(&log, "ERROR", "a request failed: device: Write at byte");
     assert_logged(&log, "ERROR", "journal aborted: file system error: device: Write at byte");
     assert_logged(&log, "ERROR", &format!("unmounting {} failed: journal", mnt.display()));
-    assert_recovers_with(&s, &image, "before", b"committed before the fault");
 }
 
 /// A panic in a request handler: the request is answered EIO within seconds (not left
@@ -200,33 +227,21 @@ fn journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1() {
 #[test]
 fn panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace() {
     let _serial = SERIAL.lock();
-    let name = "panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace";
-    if !ready(name, &["dumpe2fs"]) {
-        return;
-    }
-    become_subreaper();
-    let s = Scratch::new("panic");
-    let image = s.path("img");
-    quill_mkfs(&image, "32M");
-    let mnt = s.dir("mnt");
-    let log_path = s.path("quill.log");
-    let opts = format!("log={},threads=2", log_path.display());
-    let (m, _) = QuillMount::daemon_with_env(&image, &mnt, &opts, &[("QUILL_TEST_FAULT", "panic")]);
-    let daemon = m.pid();
-    write_fsync(&mnt.join("before"), b"committed before the panic").unwrap();
+    let test = "panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace";
+    let before = b"committed before the panic";
+    let Some(f) = faulty_mount(test, "panic", "threads=2", before) else { return };
+    let mnt = f.mnt.clone();
 
     // More panics than worker threads: each thread survives its panic and serves on.
     for _ in 0..3 {
         assert_eq!(stat_errno_within(&mnt.join(TRIGGER), Duration::from_secs(20)), libc::EIO);
     }
     assert_eq!(write_fsync(&mnt.join("after"), b"x"), Err(libc::EROFS));
-    assert_eq!(fs::read(mnt.join("before")).unwrap(), b"committed before the panic");
-    assert_no_zombies("after the panic", Some(daemon));
+    assert_eq!(fs::read(mnt.join("before")).unwrap(), before);
+    assert_no_zombies("after the panic", Some(f.daemon));
 
-    m.unmount();
-    assert_eq!(reap(daemon), Some(1), "an unmount after a journal abort exits 1");
-    assert_no_zombies("after the unmount", None);
-    let log = read_log(&log_path);
+    // The aborted journal cannot be checkpointed: exit 1.
+    let log = f.unmount_and_recover(1, before);
     assert_logged(&log, "ERROR", "panic in thread 'fuser-");
     assert_logged(&log, "ERROR", "QUILL_TEST_FAULT=panic: injected panic (tests only)");
     assert_logged(&log, "ERROR", "backtrace:");
@@ -238,7 +253,6 @@ fn panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace
     assert_logged(&log, "ERROR", &format!("unmounting {} failed", mnt.display()));
     assert_eq!(log.matches("a lookup request panicked").count(), 3, "{log}");
     assert_eq!(log.matches("]: journal aborted: panic").count(), 1, "the abort is logged once");
-    assert_recovers_with(&s, &image, "before", b"committed before the panic");
 }
 
 /// Starts, on another thread, a child process that holds a copy of every descriptor this
