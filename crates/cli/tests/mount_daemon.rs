@@ -153,6 +153,112 @@ fn daemon_names_its_default_log_file_and_leaves_no_zombie() {
     }
 }
 
+/// Runs `quill mount image dir` in a private mount namespace whose /dev is a tmpfs holding
+/// fuse, null and, bound onto /dev/log, the socket at `syslog` (the test listens on it): a
+/// machine with a syslog daemon, without touching this one's /dev. The daemon stays in that
+/// namespace; its mount is reached through /proc/PID/root.
+fn quill_mount_with_syslog(image: &Path, dir: &Path, syslog: &Path) -> std::process::Output {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    let socket = CString::new(syslog.as_os_str().as_bytes()).unwrap();
+    let mut cmd = quill();
+    cmd.arg("mount").arg(image).arg(dir).stdin(std::process::Stdio::null());
+    // SAFETY: the closure runs in the forked child before exec and only makes system calls on
+    // strings prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let check = |r: i32| if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            let (none, root, dev) = (c"none", c"/", c"/dev");
+            let private = libc::MS_REC | libc::MS_PRIVATE;
+            check(libc::mount(
+                none.as_ptr(),
+                root.as_ptr(),
+                std::ptr::null(),
+                private,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                none.as_ptr(),
+                dev.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            ))?;
+            check(libc::mknod(
+                c"/dev/fuse".as_ptr(),
+                libc::S_IFCHR | 0o666,
+                libc::makedev(10, 229),
+            ))?;
+            check(libc::mknod(c"/dev/null".as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)))?;
+            check(libc::mknod(c"/dev/log".as_ptr(), libc::S_IFREG | 0o666, 0))?;
+            let bind = libc::MS_BIND;
+            check(libc::mount(
+                socket.as_ptr(),
+                c"/dev/log".as_ptr(),
+                std::ptr::null(),
+                bind,
+                std::ptr::null(),
+            ))
+        });
+    }
+    run(&mut cmd)
+}
+
+/// Where a syslog daemon listens on /dev/log, a daemon logs there (facility daemon, ident
+/// quill, its pid), prints nothing, and SIGTERM unmounts it cleanly (exit 0).
+#[test]
+fn daemon_logs_to_syslog_where_a_syslog_daemon_listens() {
+    let _serial = SERIAL.lock();
+    if !ready("daemon_logs_to_syslog_where_a_syslog_daemon_listens", &["dumpe2fs"]) {
+        return;
+    }
+    become_subreaper();
+    let s = Scratch::new("syslog");
+    let image = s.path("img");
+    quill_mkfs(&image, "32M");
+    let mnt = s.dir("mnt");
+    let socket_path = s.path("syslog.sock");
+    let syslog = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    syslog.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+
+    let o = quill_mount_with_syslog(&image, &mnt, &socket_path);
+    assert!(o.status.success(), "quill mount in a namespace with syslog: {}", text(&o));
+    assert!(o.stderr.is_empty() && o.stdout.is_empty(), "printed: {}", text(&o));
+    let daemon = daemon_pid(&mnt).expect("the daemon runs");
+    let mut guard = QuillMount::adopt(&image, &mnt);
+    let through =
+        PathBuf::from(format!("/proc/{daemon}/root")).join(mnt.strip_prefix("/").unwrap());
+    fs::write(through.join("via-syslog-mount"), b"s").unwrap();
+    // SAFETY: signalling the daemon.
+    unsafe { libc::kill(daemon as i32, libc::SIGTERM) };
+    assert_eq!(reap(daemon), Some(0), "SIGTERM unmounts cleanly");
+    guard.wait_exit();
+    assert_no_zombies("after the unmount", None);
+
+    let mut lines = Vec::new();
+    let mut buf = [0u8; 4096];
+    while lines.len() < 3 {
+        let n = syslog.recv(&mut buf).expect("three syslog lines within 20 s");
+        lines.push(String::from_utf8_lossy(&buf[..n]).to_string());
+    }
+    // <30> is facility daemon (3 << 3) with priority info (6).
+    let tag = format!("quill[{daemon}]: ");
+    let want = [
+        format!("mounted {} on {} (rw)", image.display(), mnt.display()),
+        format!("signal {}: unmounting {}", libc::SIGTERM, mnt.display()),
+        format!("unmounted {}: the image is clean", mnt.display()),
+    ];
+    for (line, want) in lines.iter().zip(&want) {
+        assert!(line.starts_with("<30>"), "{line}");
+        assert!(line.ends_with(&format!("{tag}{want}")), "{line:?} is not {want:?}");
+    }
+    assert_clean(&image);
+    let kernel = LoopMount::new(&image, &s.dir("kernel"));
+    assert_eq!(fs::read(kernel.dir.join("via-syslog-mount")).unwrap(), b"s");
+}
+
 /// A daemon mounted with `QUILL_TEST_FAULT=fault`, logging to a file, with `before` written
 /// and fsynced; `None` (after a SKIP line) where FUSE tests cannot run.
 struct FaultyMount {
