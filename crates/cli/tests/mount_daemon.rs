@@ -31,6 +31,31 @@ fn test_pid() -> u32 {
     std::process::id()
 }
 
+/// What every test here starts with: the scratch directory, a fresh `quill mkfs` image in
+/// it and a mount point.
+struct Setup {
+    /// Held for the whole test (see [`SERIAL`]).
+    _serial: parking_lot::MutexGuard<'static, ()>,
+    s: Scratch,
+    image: PathBuf,
+    mnt: PathBuf,
+}
+
+/// Takes the lock, checks the machine can run `test` (`None` after its SKIP line), makes
+/// this process the subreaper and prepares image `image_name` of `size`.
+fn setup(test: &str, tools: &[&str], image_name: &str, size: &str) -> Option<Setup> {
+    let serial = SERIAL.lock();
+    if !ready(test, tools) {
+        return None;
+    }
+    become_subreaper();
+    let s = Scratch::new(&test[..test.len().min(24)]);
+    let image = s.path(image_name);
+    quill_mkfs(&image, size);
+    let mnt = s.dir("mnt");
+    Some(Setup { _serial: serial, s, image, mnt })
+}
+
 /// No zombie child of this test process, nor of process `daemon` if given.
 fn assert_no_zombies(when: &str, daemon: Option<u32>) {
     let mine = zombie_children(test_pid());
@@ -103,15 +128,11 @@ fn assert_recovers_with(s: &Scratch, image: &Path, file: &str, contents: &[u8]) 
 /// leave no zombie (a failed daemon child is reaped by `quill mount`, not left to PID 1).
 #[test]
 fn daemon_names_its_default_log_file_and_leaves_no_zombie() {
-    let _serial = SERIAL.lock();
-    if !ready("daemon_names_its_default_log_file_and_leaves_no_zombie", &["dumpe2fs"]) {
+    let test = "daemon_names_its_default_log_file_and_leaves_no_zombie";
+    let name = format!("default-log-{}.img", test_pid());
+    let Some(Setup { _serial, s, image, mnt }) = setup(test, &["dumpe2fs"], &name, "32M") else {
         return;
-    }
-    become_subreaper();
-    let s = Scratch::new("deflog");
-    let image = s.path(&format!("default-log-{}.img", test_pid()));
-    quill_mkfs(&image, "32M");
-    let mnt = s.dir("mnt");
+    };
     let syslog =
         std::os::unix::net::UnixDatagram::unbound().and_then(|u| u.connect("/dev/log")).is_ok();
 
@@ -210,15 +231,10 @@ fn quill_mount_with_syslog(image: &Path, dir: &Path, syslog: &Path) -> std::proc
 /// quill, its pid), prints nothing, and SIGTERM unmounts it cleanly (exit 0).
 #[test]
 fn daemon_logs_to_syslog_where_a_syslog_daemon_listens() {
-    let _serial = SERIAL.lock();
-    if !ready("daemon_logs_to_syslog_where_a_syslog_daemon_listens", &["dumpe2fs"]) {
+    let test = "daemon_logs_to_syslog_where_a_syslog_daemon_listens";
+    let Some(Setup { _serial, s, image, mnt }) = setup(test, &["dumpe2fs"], "img", "32M") else {
         return;
-    }
-    become_subreaper();
-    let s = Scratch::new("syslog");
-    let image = s.path("img");
-    quill_mkfs(&image, "32M");
-    let mnt = s.dir("mnt");
+    };
     let socket_path = s.path("syslog.sock");
     let syslog = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
     syslog.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -262,31 +278,25 @@ fn daemon_logs_to_syslog_where_a_syslog_daemon_listens() {
 /// A daemon mounted with `QUILL_TEST_FAULT=fault`, logging to a file, with `before` written
 /// and fsynced; `None` (after a SKIP line) where FUSE tests cannot run.
 struct FaultyMount {
-    s: Scratch,
-    image: PathBuf,
-    mnt: PathBuf,
-    log_path: PathBuf,
     mount: QuillMount,
     daemon: u32,
+    mnt: PathBuf,
+    log_path: PathBuf,
+    /// Declared last, so it is dropped last: the mount goes before the scratch directory.
+    setup: Setup,
 }
 
 fn faulty_mount(test: &str, fault: &str, opts: &str, before: &[u8]) -> Option<FaultyMount> {
-    if !ready(test, &["dumpe2fs"]) {
-        return None;
-    }
-    become_subreaper();
-    let s = Scratch::new(fault);
-    let image = s.path("img");
-    quill_mkfs(&image, "32M");
-    let mnt = s.dir("mnt");
-    let log_path = s.path("quill.log");
+    let setup = setup(test, &["dumpe2fs"], "img", "32M")?;
+    let (image, mnt) = (setup.image.clone(), setup.mnt.clone());
+    let log_path = setup.s.path("quill.log");
     let opts = format!("log={},{opts}", log_path.display());
     let env = [("QUILL_TEST_FAULT", fault)];
     let (mount, o) = QuillMount::daemon_with_env(&image, &mnt, &opts, &env);
     assert!(o.stderr.is_empty(), "log= chosen: nothing to print: {}", text(&o));
     let daemon = mount.pid();
     write_fsync(&mnt.join("before"), before).unwrap();
-    Some(FaultyMount { s, image, mnt, log_path, mount, daemon })
+    Some(FaultyMount { mount, daemon, mnt, log_path, setup })
 }
 
 impl FaultyMount {
@@ -296,7 +306,7 @@ impl FaultyMount {
         self.mount.unmount();
         assert_eq!(reap(self.daemon), Some(code), "the daemon's exit code");
         assert_no_zombies("after the unmount", None);
-        assert_recovers_with(&self.s, &self.image, "before", before);
+        assert_recovers_with(&self.setup.s, &self.setup.image, "before", before);
         read_log(&self.log_path)
     }
 }
@@ -306,7 +316,6 @@ impl FaultyMount {
 /// and says why in the log; the image recovers to what was committed before.
 #[test]
 fn journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1() {
-    let _serial = SERIAL.lock();
     let test = "journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1";
     let before = b"committed before the fault";
     let Some(f) = faulty_mount(test, "device-eio", "", before) else { return };
@@ -332,7 +341,6 @@ fn journal_abort_from_a_failing_device_is_logged_and_the_daemon_exits_1() {
 /// daemon still unmounts (exit 1: the aborted journal cannot be checkpointed).
 #[test]
 fn panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace() {
-    let _serial = SERIAL.lock();
     let test = "panic_in_a_request_thread_answers_eio_aborts_the_journal_and_logs_a_backtrace";
     let before = b"committed before the panic";
     let Some(f) = faulty_mount(test, "panic", "threads=2", before) else { return };
@@ -406,15 +414,11 @@ fn spawn_fork_holding_copies(hold: Duration) -> std::thread::JoinHandle<()> {
 /// a file open longer).
 #[test]
 fn umount_right_after_rm_rf_of_a_large_tree_is_not_busy() {
-    let _serial = SERIAL.lock();
-    if !ready("umount_right_after_rm_rf_of_a_large_tree_is_not_busy", &["dumpe2fs", "tar", "rm"]) {
+    let test = "umount_right_after_rm_rf_of_a_large_tree_is_not_busy";
+    let tools = ["dumpe2fs", "tar", "rm"];
+    let Some(Setup { _serial, s, image, mnt }) = setup(test, &tools, "img", "128M") else {
         return;
-    }
-    become_subreaper();
-    let s = Scratch::new("rmrf");
-    let image = s.path("img");
-    quill_mkfs(&image, "128M");
-    let mnt = s.dir("mnt");
+    };
     // 3,000 files of 3 KiB in 30 directories, as a tarball.
     let tree = s.dir("tree");
     for d in 0..30 {
