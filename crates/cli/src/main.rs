@@ -11,6 +11,8 @@ mod info;
 mod mkfs_cmd;
 mod mount_cmd;
 mod mount_helper;
+mod mount_log;
+mod mount_test_fault;
 mod progress;
 mod recover;
 
@@ -59,6 +61,8 @@ Options (-o, comma-separated, later ones win):
   committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N
                                   one journal technique setting, on top of the preset
   threads=N                       FUSE worker threads (default 2 per core, at least 4)
+  log=PATH                        the log file (default: syslog; without /dev/log,
+                                  /var/log/quill/IMAGE.log, printed at mount)
   nosuid, nodev, noexec, noatime, sync, dirsync
                                   generic mount flags
 Unmount with `umount MOUNTPOINT` or `fusermount3 -u MOUNTPOINT` (or SIGTERM): the process
@@ -66,7 +70,7 @@ exits once the image is clean, and holds an exclusive flock on the image until t
 
 #[derive(clap::Args)]
 struct MountArgs {
-    /// Stay in the foreground (errors after the mount go to stderr).
+    /// Stay in the foreground (the log goes to stderr).
     #[arg(short = 'f', long)]
     foreground: bool,
     /// Mount options (see below); may be repeated.
@@ -112,7 +116,9 @@ fn main() -> ExitCode {
             return match mount_cmd::run(request) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
-                    eprintln!("quill: {}", err.message());
+                    if !err.is_logged() {
+                        eprintln!("quill: {}", err.message());
+                    }
                     ExitCode::from(err.exit_code())
                 }
             };

@@ -5,9 +5,12 @@
 //! live or reported failed:
 //! 1. Parse the options; check the image exists and the mount point is a directory, and that
 //!    /dev/fuse opens (nothing is opened for writing yet).
-//! 2. Without `-f`, fork while the process is still single-threaded (the file system starts
-//!    journal threads, which a fork would not carry over). The parent waits on a pipe for the
-//!    child's one-line verdict and exits 0 once the mount is live, or prints the error.
+//! 2. Open the log (`mount_log.rs`: stderr with `-f`, else syslog, `-o log=PATH`, or a default
+//!    file where there is no syslog). Without `-f`, fork while the process is still
+//!    single-threaded (the file system starts journal threads, which a fork would not carry
+//!    over). The parent waits on a pipe for the child's one-line verdict and exits 0 once the
+//!    mount is live (printing the log file's path if it is the default one), or reaps the
+//!    child, which exits after a failed verdict, and prints the error.
 //! 3. The child (or the `-f` process) starts a new session, blocks SIGINT/SIGTERM in every
 //!    thread it will start, takes an exclusive lock on the image (a second mount of the same
 //!    image fails instead of corrupting it), opens the file system (which refuses unsupported
@@ -16,6 +19,9 @@
 //!    SIGINT, which unmount it), then unmounts the file system cleanly — committed,
 //!    checkpointed, marked clean — and only then exits and releases the image lock, so
 //!    `flock IMAGE true` waits for the image to be clean.
+//!
+//! Everything after the mount went live (a request's I/O error, a journal abort, a panic, a
+//! failed unmount) is logged (`log::error!`); a daemon has no other way to tell anyone.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -29,6 +35,9 @@ use std::sync::Arc;
 use blockdev::file::{FileDevice, FileOptions};
 use blockdev::BlockDevice;
 use parking_lot::Mutex;
+
+use crate::mount_log::MountLog;
+use crate::mount_test_fault::{self, TestFault};
 
 /// What to mount, how, and where.
 #[derive(Debug, Clone)]
@@ -54,21 +63,34 @@ pub enum MountError {
     Usage(String),
     /// Everything else (exit 1).
     Failed(String),
+    /// A failure after the mount went live, already in the log (exit 1); with `-f` the log
+    /// includes stderr, so the caller must not print it again.
+    Logged(String),
 }
 
 impl MountError {
     pub fn exit_code(&self) -> u8 {
         match self {
             MountError::Usage(_) => 2,
-            MountError::Failed(_) => 1,
+            MountError::Failed(_) | MountError::Logged(_) => 1,
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            MountError::Usage(m) | MountError::Failed(m) => m,
+            MountError::Usage(m) | MountError::Failed(m) | MountError::Logged(m) => m,
         }
     }
+
+    pub fn is_logged(&self) -> bool {
+        matches!(self, MountError::Logged(_))
+    }
+}
+
+/// Logs `msg` as an error and returns it as a [`MountError::Logged`].
+fn logged(msg: String) -> MountError {
+    log::error!("{msg}");
+    MountError::Logged(msg)
 }
 
 fn failed(msg: impl Into<String>) -> MountError {
@@ -83,6 +105,7 @@ pub fn run(request: MountRequest) -> Result<(), MountError> {
     let image = check_image(&request.image)?;
     let mountpoint = check_mountpoint(&request.mountpoint)?;
     check_dev_fuse()?;
+    let fault = mount_test_fault::from_env().map_err(MountError::Usage)?;
     spec.fuse.fsname = image.display().to_string();
     if request.verbose {
         for ignored in &spec.ignored {
@@ -100,8 +123,12 @@ pub fn run(request: MountRequest) -> Result<(), MountError> {
     if request.fake {
         return Ok(());
     }
-    let reporter = if request.foreground { Reporter::Foreground } else { daemonize()? };
-    mount_and_report(&image, &mountpoint, spec, reporter)?.serve()
+    let log = MountLog::open(spec.log_file.as_deref(), request.foreground, &image)
+        .map_err(MountError::Failed)?;
+    let note = log.note();
+    log.install();
+    let reporter = if request.foreground { Reporter::Foreground } else { daemonize(note)? };
+    mount_and_report(&image, &mountpoint, spec, fault, reporter)?.serve()
 }
 
 /// The image must exist and be a regular file or a block device.
@@ -141,7 +168,7 @@ fn check_dev_fuse() -> Result<(), MountError> {
 }
 
 /// An io::Error's reason without Rust's " (os error N)" suffix.
-fn io_reason(err: &std::io::Error) -> String {
+pub(crate) fn io_reason(err: &std::io::Error) -> String {
     let text = err.to_string();
     match text.find(" (os error") {
         Some(at) => text[..at].to_string(),
@@ -158,10 +185,6 @@ enum Reporter {
 }
 
 impl Reporter {
-    fn is_daemon(&self) -> bool {
-        matches!(self, Reporter::Daemon(_))
-    }
-
     /// Tells the parent the mount is live, then lets go of the terminal.
     fn success(self) {
         if let Reporter::Daemon(mut pipe) = self {
@@ -177,6 +200,7 @@ impl Reporter {
         match self {
             Reporter::Foreground => err,
             Reporter::Daemon(mut pipe) => {
+                log::error!("{}", err.message());
                 let line = format!("{} {}\n", err.exit_code(), err.message().replace('\n', " "));
                 let _ = pipe.write_all(line.as_bytes());
                 // The parent prints it; the daemon has nothing more to do.
@@ -186,9 +210,9 @@ impl Reporter {
     }
 }
 
-/// Forks. The parent waits for the child's verdict and exits from here; the child returns
-/// its end of the pipe.
-fn daemonize() -> Result<Reporter, MountError> {
+/// Forks. The parent waits for the child's verdict and exits from here (printing `note` once
+/// the mount is live); the child returns its end of the pipe.
+fn daemonize(note: Option<String>) -> Result<Reporter, MountError> {
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 fills both descriptors on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -219,16 +243,23 @@ fn daemonize() -> Result<Reporter, MountError> {
     let _ = File::from(read_end).read_to_string(&mut verdict);
     let verdict = verdict.trim_end();
     if verdict == "ok" {
+        // The daemon lives on; whoever adopts it when this process exits reaps it.
+        if let Some(note) = note {
+            eprintln!("quill: {note}");
+        }
         std::process::exit(0);
     }
+    // The child exits right after a failed verdict (or died without one): reap it, or it
+    // stays a zombie for whoever adopts it, and where that is a PID 1 that does not reap
+    // (many containers), for good.
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
     if let Some((code, msg)) = verdict.split_once(' ') {
         eprintln!("quill: {msg}");
         std::process::exit(code.parse().unwrap_or(1));
     }
     // The child died without a word (killed, or a panic before it could answer).
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
     eprintln!("quill: the mount process exited before mounting (wait status {status:#x})");
     std::process::exit(1);
 }
@@ -244,27 +275,11 @@ fn detach_stdio() {
     }
 }
 
-/// Reports an error that happens after the mount went live: on stderr with `-f`, in the
-/// system log for a daemon (its stderr is /dev/null by then).
-fn report_late(daemon: bool, msg: &str) {
-    if daemon {
-        if let Ok(line) = CString::new(format!("quill: {msg}")) {
-            // SAFETY: a constant format and a NUL-terminated argument.
-            unsafe {
-                libc::syslog(libc::LOG_ERR | libc::LOG_DAEMON, c"%s".as_ptr(), line.as_ptr())
-            };
-        }
-    } else {
-        eprintln!("quill: {msg}");
-    }
-}
-
 /// A live mount: the FUSE session, the file system it serves, and the image lock.
 struct Mounted {
     session: quill_fuse::fuser::Session<quill_fuse::QuillFuse>,
     fs: Arc<fs::Filesystem>,
     mountpoint: PathBuf,
-    daemon: bool,
     _lock: File,
 }
 
@@ -273,13 +288,16 @@ fn mount_and_report(
     image: &Path,
     mountpoint: &Path,
     spec: quill_fuse::options::MountSpec,
+    fault: Option<TestFault>,
     reporter: Reporter,
 ) -> Result<Mounted, MountError> {
     // Every thread started from here on (journal, FUSE workers) inherits this mask, so the
     // signal thread is the only one that ever sees SIGINT and SIGTERM.
     block_termination_signals();
-    match open_and_mount(image, mountpoint, spec, reporter.is_daemon()) {
+    let mode = if spec.fs.read_only { "ro" } else { "rw" };
+    match open_and_mount(image, mountpoint, spec, fault) {
         Ok(mounted) => {
+            log::info!("mounted {} on {} ({mode})", image.display(), mountpoint.display());
             reporter.success();
             Ok(mounted)
         }
@@ -290,8 +308,8 @@ fn mount_and_report(
 fn open_and_mount(
     image: &Path,
     mountpoint: &Path,
-    spec: quill_fuse::options::MountSpec,
-    daemon: bool,
+    mut spec: quill_fuse::options::MountSpec,
+    fault: Option<TestFault>,
 ) -> Result<Mounted, MountError> {
     let shown = image.display();
     let lock = lock_image(image)?;
@@ -300,13 +318,18 @@ fn open_and_mount(
         .map_err(|e| failed(format!("cannot open {shown}: {e}")))?;
     // Opened read-only, the device refuses writes; Filesystem::open with read_only writes
     // nothing (a journal that needs replaying is replayed in memory), so nothing ever tries.
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    if let Some(fault) = fault {
+        let (faulty, trigger) = fault.arm(dev);
+        dev = faulty;
+        spec.fuse.test_trigger = Some(trigger);
+    }
     let filesystem = fs::Filesystem::open(dev, spec.fs.clone())
         .map_err(|e| failed(format!("cannot mount {shown}: {e}")))?;
     let fs = Arc::new(filesystem);
     match quill_fuse::mount(fs.clone(), mountpoint, &spec.fuse) {
         Ok(session) => {
-            Ok(Mounted { session, fs, mountpoint: mountpoint.to_path_buf(), daemon, _lock: lock })
+            Ok(Mounted { session, fs, mountpoint: mountpoint.to_path_buf(), _lock: lock })
         }
         Err(err) => {
             // Leave the image as clean as it was found.
@@ -358,31 +381,33 @@ fn block_termination_signals() {
 impl Mounted {
     /// Serves until unmounted, then unmounts the file system cleanly.
     fn serve(self) -> Result<(), MountError> {
-        let Mounted { session, fs, mountpoint, daemon, _lock } = self;
+        let Mounted { session, fs, mountpoint, _lock } = self;
         // Set once the session is over, under the lock, so a late signal cannot unmount
         // whatever is mounted on the same directory next.
         let over = Arc::new(Mutex::new(false));
-        spawn_signal_thread(mountpoint.clone(), over.clone(), daemon);
+        spawn_signal_thread(mountpoint.clone(), over.clone());
         let served = session.run();
         *over.lock() = true;
-        if let Err(err) = &served {
-            report_late(daemon, &format!("FUSE session on {}: {err}", mountpoint.display()));
-        }
+        let shown = mountpoint.display();
+        let served = served.map_err(|e| logged(format!("the FUSE session on {shown} failed: {e}")));
         // The session and its threads are gone: this is the last reference.
         match quill_fuse::unmount_fs(fs) {
-            Ok(()) => served.map_err(|e| failed(format!("FUSE session ended with an error: {e}"))),
-            Err(err) => {
-                let msg = format!("unmounting the file system failed: {err}");
-                report_late(daemon, &msg);
-                Err(failed(msg))
+            Ok(()) => {
+                served?;
+                log::info!("unmounted {shown}: the image is clean");
+                Ok(())
             }
+            Err(err) => Err(logged(format!(
+                "unmounting {shown} failed: {err}; the image is left as a crash would leave \
+                 it (the next mount, `quill recover` or `e2fsck -fy` recovers it)"
+            ))),
         }
     }
 }
 
 /// Waits for SIGINT/SIGTERM and unmounts the mount point, which ends the session; the main
 /// thread then finishes as after `umount`.
-fn spawn_signal_thread(mountpoint: PathBuf, over: Arc<Mutex<bool>>, daemon: bool) {
+fn spawn_signal_thread(mountpoint: PathBuf, over: Arc<Mutex<bool>>) {
     let spawned = std::thread::Builder::new().name("quill-signals".into()).spawn(move || loop {
         let set = termination_signals();
         let mut signal = 0;
@@ -394,12 +419,13 @@ fn spawn_signal_thread(mountpoint: PathBuf, over: Arc<Mutex<bool>>, daemon: bool
         if *over {
             return;
         }
+        log::info!("signal {signal}: unmounting {}", mountpoint.display());
         if let Err(msg) = unmount_mountpoint(&mountpoint) {
-            report_late(daemon, &msg);
+            log::error!("{msg}");
         }
     });
     if let Err(err) = spawned {
-        report_late(daemon, &format!("cannot start the signal thread: {err}"));
+        log::error!("cannot start the signal thread (SIGTERM will not unmount): {err}");
     }
 }
 

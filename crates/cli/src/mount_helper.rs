@@ -86,7 +86,9 @@ pub fn main() -> ExitCode {
     match mount_cmd::run(request) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("mount.quill: {}", err.message());
+            if !err.is_logged() {
+                eprintln!("mount.quill: {}", err.message());
+            }
             ExitCode::from(err.exit_code())
         }
     }

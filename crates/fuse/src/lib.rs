@@ -12,6 +12,12 @@
 //!   `access`, and it trusts the uid/gid of each request.
 //! - Open files are counted through [`Filesystem::open_inode`] so an unlinked file lives until
 //!   its last release; the handle table maps each FUSE file handle to its inode slot.
+//! - Nothing fails without a trace: messages go through the `log` facade (the mounting program
+//!   chooses where: `quill mount` writes syslog, a file or stderr). A request that fails with
+//!   an I/O error or corruption is logged, and so is the journal abort it may cause (once,
+//!   with its cause). A panic in a request handler (a bug: disk contents are validated, never
+//!   trusted) aborts the journal, so nothing the handler left half-done commits, answers the
+//!   request EIO and keeps the worker thread serving ([`QuillFuse::guarded`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -29,8 +35,9 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -77,7 +84,34 @@ pub struct MountConfig {
     pub fsname: String,
     /// Generic VFS flags passed through to the kernel (`nosuid`, `noexec`, `noatime`, …).
     pub vfs_flags: Vec<MountOption>,
+    /// Tests only (fault injection); `None` in every production mount.
+    #[doc(hidden)]
+    pub test_trigger: Option<LookupTrigger>,
 }
+
+/// TEST ONLY: a lookup of `name` (in any directory) runs `action` before it is answered, so a
+/// test can inject a fault at a moment it chooses, through the mount (`quill mount` builds one
+/// only from its `QUILL_TEST_FAULT` environment variable). Without one, lookups do nothing
+/// extra.
+#[derive(Clone)]
+pub struct LookupTrigger {
+    pub name: Vec<u8>,
+    pub action: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for LookupTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LookupTrigger").field("name", &OsStr::from_bytes(&self.name)).finish()
+    }
+}
+
+impl PartialEq for LookupTrigger {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.action, &other.action)
+    }
+}
+
+impl Eq for LookupTrigger {}
 
 impl Default for MountConfig {
     fn default() -> Self {
@@ -87,6 +121,7 @@ impl Default for MountConfig {
             read_only: false,
             fsname: "quill".into(),
             vfs_flags: Vec::new(),
+            test_trigger: None,
         }
     }
 }
@@ -133,7 +168,9 @@ pub fn mount(
     fuse_config.acl = if config.allow_other { SessionACL::All } else { SessionACL::Owner };
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
-    Session::new(QuillFuse::new(fs), mountpoint, &fuse_config)
+    let mut adapter = QuillFuse::new(fs);
+    adapter.test_trigger = config.test_trigger.clone();
+    Session::new(adapter, mountpoint, &fuse_config)
 }
 
 /// Unmounts the file system cleanly once the FUSE session is over (every clone of the `Arc`
@@ -172,8 +209,17 @@ pub fn from_fuse(ino: INodeNo) -> Result<u32, Errno> {
     }
 }
 
-fn errno(err: FsError) -> Errno {
-    Errno::from_i32(err.errno())
+/// Request errors logged one by one; after these, one line says the rest are not (a dying
+/// disk fails every request, and the log must stay readable).
+const REQUEST_ERRORS_LOGGED_MAX: u64 = 64;
+
+/// The text of a panic's payload (`panic!` with a message gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 /// The FUSE file system: the adapter between fuser's requests and [`fs::Filesystem`].
@@ -185,6 +231,13 @@ pub struct QuillFuse {
     /// Open files: FUSE file handle → the inode slot [`Filesystem::open_inode`] returned.
     handles: Mutex<HashMap<u64, Arc<InodeSlot>>>,
     next_fh: AtomicU64,
+    /// The journal abort was logged (it is logged once, by whichever request meets it first,
+    /// or at `destroy`).
+    abort_logged: AtomicBool,
+    /// Request errors logged so far (see [`REQUEST_ERRORS_LOGGED_MAX`]).
+    errors_logged: AtomicU64,
+    /// Tests only: see [`LookupTrigger`].
+    test_trigger: Option<LookupTrigger>,
 }
 
 impl std::fmt::Debug for QuillFuse {
@@ -198,7 +251,73 @@ impl QuillFuse {
         // Without a flusher (the thread could not start), data is still written back by
         // fsync, sync, memory pressure and unmount.
         let flusher = fs.start_flusher(FLUSHER_INTERVAL).ok();
-        QuillFuse { fs, flusher, handles: Mutex::new(HashMap::new()), next_fh: AtomicU64::new(1) }
+        QuillFuse {
+            fs,
+            flusher,
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            abort_logged: AtomicBool::new(false),
+            errors_logged: AtomicU64::new(0),
+            test_trigger: None,
+        }
+    }
+
+    /// Runs one request's handler. A panic in it must neither leave the request unanswered
+    /// (its caller would wait forever) nor let what the handler half changed commit: the
+    /// journal is aborted (the file system turns read-only, as after any error the journal
+    /// cannot undo), the reply, dropped while unwinding, answers EIO (fuser's `ReplyRaw`
+    /// answers every reply dropped unsent so), and the worker thread goes on serving. The
+    /// panic's message and backtrace are logged by the panic hook (the mounting program's);
+    /// this adds what became of the request. Locks are `parking_lot`'s, released while
+    /// unwinding and never poisoned, so later requests (reads) still run.
+    fn guarded(&self, op: &'static str, handler: impl FnOnce()) {
+        let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(handler)) else { return };
+        let what = panic_message(&*payload);
+        let _ = self.fs.journal().abort(format!("panic in a FUSE {op} request: {what}"), libc::EIO);
+        log::error!(
+            "a {op} request panicked ({what}): answered EIO; the journal is aborted and the file \
+             system is read-only until it is unmounted (then run e2fsck)"
+        );
+        self.log_abort_once();
+    }
+
+    /// The errno a failed request answers; the one place where file-system errors become
+    /// errno values. Errors that are not a caller's ordinary outcome (I/O errors, corruption,
+    /// a failed journal) are logged, and so is a journal abort the first time a request meets it
+    /// (the abort's sticky error, which every later change returns, is not logged again).
+    fn errno(&self, err: FsError) -> Errno {
+        let errno = err.errno();
+        let aborted = matches!(err, FsError::Journal(journal::JournalError::Aborted { .. }));
+        let serious = !aborted
+            && (err.is_corruption()
+                || matches!(err, FsError::Device(_) | FsError::Journal(_))
+                || errno == libc::EIO);
+        if serious {
+            let logged = self.errors_logged.fetch_add(1, Ordering::Relaxed);
+            if logged < REQUEST_ERRORS_LOGGED_MAX {
+                log::error!("a request failed: {err} (errno {errno})");
+            } else if logged == REQUEST_ERRORS_LOGGED_MAX {
+                log::error!(
+                    "{REQUEST_ERRORS_LOGGED_MAX} request errors logged; later ones are not"
+                );
+            }
+        }
+        self.log_abort_once();
+        Errno::from_i32(errno)
+    }
+
+    /// Logs the journal's abort and its first cause, once per mount: from then on every change
+    /// fails (EROFS) and nothing more is committed.
+    fn log_abort_once(&self) {
+        if !self.fs.journal().is_aborted() || self.abort_logged.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Err(err) = self.fs.journal().check_aborted() {
+            log::error!(
+                "{err}: the file system is read-only from now on; what was committed before \
+                 stays, and recovery (the next mount, `quill recover` or e2fsck) finishes it"
+            );
+        }
     }
 
     fn open_handle(&self, ino: u32) -> Result<FileHandle, FsError> {
@@ -210,14 +329,14 @@ impl QuillFuse {
 
     fn close_handle(&self, fh: FileHandle) -> Result<(), Errno> {
         let slot = self.handles.lock().remove(&fh.0).ok_or(Errno::EBADF)?;
-        self.fs.close_inode(&slot).map_err(errno)
+        self.fs.close_inode(&slot).map_err(|e| self.errno(e))
     }
 
     /// Owner and group of a new inode in directory `parent`, and its mode: a set-group-ID
     /// directory hands its group down, and its set-group-ID bit to subdirectories (as
     /// `inode_init_owner` does; the kernel leaves this to a FUSE file system).
     fn new_owner(&self, req: &Request, parent: u32, mode: u16) -> Result<(u32, u32, u16), Errno> {
-        let pattr = self.fs.getattr(parent).map_err(errno)?;
+        let pattr = self.fs.getattr(parent).map_err(|e| self.errno(e))?;
         if pattr.mode & libc::S_ISGID as u16 == 0 {
             return Ok((req.uid(), req.gid(), mode));
         }
@@ -235,7 +354,7 @@ impl QuillFuse {
         ino: u32,
         mode: Option<u16>,
     ) -> Result<Option<u16>, Errno> {
-        let attr = self.fs.getattr(ino).map_err(errno)?;
+        let attr = self.fs.getattr(ino).map_err(|e| self.errno(e))?;
         let mode = mode.map_or(attr.mode, |m| (attr.mode & ext4::MODE_TYPE_MASK) | m);
         if mode & (libc::S_ISUID | libc::S_ISGID) as u16 == 0 {
             return Ok(None);
@@ -247,7 +366,7 @@ impl QuillFuse {
     fn drop_privileges(&self, req: &Request, ino: u32) -> Result<(), Errno> {
         if let Some(mode) = self.mode_dropping_privileges(req, ino, None)? {
             let set = SetAttr { mode: Some(mode), ..SetAttr::default() };
-            self.fs.setattr(ino, &set).map_err(errno)?;
+            self.fs.setattr(ino, &set).map_err(|e| self.errno(e))?;
         }
         Ok(())
     }
@@ -255,7 +374,7 @@ impl QuillFuse {
     fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, FsError>) {
         match result {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(attr.generation.into())),
-            Err(err) => reply.error(errno(err)),
+            Err(err) => reply.error(self.errno(err)),
         }
     }
 }
@@ -373,30 +492,42 @@ impl fuser::Filesystem for QuillFuse {
         let open: Vec<Arc<InodeSlot>> = self.handles.lock().drain().map(|(_, s)| s).collect();
         for slot in open {
             if let Err(err) = self.fs.close_inode(&slot) {
-                eprintln!("quill: closing an inode left open at unmount: {err}");
+                log::error!("closing an inode left open at unmount: {err}");
             }
         }
+        // A journal that aborted in the background (commit or checkpoint I/O) with no request
+        // to meet it is reported here at the latest.
+        self.log_abort_once();
         if !self.fs.is_read_only() {
             if let Err(err) = self.fs.sync() {
-                eprintln!("quill: sync at unmount: {err}");
+                log::error!("sync at unmount: {err}");
             }
         }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let parent = ino!(parent, reply);
-        self.reply_entry(reply, self.fs.lookup(parent, name.as_bytes()));
+        self.guarded("lookup", move || {
+            if let Some(trigger) = &self.test_trigger {
+                if trigger.name == name.as_bytes() {
+                    (trigger.action)();
+                }
+            }
+            let parent = ino!(parent, reply);
+            self.reply_entry(reply, self.fs.lookup(parent, name.as_bytes()));
+        })
     }
 
     // forget: the default no-op; the file system caches inodes itself and evicts them when
     // nothing refers to them.
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let ino = ino!(ino, reply);
-        match self.fs.getattr(ino) {
-            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("getattr", move || {
+            let ino = ino!(ino, reply);
+            match self.fs.getattr(ino) {
+                Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn setattr(
@@ -417,37 +548,41 @@ impl fuser::Filesystem for QuillFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let ino = ino!(ino, reply);
-        let mut mode = mode.map(|m| (m & 0o7777) as u16);
-        if size.is_some() {
-            // A truncate drops set-id bits as a write does; the kernel may send the mode its
-            // own, older rule left in the same request.
-            match self.mode_dropping_privileges(req, ino, mode) {
-                Ok(Some(dropped)) => mode = Some(dropped),
-                Ok(None) => {}
-                Err(e) => return reply.error(e),
+        self.guarded("setattr", move || {
+            let ino = ino!(ino, reply);
+            let mut mode = mode.map(|m| (m & 0o7777) as u16);
+            if size.is_some() {
+                // A truncate drops set-id bits as a write does; the kernel may send the mode
+                // its own, older rule left in the same request.
+                match self.mode_dropping_privileges(req, ino, mode) {
+                    Ok(Some(dropped)) => mode = Some(dropped),
+                    Ok(None) => {}
+                    Err(e) => return reply.error(e),
+                }
             }
-        }
-        let set = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(time_or_now),
-            mtime: mtime.map(time_or_now),
-        };
-        match self.fs.setattr(ino, &set) {
-            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
-            Err(err) => reply.error(errno(err)),
-        }
+            let set = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime: atime.map(time_or_now),
+                mtime: mtime.map(time_or_now),
+            };
+            match self.fs.setattr(ino, &set) {
+                Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let ino = ino!(ino, reply);
-        match self.fs.readlink(ino) {
-            Ok(target) => reply.data(&target),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("readlink", move || {
+            let ino = ino!(ino, reply);
+            match self.fs.readlink(ino) {
+                Ok(target) => reply.data(&target),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn mknod(
@@ -460,12 +595,14 @@ impl fuser::Filesystem for QuillFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let parent = ino!(parent, reply);
-        let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
-            Ok(owner) => owner,
-            Err(e) => return reply.error(e),
-        };
-        self.reply_entry(reply, self.fs.mknod(parent, name.as_bytes(), mode, rdev, uid, gid));
+        self.guarded("mknod", move || {
+            let parent = ino!(parent, reply);
+            let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
+                Ok(owner) => owner,
+                Err(e) => return reply.error(e),
+            };
+            self.reply_entry(reply, self.fs.mknod(parent, name.as_bytes(), mode, rdev, uid, gid));
+        })
     }
 
     fn mkdir(
@@ -477,29 +614,38 @@ impl fuser::Filesystem for QuillFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let parent = ino!(parent, reply);
-        let mode = ext4::MODE_DIR | (masked(mode, umask) & 0o7777);
-        let (uid, gid, mode) = match self.new_owner(req, parent, mode) {
-            Ok(owner) => owner,
-            Err(e) => return reply.error(e),
-        };
-        self.reply_entry(reply, self.fs.mkdir(parent, name.as_bytes(), mode & 0o7777, uid, gid));
+        self.guarded("mkdir", move || {
+            let parent = ino!(parent, reply);
+            let mode = ext4::MODE_DIR | (masked(mode, umask) & 0o7777);
+            let (uid, gid, mode) = match self.new_owner(req, parent, mode) {
+                Ok(owner) => owner,
+                Err(e) => return reply.error(e),
+            };
+            self.reply_entry(
+                reply,
+                self.fs.mkdir(parent, name.as_bytes(), mode & 0o7777, uid, gid),
+            );
+        })
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let parent = ino!(parent, reply);
-        match self.fs.unlink(parent, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("unlink", move || {
+            let parent = ino!(parent, reply);
+            match self.fs.unlink(parent, name.as_bytes()) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let parent = ino!(parent, reply);
-        match self.fs.rmdir(parent, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("rmdir", move || {
+            let parent = ino!(parent, reply);
+            match self.fs.rmdir(parent, name.as_bytes()) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn symlink(
@@ -510,13 +656,18 @@ impl fuser::Filesystem for QuillFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let parent = ino!(parent, reply);
-        let (uid, gid, _) = match self.new_owner(req, parent, ext4::MODE_SYMLINK | 0o777) {
-            Ok(owner) => owner,
-            Err(e) => return reply.error(e),
-        };
-        let target = target.as_os_str().as_bytes();
-        self.reply_entry(reply, self.fs.symlink(parent, link_name.as_bytes(), target, uid, gid));
+        self.guarded("symlink", move || {
+            let parent = ino!(parent, reply);
+            let (uid, gid, _) = match self.new_owner(req, parent, ext4::MODE_SYMLINK | 0o777) {
+                Ok(owner) => owner,
+                Err(e) => return reply.error(e),
+            };
+            let target = target.as_os_str().as_bytes();
+            self.reply_entry(
+                reply,
+                self.fs.symlink(parent, link_name.as_bytes(), target, uid, gid),
+            );
+        })
     }
 
     fn rename(
@@ -529,21 +680,23 @@ impl fuser::Filesystem for QuillFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let parent = ino!(parent, reply);
-        let newparent = ino!(newparent, reply);
-        let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
-        if !known.contains(flags) {
-            // RENAME_WHITEOUT (overlayfs) and unknown bits.
-            return reply.error(Errno::EINVAL);
-        }
-        let flags = RenameFlags {
-            noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
-            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
-        };
-        match self.fs.rename(parent, name.as_bytes(), newparent, newname.as_bytes(), flags) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("rename", move || {
+            let parent = ino!(parent, reply);
+            let newparent = ino!(newparent, reply);
+            let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+            if !known.contains(flags) {
+                // RENAME_WHITEOUT (overlayfs) and unknown bits.
+                return reply.error(Errno::EINVAL);
+            }
+            let flags = RenameFlags {
+                noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+                exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+            };
+            match self.fs.rename(parent, name.as_bytes(), newparent, newname.as_bytes(), flags) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn link(
@@ -554,17 +707,21 @@ impl fuser::Filesystem for QuillFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let ino = ino!(ino, reply);
-        let newparent = ino!(newparent, reply);
-        self.reply_entry(reply, self.fs.link(ino, newparent, newname.as_bytes()));
+        self.guarded("link", move || {
+            let ino = ino!(ino, reply);
+            let newparent = ino!(newparent, reply);
+            self.reply_entry(reply, self.fs.link(ino, newparent, newname.as_bytes()));
+        })
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let ino = ino!(ino, reply);
-        match self.open_handle(ino) {
-            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("open", move || {
+            let ino = ino!(ino, reply);
+            match self.open_handle(ino) {
+                Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn read(
@@ -578,12 +735,14 @@ impl fuser::Filesystem for QuillFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let ino = ino!(ino, reply);
-        let mut buf = vec![0u8; size as usize];
-        match self.fs.read(ino, offset, &mut buf) {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("read", move || {
+            let ino = ino!(ino, reply);
+            let mut buf = vec![0u8; size as usize];
+            match self.fs.read(ino, offset, &mut buf) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn write(
@@ -598,15 +757,17 @@ impl fuser::Filesystem for QuillFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let ino = ino!(ino, reply);
-        if let Err(e) = self.drop_privileges(req, ino) {
-            return reply.error(e);
-        }
-        match self.fs.write(ino, offset, data) {
-            // A write request is at most max_write (16 MiB), so the count fits.
-            Ok(n) => reply.written(n as u32),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("write", move || {
+            let ino = ino!(ino, reply);
+            if let Err(e) = self.drop_privileges(req, ino) {
+                return reply.error(e);
+            }
+            match self.fs.write(ino, offset, data) {
+                // A write request is at most max_write (16 MiB), so the count fits.
+                Ok(n) => reply.written(n as u32),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn flush(
@@ -617,9 +778,11 @@ impl fuser::Filesystem for QuillFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes reach the file system before their request is answered: close has nothing
-        // left to push.
-        reply.ok();
+        self.guarded("flush", move || {
+            // Writes reach the file system before their request is answered: close has nothing
+            // left to push.
+            reply.ok();
+        })
     }
 
     fn release(
@@ -632,10 +795,10 @@ impl fuser::Filesystem for QuillFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.close_handle(fh) {
+        self.guarded("release", move || match self.close_handle(fh) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
-        }
+        })
     }
 
     fn fsync(
@@ -646,23 +809,27 @@ impl fuser::Filesystem for QuillFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let ino = ino!(ino, reply);
-        match self.fs.fsync(ino, datasync) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("fsync", move || {
+            let ino = ino!(ino, reply);
+            match self.fs.fsync(ino, datasync) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // Directory streams are stateless: readdir cookies are stable across changes.
-        let ino = ino!(ino, reply);
-        match self.fs.getattr(ino) {
-            Ok(attr) if attr.mode & ext4::MODE_TYPE_MASK == ext4::MODE_DIR => {
-                reply.opened(FileHandle(0), FopenFlags::empty())
+        self.guarded("opendir", move || {
+            // Directory streams are stateless: readdir cookies are stable across changes.
+            let ino = ino!(ino, reply);
+            match self.fs.getattr(ino) {
+                Ok(attr) if attr.mode & ext4::MODE_TYPE_MASK == ext4::MODE_DIR => {
+                    reply.opened(FileHandle(0), FopenFlags::empty())
+                }
+                Ok(_) => reply.error(Errno::ENOTDIR),
+                Err(err) => reply.error(self.errno(err)),
             }
-            Ok(_) => reply.error(Errno::ENOTDIR),
-            Err(err) => reply.error(errno(err)),
-        }
+        })
     }
 
     fn readdir(
@@ -673,35 +840,37 @@ impl fuser::Filesystem for QuillFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let ino = ino!(ino, reply);
-        let mut cookie = offset;
-        loop {
-            let entries = match self.fs.readdir(ino, cookie, READDIR_BATCH) {
-                Ok(entries) => entries,
-                Err(err) => return reply.error(errno(err)),
-            };
-            if entries.is_empty() {
-                break;
-            }
-            for entry in entries {
-                let kind = match kind_of_dirent(entry.file_type) {
-                    Some(kind) => kind,
-                    // No filetype feature: ask the inode.
-                    None => match self.fs.getattr(entry.ino) {
-                        Ok(attr) => kind_of_mode(attr.mode),
-                        Err(err) => return reply.error(errno(err)),
-                    },
+        self.guarded("readdir", move || {
+            let ino = ino!(ino, reply);
+            let mut cookie = offset;
+            loop {
+                let entries = match self.fs.readdir(ino, cookie, READDIR_BATCH) {
+                    Ok(entries) => entries,
+                    Err(err) => return reply.error(self.errno(err)),
                 };
-                let name = OsStr::from_bytes(&entry.name);
-                // The kernel resumes at the offset of the last entry it kept, so an entry that
-                // did not fit comes again in the next call.
-                if reply.add(to_fuse(entry.ino), entry.next_cookie, kind, name) {
-                    return reply.ok();
+                if entries.is_empty() {
+                    break;
                 }
-                cookie = entry.next_cookie;
+                for entry in entries {
+                    let kind = match kind_of_dirent(entry.file_type) {
+                        Some(kind) => kind,
+                        // No filetype feature: ask the inode.
+                        None => match self.fs.getattr(entry.ino) {
+                            Ok(attr) => kind_of_mode(attr.mode),
+                            Err(err) => return reply.error(self.errno(err)),
+                        },
+                    };
+                    let name = OsStr::from_bytes(&entry.name);
+                    // The kernel resumes at the offset of the last entry it kept, so an entry that
+                    // did not fit comes again in the next call.
+                    if reply.add(to_fuse(entry.ino), entry.next_cookie, kind, name) {
+                        return reply.ok();
+                    }
+                    cookie = entry.next_cookie;
+                }
             }
-        }
-        reply.ok();
+            reply.ok();
+        })
     }
 
     fn releasedir(
@@ -712,7 +881,9 @@ impl fuser::Filesystem for QuillFuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        self.guarded("releasedir", move || {
+            reply.ok();
+        })
     }
 
     fn fsyncdir(
@@ -723,25 +894,29 @@ impl fuser::Filesystem for QuillFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let ino = ino!(ino, reply);
-        match self.fs.fsync(ino, datasync) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("fsyncdir", move || {
+            let ino = ino!(ino, reply);
+            match self.fs.fsync(ino, datasync) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.fs.statfs();
-        reply.statfs(
-            s.blocks,
-            s.blocks_free,
-            s.blocks_available,
-            s.inodes,
-            s.inodes_free,
-            s.block_size,
-            s.name_max,
-            s.block_size,
-        );
+        self.guarded("statfs", move || {
+            let s = self.fs.statfs();
+            reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_available,
+                s.inodes,
+                s.inodes_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            );
+        })
     }
 
     fn setxattr(
@@ -754,61 +929,69 @@ impl fuser::Filesystem for QuillFuse {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        let ino = ino!(ino, reply);
-        if position != 0 {
-            // Resource forks (macOS only).
-            return reply.error(Errno::EINVAL);
-        }
-        if ACL_XATTRS.contains(&name.as_bytes()) {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
-        let mode = match flags {
-            0 => SetMode::Any,
-            libc::XATTR_CREATE => SetMode::Create,
-            libc::XATTR_REPLACE => SetMode::Replace,
-            _ => return reply.error(Errno::EINVAL),
-        };
-        match self.fs.setxattr(ino, name.as_bytes(), value, mode) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("setxattr", move || {
+            let ino = ino!(ino, reply);
+            if position != 0 {
+                // Resource forks (macOS only).
+                return reply.error(Errno::EINVAL);
+            }
+            if ACL_XATTRS.contains(&name.as_bytes()) {
+                return reply.error(Errno::EOPNOTSUPP);
+            }
+            let mode = match flags {
+                0 => SetMode::Any,
+                libc::XATTR_CREATE => SetMode::Create,
+                libc::XATTR_REPLACE => SetMode::Replace,
+                _ => return reply.error(Errno::EINVAL),
+            };
+            match self.fs.setxattr(ino, name.as_bytes(), value, mode) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let ino = ino!(ino, reply);
-        if ACL_XATTRS.contains(&name.as_bytes()) {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
-        match self.fs.getxattr(ino, name.as_bytes()) {
-            Ok(value) => reply_sized(reply, &value, size),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("getxattr", move || {
+            let ino = ino!(ino, reply);
+            if ACL_XATTRS.contains(&name.as_bytes()) {
+                return reply.error(Errno::EOPNOTSUPP);
+            }
+            match self.fs.getxattr(ino, name.as_bytes()) {
+                Ok(value) => reply_sized(reply, &value, size),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let ino = ino!(ino, reply);
-        match self.fs.listxattr(ino) {
-            Ok(names) => {
-                let mut list = Vec::new();
-                for name in names.iter().filter(|n| !ACL_XATTRS.contains(&n.as_slice())) {
-                    list.extend_from_slice(name);
-                    list.push(0);
+        self.guarded("listxattr", move || {
+            let ino = ino!(ino, reply);
+            match self.fs.listxattr(ino) {
+                Ok(names) => {
+                    let mut list = Vec::new();
+                    for name in names.iter().filter(|n| !ACL_XATTRS.contains(&n.as_slice())) {
+                        list.extend_from_slice(name);
+                        list.push(0);
+                    }
+                    reply_sized(reply, &list, size)
                 }
-                reply_sized(reply, &list, size)
+                Err(err) => reply.error(self.errno(err)),
             }
-            Err(err) => reply.error(errno(err)),
-        }
+        })
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let ino = ino!(ino, reply);
-        if ACL_XATTRS.contains(&name.as_bytes()) {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
-        match self.fs.removexattr(ino, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("removexattr", move || {
+            let ino = ino!(ino, reply);
+            if ACL_XATTRS.contains(&name.as_bytes()) {
+                return reply.error(Errno::EOPNOTSUPP);
+            }
+            match self.fs.removexattr(ino, name.as_bytes()) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn create(
@@ -821,25 +1004,27 @@ impl fuser::Filesystem for QuillFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let parent = ino!(parent, reply);
-        let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
-            Ok(owner) => owner,
-            Err(e) => return reply.error(e),
-        };
-        let attr = match self.fs.create(parent, name.as_bytes(), mode & 0o7777, uid, gid) {
-            Ok(attr) => attr,
-            Err(err) => return reply.error(errno(err)),
-        };
-        match self.open_handle(attr.ino) {
-            Ok(fh) => reply.created(
-                &TTL,
-                &file_attr(&attr),
-                Generation(attr.generation.into()),
-                fh,
-                FopenFlags::empty(),
-            ),
-            Err(err) => reply.error(errno(err)),
-        }
+        self.guarded("create", move || {
+            let parent = ino!(parent, reply);
+            let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
+                Ok(owner) => owner,
+                Err(e) => return reply.error(e),
+            };
+            let attr = match self.fs.create(parent, name.as_bytes(), mode & 0o7777, uid, gid) {
+                Ok(attr) => attr,
+                Err(err) => return reply.error(self.errno(err)),
+            };
+            match self.open_handle(attr.ino) {
+                Ok(fh) => reply.created(
+                    &TTL,
+                    &file_attr(&attr),
+                    Generation(attr.generation.into()),
+                    fh,
+                    FopenFlags::empty(),
+                ),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 
     fn fallocate(
@@ -852,25 +1037,27 @@ impl fuser::Filesystem for QuillFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let ino = ino!(ino, reply);
-        let mode = match mode {
-            0 => FallocateMode::Allocate,
-            libc::FALLOC_FL_KEEP_SIZE => FallocateMode::KeepSize,
-            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
-                FallocateMode::PunchHole
+        self.guarded("fallocate", move || {
+            let ino = ino!(ino, reply);
+            let mode = match mode {
+                0 => FallocateMode::Allocate,
+                libc::FALLOC_FL_KEEP_SIZE => FallocateMode::KeepSize,
+                m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
+                    FallocateMode::PunchHole
+                }
+                // ZERO_RANGE, COLLAPSE_RANGE, INSERT_RANGE, PUNCH_HOLE without KEEP_SIZE (which
+                // Linux rejects as EOPNOTSUPP too).
+                _ => return reply.error(Errno::EOPNOTSUPP),
+            };
+            // ext4_fallocate's file_modified: set-id bits go as on write.
+            if let Err(e) = self.drop_privileges(req, ino) {
+                return reply.error(e);
             }
-            // ZERO_RANGE, COLLAPSE_RANGE, INSERT_RANGE, PUNCH_HOLE without KEEP_SIZE (which
-            // Linux rejects as EOPNOTSUPP too).
-            _ => return reply.error(Errno::EOPNOTSUPP),
-        };
-        // ext4_fallocate's file_modified: set-id bits go as on write.
-        if let Err(e) = self.drop_privileges(req, ino) {
-            return reply.error(e);
-        }
-        match self.fs.fallocate(ino, mode, offset, length) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(err)),
-        }
+            match self.fs.fallocate(ino, mode, offset, length) {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
     }
 }
 

@@ -15,9 +15,11 @@
 //! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N` | one journal technique setting |
 //! | `threads=N` | FUSE worker threads |
 //! | `relatime` (default), `strictatime`, `noatime` (`atime`: back to relatime), `nodiratime` | when reads update access times ([`fs::AtimeMode`]) |
+//! | `log=PATH` | the mount's log file (instead of syslog, or of the default file where there is no syslog) |
 //! | `nosuid`, `nodev`, `noexec`, `sync`, `dirsync` (and `suid`, `dev`, `exec`, `async`) | generic mount flags, passed to the kernel |
 //! | `defaults`, `auto`, `noauto`, `nofail`, `_netdev`, `norelatime`, `x-*`, `comment=*` | accepted for /etc/fstab, no effect |
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use fuser::MountOption;
@@ -37,6 +39,8 @@ pub struct MountSpec {
     /// The FUSE side (threads, allow_other, read-only, VFS flags); `fsname` is left for the
     /// caller to fill in with the image path.
     pub fuse: MountConfig,
+    /// `log=PATH`: where the mount process logs (its caller decides the default).
+    pub log_file: Option<PathBuf>,
     /// Options accepted without effect (sloppy mode's unknown ones among them), for `-v`.
     pub ignored: Vec<String>,
 }
@@ -158,6 +162,10 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 }
                 spec.fuse.threads = n;
             }
+            "log" => {
+                // A comma ends the option, so a path with one cannot be given here.
+                spec.log_file = Some(PathBuf::from(need(key, value.filter(|v| !v.is_empty()))?));
+            }
             _ => {
                 if let Some(flag) = vfs_flag(option) {
                     spec.fuse.vfs_flags.retain(|f| f != &flag);
@@ -262,6 +270,7 @@ mod tests {
             &[
                 "ro,data=journal,commit=7",
                 "errors=remount-ro,allow_other,threads=3,nosuid,x-systemd.automount",
+                "log=/var/log/q.log",
             ],
             false,
         )
@@ -273,6 +282,7 @@ mod tests {
         assert_eq!(spec.fuse.threads, 3);
         assert_eq!(spec.fuse.vfs_flags, vec![MountOption::NoSuid]);
         assert_eq!(spec.ignored, vec!["x-systemd.automount".to_string()]);
+        assert_eq!(spec.log_file, Some(PathBuf::from("/var/log/q.log")));
         // Later wins.
         assert!(!parse(&["ro,rw"], false).unwrap().fs.read_only);
         assert_eq!(parse(&["data=writeback"], false).unwrap().fs.data, fs::DataMode::Writeback);
@@ -325,6 +335,7 @@ mod tests {
             ("coalescing=2", "coalescing=2"),
             ("ro=1", "takes no value"),
             ("data", "needs a value"),
+            ("log=", "needs a value"),
             ("bogus", "unknown mount option \"bogus\""),
         ] {
             let err = parse(&[opts], false).unwrap_err();

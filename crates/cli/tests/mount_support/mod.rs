@@ -240,11 +240,23 @@ impl QuillMount {
 
     /// `quill mount [-o opts] image dir` (daemon); asserts it exits 0 with the mount live.
     pub fn daemon(image: &Path, dir: &Path, opts: &str) -> QuillMount {
+        QuillMount::daemon_with_env(image, dir, opts, &[]).0
+    }
+
+    /// As [`QuillMount::daemon`], with `env` added to quill's environment; also returns what
+    /// `quill mount` printed.
+    pub fn daemon_with_env(
+        image: &Path,
+        dir: &Path,
+        opts: &str,
+        env: &[(&str, &str)],
+    ) -> (QuillMount, Output) {
         let mut cmd = quill();
         cmd.arg("mount");
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts);
         }
+        cmd.envs(env.iter().copied());
         let o = run(cmd.arg(image).arg(dir).stdin(Stdio::null()));
         let mount = QuillMount {
             image: image.to_path_buf(),
@@ -259,7 +271,7 @@ impl QuillMount {
             "quill mount exited 0 but {} is not mounted",
             dir.display()
         );
-        mount
+        (mount, o)
     }
 
     /// Adopts a mount made some other way (the mount helper), served by a daemon.
@@ -284,7 +296,9 @@ impl QuillMount {
     /// Unmounts with `umount` and waits for the quill process to finish; asserts it exited 0
     /// (for `-f`) and released the image, with nothing on stderr.
     pub fn unmount(mut self) {
-        ok(Command::new("umount").arg(&self.dir));
+        if let Err(err) = umount(&self.dir) {
+            panic!("{err}");
+        }
         self.wait_exit();
     }
 
@@ -341,6 +355,101 @@ impl Drop for QuillMount {
             // SAFETY: signalling a process by id.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
+    }
+}
+
+/// How long [`umount`] waits out "target is busy"; a fork child holds its copies for
+/// microseconds to milliseconds, so a refusal this long is a file really left open.
+pub const UMOUNT_BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// `umount DIR`, waiting out a transient "target is busy". A test binary runs its tests on
+/// parallel threads, and they spawn tools: a child forked while another thread has a file
+/// open on a mount holds a copy of that file (its copy of the descriptor table) until it
+/// execs, and the kernel refuses to unmount while the copy exists, though the test closed its
+/// file before calling umount. A refusal that outlasts [`UMOUNT_BUSY_WAIT`] is an error naming
+/// the processes that hold files under `dir`.
+pub fn umount(dir: &Path) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let o = run(Command::new("umount").arg(dir));
+        if o.status.success() {
+            return Ok(());
+        }
+        let busy = text(&o).contains("target is busy");
+        if !busy || start.elapsed() > UMOUNT_BUSY_WAIT {
+            return Err(format!(
+                "umount {} failed ({}): {}; processes using it: {:?}",
+                dir.display(),
+                o.status,
+                text(&o).trim(),
+                users_of(dir)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The processes (pid, command name) with an open file, working directory or root under `dir`.
+pub fn users_of(dir: &Path) -> Vec<(u32, String)> {
+    let under = |link: PathBuf| std::fs::read_link(link).is_ok_and(|p| p.starts_with(dir));
+    let mut users = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let proc_dir = entry.path();
+        let fds = std::fs::read_dir(proc_dir.join("fd")).into_iter().flatten().flatten();
+        let uses = under(proc_dir.join("cwd"))
+            || under(proc_dir.join("root"))
+            || fds.into_iter().any(|fd| under(fd.path()));
+        if uses {
+            let comm = std::fs::read_to_string(proc_dir.join("comm")).unwrap_or_default();
+            users.push((pid, comm.trim().to_string()));
+        }
+    }
+    users
+}
+
+/// Makes this test process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER): a
+/// quill daemon, whose parent exits once it has mounted, then becomes this process's child
+/// instead of PID 1's, so a test sees (and must reap) what a daemon leaves when it exits, and
+/// what `quill mount` itself failed to reap shows up as a zombie child of the test.
+pub fn become_subreaper() {
+    // SAFETY: prctl with integer arguments.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(r, 0, "PR_SET_CHILD_SUBREAPER: {}", std::io::Error::last_os_error());
+}
+
+/// The zombie (defunct) children of process `parent`, as (pid, command name).
+pub fn zombie_children(parent: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses, so split at the
+        // last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let mut rest = stat[close + 1..].split_whitespace();
+        let (Some(state), Some(ppid)) = (rest.next(), rest.next()) else { continue };
+        if state == "Z" && ppid.parse::<u32>() == Ok(parent) {
+            found.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    found
+}
+
+/// Waits up to 30 s for child `pid` (a daemon this subreaper adopted) to exit, reaps it and
+/// returns its exit code (`None` if a signal killed it).
+pub fn reap(pid: u32) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for a child of this process, without blocking.
+        let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+        assert!(r >= 0, "waitpid({pid}): {}", std::io::Error::last_os_error());
+        if r == pid as i32 {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "process {pid} still runs after 30 s");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
