@@ -31,7 +31,7 @@ impl MetaIo for ReadIo<'_> {
             return Err(FsError::BlockOutOfRange { block, blocks_count });
         }
         let buffer = self.fs.journal.read_buffer(block);
-        Ok(buffer.map_err(|e| self.fs.check_meta_read(e.into()))?.to_vec())
+        Ok(buffer.map_err(|e| self.fs.check_fs_error(0, e.into()))?.to_vec())
     }
 
     fn write_meta(&mut self, block: u64, _: &[u8]) -> Result<()> {
@@ -176,6 +176,7 @@ impl Filesystem {
         let ectx = extent_ctx(self, ino, data);
         let mut access =
             DirAccess { io, data, ectx, block_size: self.block_size(), groups: &self.groups };
-        op(&mut access, &ctx)
+        // Damage in a directory (or slow symlink) block is a file-system error (ext4_error).
+        op(&mut access, &ctx).map_err(|e| self.check_fs_error(ino, e))
     }
 }

@@ -34,6 +34,7 @@ pub mod xattr;
 
 mod adapters;
 mod data;
+mod error_policy;
 mod file;
 mod filesystem;
 mod groups;

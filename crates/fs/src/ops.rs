@@ -123,8 +123,7 @@ impl Filesystem {
     /// and directory entries, so a free or out-of-range inode is an error, not a panic.
     pub(crate) fn lock_live<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
         let guard = self.lock_inode(slot)?;
-        let data = guard.as_ref().expect("loaded");
-        if data.inode.links_count == 0 && data.inode.mode == 0 {
+        if guard.as_ref().expect("loaded").is_deleted() {
             return Err(FsError::NotFound);
         }
         Ok(guard)
@@ -196,11 +195,13 @@ impl Filesystem {
         if !data.inode.is_dir() {
             return Err(FsError::NotDir);
         }
+        // Names of deleted inodes are left out: getattr says they do not exist (lock_live).
         Ok(self
             .with_dir(&mut ReadIo { fs: self }, ino, data, |access, ctx| {
                 dir::read_dir(access, ctx, cookie, max)
             })?
             .into_iter()
+            .filter(|e| e.ino == ino || e.name == b".." || !self.names_deleted_inode(e.ino))
             .map(|e| DirEntry {
                 name: e.name,
                 ino: e.ino,
@@ -208,6 +209,22 @@ impl Filesystem {
                 next_cookie: e.next_cookie,
             })
             .collect())
+    }
+
+    /// Whether a directory entry's inode `ino` is deleted, for readdir. The directory is locked,
+    /// and an entry of a damaged directory may name an ancestor: the inode is only tried (a
+    /// locked one is someone's live inode), and one that cannot be read is listed (getattr
+    /// reports the error).
+    fn names_deleted_inode(&self, ino: u32) -> bool {
+        let slot = self.inodes.slot(ino);
+        let Some(mut guard) = slot.state.try_lock() else { return false };
+        if guard.is_none() {
+            match self.load_inode(ino) {
+                Ok(data) => *guard = Some(data),
+                Err(_) => return false,
+            }
+        }
+        guard.as_ref().is_some_and(InodeData::is_deleted)
     }
 
     pub fn readlink(&self, ino: u32) -> Result<Vec<u8>> {
@@ -633,6 +650,9 @@ impl Filesystem {
         if is_dir && !self.dir_is_empty(ino, data)? {
             return Err(FsError::NotEmpty);
         }
+        if is_dir || data.inode.links_count <= 1 {
+            self.check_releasable(ino, data)?;
+        }
         // Removing an entry allocates nothing: no reservation, so a full disk can be emptied.
         let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
         let result = (|| {
@@ -677,6 +697,22 @@ impl Filesystem {
         crate::orphan::add(self, txn, ino, data)?;
         txn_write_inode(self, txn, ino, data, true)?;
         Ok(slot.open_count.load(std::sync::atomic::Ordering::Acquire) == 0)
+    }
+
+    /// Reads everything [`Filesystem::release_inode`] will read to free inode `ino` (its
+    /// extent tree, in-inode xattrs and xattr block), so that an operation dropping its last
+    /// link finds damage there before its first change, as ext4 reads them before it starts:
+    /// it then fails with nothing changed (the error recorded, see `error_policy.rs`) instead
+    /// of removing the name and leaving an inode it cannot free. Values stored in an inode of
+    /// their own (ea_inode, which a writable quill file system does not have) are damage too:
+    /// freeing this inode would leak that one.
+    pub(crate) fn check_releasable(&self, ino: u32, data: &InodeData) -> Result<()> {
+        self.check_extent_tree(ino, data)?;
+        let area = data.inode.xattr_area_range(data.raw.len());
+        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+        xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
+            .map_err(|e| self.check_fs_error(ino, e))?;
+        Ok(())
     }
 
     /// Frees an unlinked inode's blocks, xattr block and the inode itself, and takes it off
