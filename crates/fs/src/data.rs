@@ -534,9 +534,10 @@ impl Filesystem {
         }
     }
 
-    /// Reads and checks every node of `ino`'s extent tree, and that no extent or tree block
-    /// claims file-system metadata (the kernel's `ext4_ext_check` with its system-zone check),
-    /// so that an operation that will free blocks finds damage before its first change.
+    /// Reads and checks every node of `ino`'s extent tree, that no extent or tree block claims
+    /// file-system metadata (the kernel's `ext4_ext_check` with its system-zone check), and
+    /// that the block bitmaps mark them in use, so that an operation that will free blocks
+    /// finds damage before its first change.
     pub(crate) fn check_extent_tree(&self, ino: u32, data: &InodeData) -> Result<()> {
         if !self.maps_extents(ino, data)? {
             return Ok(());
@@ -544,13 +545,17 @@ impl Filesystem {
         let ectx = extent_ctx(self, ino, data);
         let root = &data.inode.block;
         let check = || -> Result<()> {
+            let mut ranges = Vec::new();
             for e in extent_tree::extents(&mut ReadIo { fs: self }, &ectx, root)? {
                 self.check_data_blocks(e.start, u64::from(e.len))?;
+                ranges.push((e.start, u64::from(e.len)));
             }
             for block in extent_tree::tree_blocks(&mut ReadIo { fs: self }, &ectx, root)? {
                 self.check_data_blocks(block, 1)?;
+                ranges.push((block, 1));
             }
-            Ok(())
+            // Freeing them needs their bitmaps readable and agreeing.
+            self.groups.check_in_use(&self.journal, None, &ranges)
         };
         check().map_err(|e| self.check_fs_error(ino, e))
     }

@@ -238,12 +238,14 @@ impl Filesystem {
         if data.inode.flags & ext4::EXTENTS_FL == 0 && len < ext4::INODE_BLOCK_SIZE {
             // A fast symlink: the target lives in i_block.
             if len > ext4::INODE_BLOCK_SIZE {
-                return Err(FsError::corrupted(0, format!("fast symlink {ino} of {len} bytes")));
+                let err = FsError::corrupted(0, format!("fast symlink {ino} of {len} bytes"));
+                return Err(self.check_fs_error(ino, err));
             }
             return Ok(data.inode.block[..len].to_vec());
         }
         if len > self.block_size() as usize {
-            return Err(FsError::corrupted(0, format!("symlink {ino} of {len} bytes")));
+            let err = FsError::corrupted(0, format!("symlink {ino} of {len} bytes"));
+            return Err(self.check_fs_error(ino, err));
         }
         // A slow symlink's block is journaled metadata: read it through the journal's cache,
         // which has it even before it is checkpointed home.
@@ -710,9 +712,12 @@ impl Filesystem {
         self.check_extent_tree(ino, data)?;
         let area = data.inode.xattr_area_range(data.raw.len());
         let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
-        xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
-            .map_err(|e| self.check_fs_error(ino, e))?;
-        Ok(())
+        let check = || {
+            xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)?;
+            let xattr_block = (data.inode.file_acl != 0).then_some((data.inode.file_acl, 1));
+            self.groups.check_in_use(&self.journal, Some(ino), xattr_block.as_slice())
+        };
+        check().map_err(|e| self.check_fs_error(ino, e))
     }
 
     /// Frees an unlinked inode's blocks, xattr block and the inode itself, and takes it off
@@ -778,6 +783,7 @@ impl Filesystem {
         let area = data.inode.xattr_area_range(data.raw.len());
         let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
         xattr::get(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl, name)
+            .map_err(|e| self.check_fs_error(ino, e))
     }
 
     pub fn listxattr(&self, ino: u32) -> Result<Vec<Vec<u8>>> {
@@ -787,6 +793,7 @@ impl Filesystem {
         let area = data.inode.xattr_area_range(data.raw.len());
         let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
         xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
+            .map_err(|e| self.check_fs_error(ino, e))
     }
 
     pub fn setxattr(&self, ino: u32, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
