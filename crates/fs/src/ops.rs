@@ -16,6 +16,7 @@ use crate::error::{FsError, Result};
 use crate::extent_tree;
 use crate::filesystem::{now, Filesystem, Txn};
 use crate::inodes::{self, InodeData, InodeGuard, InodeSlot};
+use crate::meta_io::MetaIo;
 use crate::xattr::{self, SetMode, XattrCtx};
 
 /// The root directory's inode number.
@@ -466,6 +467,9 @@ impl Filesystem {
                 }
                 Err(err) => return self.finish(Err(err), txn),
             };
+        // The new inode as far as it got (its blocks, whether its record was written), for
+        // undoing it when a later step fails.
+        let mut made: Option<(InodeData, bool)> = None;
         let result = (|| {
             let fs = self;
             let extra = fs.params.min_extra_isize.max(32);
@@ -482,9 +486,9 @@ impl Filesystem {
             inode.generation = fs.new_generation();
             extent_tree::init_root(&mut inode.block);
             init(ino, &mut inode)?;
-            let mut data = InodeData::new(inode, raw, false);
+            let (data, written) = made.insert((InodeData::new(inode, raw, false), false));
             if is_dir {
-                fs.with_dir(&mut txn, ino, &mut data, |access, ctx| {
+                fs.with_dir(&mut txn, ino, data, |access, ctx| {
                     dir::init_dir(access, ctx, ino, parent)
                 })?;
                 let delta = txn.take_blocks_delta();
@@ -492,7 +496,7 @@ impl Filesystem {
             } else if let Some(content) = first_block {
                 // A slow symlink's block, journaled in the creating transaction as ext4 does
                 // (ext4_init_symlink_block): a crash never leaves the link without its target.
-                fs.with_dir(&mut txn, ino, &mut data, |access, _| {
+                fs.with_dir(&mut txn, ino, data, |access, _| {
                     let lblk = access.append_dir_block()?;
                     let mut block = vec![0u8; access.block_size()];
                     block[..content.len()].copy_from_slice(content);
@@ -502,7 +506,9 @@ impl Filesystem {
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, fs.block_size());
             }
-            fs.write_inode(&mut txn.handle, ino, &mut data, true)?;
+            fs.write_inode(&mut txn.handle, ino, data, true)?;
+            *written = true;
+            let data = &mut made.as_mut().expect("made above").0;
             let file_type = ondisk::ext4::dir::file_type_from_mode(mode);
             fs.dir_add(&mut txn, parent, pdata, name, ino, file_type)?;
             if is_dir {
@@ -511,14 +517,52 @@ impl Filesystem {
             pdata.inode.mtime = t;
             pdata.inode.ctime = t;
             txn_write_inode(fs, &mut txn, parent, pdata, true)?;
-            // The new inode's slot starts out loaded (nobody else knows its number yet).
-            let slot = fs.inodes.slot(ino);
-            let attr = fs.attr_of(ino, &data);
-            *slot.state.lock() = Some(data);
-            Ok(attr)
+            Ok(fs.attr_of(ino, data))
         })();
-        let attr = self.finish(result, txn)?;
-        Ok(attr)
+        match &result {
+            Ok(_) => {
+                // The new inode's slot starts out loaded (nobody else knows its number yet).
+                let (data, _) = made.take().expect("made on success");
+                *self.inodes.slot(ino).state.lock() = Some(data);
+            }
+            Err(_) => {
+                // ext4's error path (drop_nlink + iput) frees the new inode: do the same in
+                // this handle, so that under errors=continue nothing half made commits. If
+                // that fails too, the handle is beyond use and `finish` deals with it.
+                let _ = self.unmake_inode(&mut txn, ino, is_dir, made.take());
+            }
+        }
+        self.finish(result, txn)
+    }
+
+    /// Undoes [`Filesystem::create_node`]'s allocation of inode `ino` under `txn`: frees the
+    /// blocks it was given, marks its record deleted if it was written, and frees the number.
+    fn unmake_inode(
+        &self,
+        txn: &mut Txn<'_>,
+        ino: u32,
+        is_dir: bool,
+        made: Option<(InodeData, bool)>,
+    ) -> Result<()> {
+        if let Some((mut data, written)) = made {
+            let ectx = crate::adapters::extent_ctx(self, ino, &data);
+            // A new directory's or slow symlink's blocks were journaled: revoke them.
+            txn.revoke_freed_data = true;
+            for e in extent_tree::extents(txn, &ectx, &data.inode.block)? {
+                txn.free_data_blocks(e.start, u64::from(e.len))?;
+            }
+            if written {
+                data.inode.links_count = 0;
+                data.inode.mode = 0;
+                data.inode.dtime = now().sec as u32;
+                extent_tree::init_root(&mut data.inode.block);
+                data.inode.size = 0;
+                let delta = txn.take_blocks_delta();
+                add_blocks(&mut data.inode, delta, self.block_size());
+                self.write_inode(&mut txn.handle, ino, &mut data, true)?;
+            }
+        }
+        self.groups.free_inode(&self.journal, &mut txn.handle, ino, is_dir)
     }
 
     /// Adds `name → ino` to directory `dir` under `txn`, updating the directory's size and

@@ -2022,18 +2022,9 @@ fn line_allowed(line: &str, case: &Case, extra_inos: &BTreeSet<u32>) -> bool {
 
 /// Cases that fail for want of a fix elsewhere, with the fix; their failures are reported as
 /// XFAIL instead of failing the test, and once fixed they report XPASS and the entry should
-/// go.
-fn known_issue(name: &str) -> Option<&'static str> {
-    // Under errors=continue, mkdir allocates the inode, then the directory's first block; a
-    // block bitmap found bad only there fails it after its first change, and the allocated
-    // inode commits without its record ("Inode bitmap differences: -N"). ext4 cleans up on
-    // that path (drop_nlink + iput frees the new inode); quill's create_node does not yet.
-    // (Under errors=remount-ro the abort discards it.)
-    let bitmap_at_allocation = ["/block-bitmap-flip", "/block-bitmap-metadata-free"];
-    bitmap_at_allocation.iter().any(|c| name.ends_with(c)).then_some(
-        "create_node: free the allocated inode (and blocks) in the failing handle, as ext4's \
-         error path does",
-    )
+/// go. None are open now.
+fn known_issue(_name: &str) -> Option<&'static str> {
+    None
 }
 
 #[derive(Debug, Default)]

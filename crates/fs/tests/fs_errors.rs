@@ -327,3 +327,32 @@ fn listxattr_lists_only_names_getxattr_finds() {
     }
     fs.unmount().unwrap();
 }
+
+#[test]
+fn mkdir_meeting_a_damaged_block_bitmap_under_errors_continue_leaves_no_inode_behind() {
+    if !tools_present("mkdir_damaged_block_bitmap") {
+        return;
+    }
+    let scratch = Scratch::new("errors-mkdir");
+    let path = image(&scratch, |fs| {
+        let other = fs.create(ROOT_INO, b"other", 0o644, 0, 0).unwrap();
+        fs.write(other.ino, 0, b"undamaged\n").unwrap();
+    });
+    // The block bitmap's checksum no longer matches (the 8 MiB image has one group): the
+    // directory's first block cannot be allocated, after its inode was.
+    let image = fs::Ext4Image::open(common::open_device(&path)).unwrap();
+    let bitmap = image.group_descs()[0].block_bitmap;
+    let bs = u64::from(image.block_size());
+    drop(image);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(bitmap * bs) as usize + 900] ^= 0x10;
+    std::fs::write(&path, bytes).unwrap();
+    let before = fsck_verdict(&path);
+    let fs = open(&path, ErrorPolicy::Continue);
+    let err = fs.mkdir(ROOT_INO, b"new", 0o755, 0, 0).expect_err("mkdir with a bad bitmap");
+    assert_eq!(err.errno(), EUCLEAN, "{err}");
+    assert_eq!(fs.lookup(ROOT_INO, b"new").map_err(|e| e.errno()), Err(2));
+    let _ = fs.unmount();
+    assert_error_recorded(&path, 0);
+    assert_eq!(fsck_verdict(&path), before, "e2fsck's verdict changed");
+}
