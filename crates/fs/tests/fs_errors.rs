@@ -24,8 +24,7 @@ use ondisk::ext4::{
     self, error_code, parse_extent_node, set_inode_checksum, ExtentEntries, Superblock,
 };
 
-const EUCLEAN: i32 = 117;
-const EROFS: i32 = 30;
+use fs::error::errno::{ENOENT, EROFS, EUCLEAN};
 
 fn tools_present(test: &str) -> bool {
     ["mkfs.ext4", "e2fsck", "dumpe2fs"].iter().all(|tool| common::have(tool, test))
@@ -217,12 +216,17 @@ fn truncate_of_a_file_with_a_damaged_extent_tree_changes_nothing() {
     assert_eq!(fsck_verdict(&path), before, "e2fsck's verdict changed");
 }
 
+/// Where the first in-inode xattr entry of inode record `raw` starts (after the 128-byte base
+/// record, `i_extra_isize` and the area's magic).
+fn first_xattr_entry(raw: &[u8]) -> usize {
+    128 + usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]])) + 4
+}
+
 /// Points the first in-inode xattr entry of `ino` at inode `value_ino` (`e_value_inum`), as
 /// only the ea_inode feature may.
 fn set_value_inum(path: &Path, ino: u32, value_ino: u32) {
     edit_inode(path, ino, |raw| {
-        let extra = u16::from_le_bytes([raw[0x80], raw[0x81]]) as usize;
-        let entry = 128 + extra + 4;
+        let entry = first_xattr_entry(raw);
         raw[entry + 4..entry + 8].copy_from_slice(&value_ino.to_le_bytes());
     });
 }
@@ -290,7 +294,7 @@ fn readdir_lists_no_name_of_a_deleted_inode() {
             );
         }
         assert!(!names.contains(&b"gone".to_vec()), "mode cleared {clear_mode}: listed");
-        assert_eq!(fs.lookup(ROOT_INO, b"gone").map_err(|e| e.errno()), Err(2));
+        assert_eq!(fs.lookup(ROOT_INO, b"gone").map_err(|e| e.errno()), Err(ENOENT));
         fs.unmount().unwrap();
     }
 }
@@ -310,8 +314,7 @@ fn listxattr_lists_only_names_getxattr_finds() {
     // The first entry's name index becomes 7 (system.): "system.posix_acl_access", which
     // names another attribute (index 2).
     edit_inode(&path, ino, |raw| {
-        let extra = u16::from_le_bytes([raw[0x80], raw[0x81]]) as usize;
-        let entry = 128 + extra + 4;
+        let entry = first_xattr_entry(raw);
         assert_eq!(&raw[entry + 16..entry + 32], b"posix_acl_access");
         raw[entry + 1] = 7;
     });
@@ -351,7 +354,7 @@ fn mkdir_meeting_a_damaged_block_bitmap_under_errors_continue_leaves_no_inode_be
     let fs = open(&path, ErrorPolicy::Continue);
     let err = fs.mkdir(ROOT_INO, b"new", 0o755, 0, 0).expect_err("mkdir with a bad bitmap");
     assert_eq!(err.errno(), EUCLEAN, "{err}");
-    assert_eq!(fs.lookup(ROOT_INO, b"new").map_err(|e| e.errno()), Err(2));
+    assert_eq!(fs.lookup(ROOT_INO, b"new").map_err(|e| e.errno()), Err(ENOENT));
     let _ = fs.unmount();
     assert_error_recorded(&path, 0);
     assert_eq!(fsck_verdict(&path), before, "e2fsck's verdict changed");

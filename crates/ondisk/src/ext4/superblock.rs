@@ -136,21 +136,23 @@ pub mod error_code {
     pub const ENOTEMPTY: u8 = 15;
 }
 
-/// ext4_errno_to_code: the error code recorded for a (positive) errno.
+/// ext4_errno_to_code: the error code recorded for a (positive, Linux) errno. This crate
+/// does no I/O and has no errno table: the numbers are Linux's (EBADMSG is ext4's EFSBADCRC,
+/// EUCLEAN its EFSCORRUPTED).
 pub fn error_code_of_errno(errno: i32) -> u8 {
     match errno {
         0 => 0,
-        5 => error_code::EIO,
-        12 => error_code::ENOMEM,
-        74 => error_code::EFSBADCRC,
-        117 => error_code::EFSCORRUPTED,
-        28 => error_code::ENOSPC,
-        30 => error_code::EROFS,
-        27 => error_code::EFBIG,
-        17 => error_code::EEXIST,
-        34 => error_code::ERANGE,
-        20 => error_code::ENOTDIR,
-        39 => error_code::ENOTEMPTY,
+        5 => error_code::EIO,            // EIO
+        12 => error_code::ENOMEM,        // ENOMEM
+        74 => error_code::EFSBADCRC,     // EBADMSG
+        117 => error_code::EFSCORRUPTED, // EUCLEAN
+        28 => error_code::ENOSPC,        // ENOSPC
+        30 => error_code::EROFS,         // EROFS
+        27 => error_code::EFBIG,         // EFBIG
+        17 => error_code::EEXIST,        // EEXIST
+        34 => error_code::ERANGE,        // ERANGE
+        20 => error_code::ENOTDIR,       // ENOTDIR
+        39 => error_code::ENOTEMPTY,     // ENOTEMPTY
         _ => error_code::UNKNOWN,
     }
 }
