@@ -163,6 +163,19 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
 }
 
 impl Filesystem {
+    /// [`Filesystem::with_dir`] outside any transaction (lookups, readdir, readlink): damage
+    /// found in a directory (or slow symlink) block is a file-system error (ext4_error). In a
+    /// transaction, `finish` reports it.
+    pub(crate) fn with_dir_read<R>(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        op: impl FnOnce(&mut dyn DirIo, &DirCtx) -> Result<R>,
+    ) -> Result<R> {
+        self.with_dir(&mut ReadIo { fs: self }, ino, data, op)
+            .map_err(|e| self.check_fs_error(ino, e))
+    }
+
     /// Runs a directory-module operation on directory `ino` (locked by the caller; `data` is
     /// its record) over `io`: a transaction, or [`ReadIo`] for lookups.
     pub(crate) fn with_dir<M: MetaIo, R>(
@@ -176,7 +189,6 @@ impl Filesystem {
         let ectx = extent_ctx(self, ino, data);
         let mut access =
             DirAccess { io, data, ectx, block_size: self.block_size(), groups: &self.groups };
-        // Damage in a directory (or slow symlink) block is a file-system error (ext4_error).
-        op(&mut access, &ctx).map_err(|e| self.check_fs_error(ino, e))
+        op(&mut access, &ctx)
     }
 }

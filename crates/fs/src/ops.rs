@@ -157,11 +157,9 @@ impl Filesystem {
         if !data.inode.is_dir() {
             return Err(FsError::NotDir);
         }
-        self.with_dir(&mut ReadIo { fs: self }, dir, data, |access, ctx| {
-            dir::lookup(access, ctx, b"..")
-        })?
-        .map(|(ino, _)| ino)
-        .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
+        self.with_dir_read(dir, data, |access, ctx| dir::lookup(access, ctx, b".."))?
+            .map(|(ino, _)| ino)
+            .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
     }
 
     pub(crate) fn dir_lookup_locked(
@@ -174,9 +172,7 @@ impl Filesystem {
             return Err(FsError::NotDir);
         }
         check_name(name)?;
-        self.with_dir(&mut ReadIo { fs: self }, dir_ino, data, |access, ctx| {
-            dir::lookup(access, ctx, name)
-        })
+        self.with_dir_read(dir_ino, data, |access, ctx| dir::lookup(access, ctx, name))
     }
 
     /// Resolves an absolute path ("/a/b") to an inode number.
@@ -198,9 +194,7 @@ impl Filesystem {
         }
         // Names of deleted inodes are left out: getattr says they do not exist (lock_live).
         Ok(self
-            .with_dir(&mut ReadIo { fs: self }, ino, data, |access, ctx| {
-                dir::read_dir(access, ctx, cookie, max)
-            })?
+            .with_dir_read(ino, data, |access, ctx| dir::read_dir(access, ctx, cookie, max))?
             .into_iter()
             .filter(|e| e.ino == ino || e.name == b".." || !self.names_deleted_inode(e.ino))
             .map(|e| DirEntry {
@@ -250,8 +244,7 @@ impl Filesystem {
         }
         // A slow symlink's block is journaled metadata: read it through the journal's cache,
         // which has it even before it is checkpointed home.
-        let mut block = self
-            .with_dir(&mut ReadIo { fs: self }, ino, data, |access, _| access.read_dir_block(0))?;
+        let mut block = self.with_dir_read(ino, data, |access, _| access.read_dir_block(0))?;
         block.truncate(len);
         Ok(block)
     }
@@ -596,9 +589,7 @@ impl Filesystem {
     }
 
     pub(crate) fn dir_is_empty(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
-        self.with_dir(&mut ReadIo { fs: self }, dir, ddata, |access, ctx| {
-            dir::is_empty(access, ctx)
-        })
+        self.with_dir_read(dir, ddata, |access, ctx| dir::is_empty(access, ctx))
     }
 
     pub(crate) fn has_dir_nlink(&self) -> bool {

@@ -188,6 +188,7 @@ fn unlink_of_a_file_with_a_damaged_extent_tree_changes_nothing_and_records_the_e
         }
         let _ = fs.unmount();
         assert_error_recorded(&path, ino);
+        assert_eq!(home_superblock(&path).error_count, 1, "{errors:?}: one error, counted once");
         assert_eq!(fsck_verdict(&path), before, "{errors:?}: e2fsck's verdict changed");
         // The next mount reads the name and the record back.
         let fs = open(&path, ErrorPolicy::Continue);
