@@ -31,7 +31,7 @@ impl MetaIo for ReadIo<'_> {
             return Err(FsError::BlockOutOfRange { block, blocks_count });
         }
         let buffer = self.fs.journal.read_buffer(block);
-        Ok(buffer.map_err(|e| self.fs.check_meta_read(e.into()))?.to_vec())
+        Ok(buffer.map_err(|e| self.fs.check_fs_error(0, e.into()))?.to_vec())
     }
 
     fn write_meta(&mut self, block: u64, _: &[u8]) -> Result<()> {
@@ -163,6 +163,19 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
 }
 
 impl Filesystem {
+    /// [`Filesystem::with_dir`] outside any transaction (lookups, readdir, readlink): damage
+    /// found in a directory (or slow symlink) block is a file-system error (ext4_error). In a
+    /// transaction, `finish` reports it.
+    pub(crate) fn with_dir_read<R>(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        op: impl FnOnce(&mut dyn DirIo, &DirCtx) -> Result<R>,
+    ) -> Result<R> {
+        self.with_dir(&mut ReadIo { fs: self }, ino, data, op)
+            .map_err(|e| self.check_fs_error(ino, e))
+    }
+
     /// Runs a directory-module operation on directory `ino` (locked by the caller; `data` is
     /// its record) over `io`: a transaction, or [`ReadIo`] for lookups.
     pub(crate) fn with_dir<M: MetaIo, R>(

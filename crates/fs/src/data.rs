@@ -94,7 +94,8 @@ impl Filesystem {
             }
             // Read from disk up to the next cached page.
             let cached_next = data.cache.pages.range(lblk..).next().map(|(&next, _)| next);
-            let lookup = extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?;
+            let lookup = extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)
+                .map_err(|e| self.check_fs_error(ino, e))?;
             let (run_blocks, pblk) = match lookup {
                 Lookup::Mapped { pblk, len: run, unwritten: false } => (u64::from(run), Some(pblk)),
                 Lookup::Mapped { len: run, unwritten: true, .. } => (u64::from(run), None),
@@ -107,7 +108,9 @@ impl Filesystem {
             let run_bytes = (run_blocks * bs - in_block as u64).min((len - done) as u64) as usize;
             let out = &mut buf[done..done + run_bytes];
             match pblk {
-                Some(pblk) => self.read_data(pblk, in_block, out)?,
+                Some(pblk) => {
+                    self.read_data(pblk, in_block, out).map_err(|e| self.check_fs_error(ino, e))?
+                }
                 None => out.fill(0),
             }
             done += run_bytes;
@@ -442,6 +445,8 @@ impl Filesystem {
         }
         // Shrinking: zero the new last block's tail, then free blocks from the end in steps,
         // with the inode on the orphan list so a crash part way finishes the job at mount.
+        // Damage in the tree is found first, before anything changes.
+        self.check_extent_tree(ino, data)?;
         self.zero_partial_block(ino, data, size)?;
         let mut txn = self.begin(8, 0)?;
         let result = (|| {
@@ -486,17 +491,15 @@ impl Filesystem {
     /// steps of at most TRUNCATE_EXTENTS_MAX extents per handle. Fast symlinks and device
     /// inodes map nothing.
     pub(crate) fn truncate_blocks(&self, ino: u32, data: &mut InodeData, size: u64) -> Result<()> {
-        if data.inode.flags & ext4::EXTENTS_FL == 0 {
-            return match indirect_mapping(ino, &data.inode) {
-                Some(why) => Err(FsError::Unsupported(why)),
-                None => Ok(()),
-            };
+        if !self.maps_extents(ino, data)? {
+            return Ok(());
         }
         let bs = u64::from(self.block_size());
         let first_gone = size.div_ceil(bs);
         loop {
             let ectx = extent_ctx(self, ino, data);
-            let extents = extent_tree::extents(&mut ReadIo { fs: self }, &ectx, &data.inode.block)?;
+            let extents = extent_tree::extents(&mut ReadIo { fs: self }, &ectx, &data.inode.block)
+                .map_err(|e| self.check_fs_error(ino, e))?;
             let tail: Vec<_> = extents.iter().filter(|e| e.logical_end() > first_gone).collect();
             if tail.is_empty() {
                 return Ok(());
@@ -537,6 +540,46 @@ impl Filesystem {
             if from == first_gone {
                 return Ok(());
             }
+        }
+    }
+
+    /// Reads and checks every node of `ino`'s extent tree, that no extent or tree block claims
+    /// file-system metadata (the kernel's `ext4_ext_check` with its system-zone check), and
+    /// that the block bitmaps mark them in use, so that an operation that will free blocks
+    /// finds damage before its first change.
+    pub(crate) fn check_extent_tree(&self, ino: u32, data: &InodeData) -> Result<()> {
+        if !self.maps_extents(ino, data)? {
+            return Ok(());
+        }
+        let ectx = extent_ctx(self, ino, data);
+        let root = &data.inode.block;
+        let check = || -> Result<()> {
+            let mut ranges = Vec::new();
+            for e in extent_tree::extents(&mut ReadIo { fs: self }, &ectx, root)? {
+                self.check_data_blocks(e.start, u64::from(e.len))?;
+                ranges.push((e.start, u64::from(e.len)));
+            }
+            for block in extent_tree::tree_blocks(&mut ReadIo { fs: self }, &ectx, root)? {
+                self.check_data_blocks(block, 1)?;
+                ranges.push((block, 1));
+            }
+            // Freeing them needs their bitmaps readable and agreeing.
+            self.groups.check_in_use(&self.journal, None, &ranges)
+        };
+        check().map_err(|e| self.check_fs_error(ino, e))
+    }
+
+    /// Whether `ino` maps blocks through an extent tree that [`Filesystem::truncate_blocks`]
+    /// walks; false for inodes that map nothing (fast symlinks and device, fifo and socket
+    /// inodes; i_blocks may still count an xattr block). A file or directory mapped
+    /// indirectly is `Unsupported`: quill cannot free its blocks.
+    pub(crate) fn maps_extents(&self, ino: u32, data: &InodeData) -> Result<bool> {
+        if data.inode.flags & ext4::EXTENTS_FL != 0 {
+            return Ok(true);
+        }
+        match indirect_mapping(ino, &data.inode) {
+            Some(why) => Err(FsError::Unsupported(why)),
+            None => Ok(false),
         }
     }
 

@@ -97,11 +97,15 @@ impl FsError {
     }
 
     /// Whether the error reports damaged metadata (EUCLEAN), as opposed to a caller's mistake
-    /// or an ordinary condition.
+    /// or an ordinary condition. An inode number past the inode count comes from a damaged
+    /// directory entry (callers get inode numbers from lookups).
     pub fn is_corruption(&self) -> bool {
         matches!(
             self,
-            FsError::OnDisk(_) | FsError::Corrupted { .. } | FsError::BlockOutOfRange { .. }
+            FsError::OnDisk(_)
+                | FsError::Corrupted { .. }
+                | FsError::BlockOutOfRange { .. }
+                | FsError::NoSuchInode { .. }
         )
     }
 

@@ -17,10 +17,14 @@
 //!
 //! # Errors
 //! An operation checks everything that can fail for ordinary reasons (ENOENT, EEXIST, ENOSPC
-//! through its reservation, …) before it changes metadata. An error after the first change
-//! (corruption found half way, an I/O error) cannot be rolled back, so it aborts the journal
-//! and the file system turns read-only (`errors=remount-ro`, as ext4's `ext4_handle_error`):
-//! the half-done change never commits, and nothing more is written.
+//! through its reservation, …) before it changes metadata, and reads the metadata it will
+//! change or free (directory blocks, the extent tree and xattrs of an inode it deletes)
+//! before the first change too, so damage found there fails it with nothing changed. An error
+//! after the first change (an I/O error, damage that could only be found half way) cannot be
+//! rolled back, so it aborts the journal and the file system turns read-only
+//! (`errors=remount-ro`): the half-done change never commits, and nothing more is written.
+//! Either way the error is recorded in the superblock as ext4_error does
+//! (`error_policy.rs`).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -33,6 +37,7 @@ use ondisk::ext4::{self, feature, Superblock};
 use parking_lot::Mutex;
 
 use crate::error::{FsError, Result};
+use crate::error_policy::ErrorRecordSaved;
 use crate::groups::{Groups, Reservation};
 use crate::image::Ext4Image;
 use crate::inodes::{self, InodeCache, InodeData, InodeGuard, InodeSlot};
@@ -142,11 +147,11 @@ pub struct Filesystem {
     pub(crate) orphans: Mutex<crate::orphan::Orphans>,
     /// Inodes with written data not yet written back (`page_cache.rs`).
     pub(crate) dirty: DirtyInodes,
-    read_only: AtomicBool,
+    pub(crate) read_only: AtomicBool,
     /// An error was met under `errors=continue` (in `s_state` from then on).
-    errors_seen: AtomicBool,
-    /// `sb` has the error state and it is not yet journaled ([`Filesystem::save_error_state`]).
-    error_unsaved: AtomicBool,
+    pub(crate) errors_seen: AtomicBool,
+    /// `sb` has an error record not yet journaled ([`Filesystem::save_error_state`]).
+    pub(crate) error_unsaved: AtomicBool,
     next_generation: AtomicU32,
 }
 
@@ -182,8 +187,11 @@ impl Filesystem {
             dev
         };
         if !options.no_recovery && (!options.read_only || needs_recovery) {
-            // JBD2's jbd2_journal_load, first half: replay the log if it needs it.
+            // JBD2's jbd2_journal_load, first half: replay the log if it needs it. The replay
+            // may put back a superblock older than an error recorded since: keep the record.
+            let saved = ErrorRecordSaved::take(&*dev);
             journal::recover(&*dev, &location, options.journal.recovery_threads)?;
+            saved.restore(&*dev)?;
         }
         if options.read_only && needs_recovery && !options.no_recovery {
             // Then it marks the file system recovered (in the overlay) and attaches.
@@ -286,78 +294,6 @@ impl Filesystem {
         Ok(())
     }
 
-    /// ext4_handle_error with errors=remount-ro: abort the journal (so a half-done operation
-    /// never commits) and refuse writes from now on. Returns `err` for the caller to report.
-    /// With errors=continue the error is only recorded, in `sb`; it is journaled by
-    /// [`Filesystem::save_error_state`] once no handle is held (after the failing operation's
-    /// handle stops, or at the next handle start).
-    pub(crate) fn fail(&self, err: FsError) -> FsError {
-        // The journal itself failing (aborted, a handle misused) cannot be continued past; a
-        // metadata block that could not be read (a device error met through the journal's
-        // buffer cache) is an ordinary I/O error, as ext4_error treats it.
-        let journal_failed =
-            matches!(&err, FsError::Journal(e) if !matches!(e, journal::JournalError::Device(_)));
-        if self.options.errors == ErrorPolicy::Continue && !journal_failed {
-            if !self.errors_seen.swap(true, Ordering::AcqRel) {
-                // As ext4_handle_error: the error goes into s_state at once (through the
-                // journal, as ext4's s_error_work does), so a crash keeps it and the next
-                // e2fsck checks the file system in full.
-                self.sb.lock().state |= ext4::STATE_ERROR_FS;
-                self.error_unsaved.store(true, Ordering::Release);
-            }
-            return err;
-        }
-        if !self.read_only.swap(true, Ordering::AcqRel) {
-            let _ = self.journal.abort(format!("file system error: {err}"), err.errno());
-        }
-        err
-    }
-
-    /// A metadata block (an inode table block, a directory, extent or xattr block) that could
-    /// not be read is a file-system error even when the operation had changed nothing yet, as
-    /// ext4 reports such reads through ext4_error: the errors= policy applies (read-only, or
-    /// recorded in s_state). Other errors pass through.
-    pub(crate) fn check_meta_read(&self, err: FsError) -> FsError {
-        match &err {
-            FsError::Journal(journal::JournalError::Device(blockdev::DeviceError::Io {
-                op: blockdev::Op::Read,
-                ..
-            })) => self.fail(err),
-            _ => err,
-        }
-    }
-
-    /// Journals the superblock with the error state [`Filesystem::fail`] recorded under
-    /// errors=continue, once. The caller holds no handle. A failure here is not reported:
-    /// unmount writes the state too.
-    pub(crate) fn save_error_state(&self) {
-        // Called at every handle start: read first, so the common case writes nothing shared.
-        if !self.error_unsaved.load(Ordering::Acquire)
-            || !self.error_unsaved.swap(false, Ordering::AcqRel)
-        {
-            return;
-        }
-        let Ok(mut txn) = self.begin_with(1, self.groups.no_reservation()) else { return };
-        let sb = self.sb.lock();
-        let _ = self.write_superblock(&mut txn.handle, &sb);
-        drop(sb);
-        let _ = txn.stop();
-    }
-
-    /// Journals the error state under `handle`, the failing operation's own, if it has a
-    /// credit left: then the error is in the same transaction as the half-done change, and no
-    /// crash can keep the one without the other. Otherwise [`Filesystem::save_error_state`]
-    /// does it after the handle stops.
-    pub(crate) fn save_error_state_in(&self, handle: &mut Handle) {
-        if !self.error_unsaved.load(Ordering::Acquire) || handle.credits_left() == 0 {
-            return;
-        }
-        let sb = self.sb.lock();
-        if self.write_superblock(handle, &sb).is_ok() {
-            self.error_unsaved.store(false, Ordering::Release);
-        }
-    }
-
     /// Clean unmount: commits and checkpoints everything, writes the superblock with the free
     /// counts and the clean state, and flushes.
     pub fn unmount(self) -> Result<()> {
@@ -407,6 +343,9 @@ impl Filesystem {
         if errors_seen {
             home.state |= ext4::STATE_ERROR_FS;
         }
+        // Errors recorded while mounted: the home copy has them unless a checkpoint wrote an
+        // older journaled superblock since.
+        crate::error_policy::copy_error_record(&mut home, &sb);
         home.wtime = now().sec as u32;
         dev.write_at(ext4::SUPERBLOCK_OFFSET, &home.encode())?;
         dev.flush()?;
@@ -427,7 +366,8 @@ impl Filesystem {
     pub(crate) fn lock_inode<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
         let mut guard = slot.state.lock();
         if guard.is_none() {
-            *guard = Some(self.load_inode(slot.ino).map_err(|e| self.check_meta_read(e))?);
+            let ino = slot.ino;
+            *guard = Some(self.load_inode(ino).map_err(|e| self.check_fs_error(ino, e))?);
         }
         Ok(guard)
     }
@@ -441,7 +381,7 @@ impl Filesystem {
         Ok(geo.inode_location(self.groups.layouts[group as usize].inode_table, ino))
     }
 
-    fn load_inode(&self, ino: u32) -> Result<InodeData> {
+    pub(crate) fn load_inode(&self, ino: u32) -> Result<InodeData> {
         let (block, offset) = self.inode_table_location(ino)?;
         let size = usize::from(self.params.inode_size);
         let buffer = self.journal.read_buffer(block)?;

@@ -653,6 +653,53 @@ impl Groups {
         Ok(())
     }
 
+    /// Checks, changing nothing, that inode `ino` (if any) and the blocks `start..start+count`
+    /// of each range are marked in use by their groups' bitmaps (read and verified): what
+    /// [`Groups::free_inode`] and [`Groups::free_blocks`] will require, so that a deletion
+    /// finds a bitmap that disagrees before its first change.
+    pub fn check_in_use(
+        &self,
+        journal: &Journal,
+        ino: Option<u32>,
+        ranges: &[(u64, u64)],
+    ) -> Result<()> {
+        let geo = &self.geo;
+        if let Some(ino) = ino {
+            let group = geo.group_of_inode(ino);
+            let index = (ino - 1) % geo.inodes_per_group;
+            let mut state = self.slots[group as usize].lock();
+            let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Inode)?;
+            if !bitmap.read(|bits| bits[(index / 8) as usize] & (1 << (index % 8)) != 0) {
+                return Err(FsError::corrupted(
+                    bitmap.block(),
+                    format!("inode {ino} is in use but the bitmap says it is free"),
+                ));
+            }
+        }
+        for &(start, count) in ranges {
+            let end = start.saturating_add(count).min(geo.blocks_count);
+            let mut block = start.max(u64::from(geo.first_data_block));
+            while block < end {
+                let group = geo.group_of_block(block);
+                let first = geo.group_first_block(group);
+                let piece_end = end.min(first + u64::from(geo.blocks_in_group(group)));
+                let (from, to) = ((block - first) as u32, (piece_end - first) as u32);
+                let mut state = self.slots[group as usize].lock();
+                let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Block)?;
+                let all_set = bitmap
+                    .read(|bits| (from..to).all(|i| bits[(i / 8) as usize] & (1 << (i % 8)) != 0));
+                if !all_set {
+                    return Err(FsError::corrupted(
+                        bitmap.block(),
+                        format!("group {group}: blocks in use in {from}..{to} are marked free"),
+                    ));
+                }
+                block = piece_end;
+            }
+        }
+        Ok(())
+    }
+
     /// The group's block or inode bitmap buffer. A lazily initialized (UNINIT) bitmap is built
     /// in memory, not yet journaled. A bitmap read from disk has its checksum verified the first
     /// time this mount reads it; after that only handles holding the group lock change it, and

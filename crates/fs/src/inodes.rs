@@ -57,6 +57,13 @@ impl InodeData {
         }
     }
 
+    /// The inode was deleted (released, or freed by the kernel or e2fsck: no links and a
+    /// deletion time). An orphan's i_dtime is the orphan list's link, not a deletion time.
+    pub fn is_deleted(&self) -> bool {
+        let inode = &self.inode;
+        inode.links_count == 0 && (inode.mode == 0 || (inode.dtime != 0 && !self.orphan))
+    }
+
     /// The file's size as callers see it: the on-disk size, or further when cached writes
     /// extend the file.
     pub fn size(&self) -> u64 {

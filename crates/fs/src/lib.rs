@@ -35,6 +35,7 @@ pub mod xattr;
 mod adapters;
 mod atime;
 mod data;
+mod error_policy;
 mod file;
 mod filesystem;
 mod groups;

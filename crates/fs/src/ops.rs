@@ -16,6 +16,7 @@ use crate::error::{FsError, Result};
 use crate::extent_tree;
 use crate::filesystem::{now, Filesystem, Txn};
 use crate::inodes::{self, InodeData, InodeGuard, InodeSlot};
+use crate::meta_io::MetaIo;
 use crate::xattr::{self, SetMode, XattrCtx};
 
 /// The root directory's inode number.
@@ -123,8 +124,7 @@ impl Filesystem {
     /// and directory entries, so a free or out-of-range inode is an error, not a panic.
     pub(crate) fn lock_live<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
         let guard = self.lock_inode(slot)?;
-        let data = guard.as_ref().expect("loaded");
-        if data.inode.links_count == 0 && data.inode.mode == 0 {
+        if guard.as_ref().expect("loaded").is_deleted() {
             return Err(FsError::NotFound);
         }
         Ok(guard)
@@ -157,11 +157,9 @@ impl Filesystem {
         if !data.inode.is_dir() {
             return Err(FsError::NotDir);
         }
-        self.with_dir(&mut ReadIo { fs: self }, dir, data, |access, ctx| {
-            dir::lookup(access, ctx, b"..")
-        })?
-        .map(|(ino, _)| ino)
-        .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
+        self.with_dir_read(dir, data, |access, ctx| dir::lookup(access, ctx, b".."))?
+            .map(|(ino, _)| ino)
+            .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
     }
 
     pub(crate) fn dir_lookup_locked(
@@ -174,9 +172,7 @@ impl Filesystem {
             return Err(FsError::NotDir);
         }
         check_name(name)?;
-        self.with_dir(&mut ReadIo { fs: self }, dir_ino, data, |access, ctx| {
-            dir::lookup(access, ctx, name)
-        })
+        self.with_dir_read(dir_ino, data, |access, ctx| dir::lookup(access, ctx, name))
     }
 
     /// Resolves an absolute path ("/a/b") to an inode number.
@@ -196,11 +192,11 @@ impl Filesystem {
         if !data.inode.is_dir() {
             return Err(FsError::NotDir);
         }
+        // Names of deleted inodes are left out: getattr says they do not exist (lock_live).
         let entries: Vec<DirEntry> = self
-            .with_dir(&mut ReadIo { fs: self }, ino, data, |access, ctx| {
-                dir::read_dir(access, ctx, cookie, max)
-            })?
+            .with_dir_read(ino, data, |access, ctx| dir::read_dir(access, ctx, cookie, max))?
             .into_iter()
+            .filter(|e| e.ino == ino || e.name == b".." || !self.names_deleted_inode(e.ino))
             .map(|e| DirEntry {
                 name: e.name,
                 ino: e.ino,
@@ -214,6 +210,22 @@ impl Filesystem {
         Ok(entries)
     }
 
+    /// Whether a directory entry's inode `ino` is deleted, for readdir. The directory is locked,
+    /// and an entry of a damaged directory may name an ancestor: the inode is only tried (a
+    /// locked one is someone's live inode), and one that cannot be read is listed (getattr
+    /// reports the error).
+    fn names_deleted_inode(&self, ino: u32) -> bool {
+        let slot = self.inodes.slot(ino);
+        let Some(mut guard) = slot.state.try_lock() else { return false };
+        if guard.is_none() {
+            match self.load_inode(ino) {
+                Ok(data) => *guard = Some(data),
+                Err(_) => return false,
+            }
+        }
+        guard.as_ref().is_some_and(InodeData::is_deleted)
+    }
+
     pub fn readlink(&self, ino: u32) -> Result<Vec<u8>> {
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_live(&slot)?;
@@ -225,17 +237,18 @@ impl Filesystem {
         if data.inode.flags & ext4::EXTENTS_FL == 0 && len < ext4::INODE_BLOCK_SIZE {
             // A fast symlink: the target lives in i_block.
             if len > ext4::INODE_BLOCK_SIZE {
-                return Err(FsError::corrupted(0, format!("fast symlink {ino} of {len} bytes")));
+                let err = FsError::corrupted(0, format!("fast symlink {ino} of {len} bytes"));
+                return Err(self.check_fs_error(ino, err));
             }
             return Ok(data.inode.block[..len].to_vec());
         }
         if len > self.block_size() as usize {
-            return Err(FsError::corrupted(0, format!("symlink {ino} of {len} bytes")));
+            let err = FsError::corrupted(0, format!("symlink {ino} of {len} bytes"));
+            return Err(self.check_fs_error(ino, err));
         }
         // A slow symlink's block is journaled metadata: read it through the journal's cache,
         // which has it even before it is checkpointed home.
-        let mut block = self
-            .with_dir(&mut ReadIo { fs: self }, ino, data, |access, _| access.read_dir_block(0))?;
+        let mut block = self.with_dir_read(ino, data, |access, _| access.read_dir_block(0))?;
         block.truncate(len);
         Ok(block)
     }
@@ -451,6 +464,9 @@ impl Filesystem {
                 }
                 Err(err) => return self.finish(Err(err), txn),
             };
+        // The new inode as far as it got (its blocks, whether its record was written), for
+        // undoing it when a later step fails.
+        let mut made: Option<(InodeData, bool)> = None;
         let result = (|| {
             let fs = self;
             let extra = fs.params.min_extra_isize.max(32);
@@ -467,9 +483,9 @@ impl Filesystem {
             inode.generation = fs.new_generation();
             extent_tree::init_root(&mut inode.block);
             init(ino, &mut inode)?;
-            let mut data = InodeData::new(inode, raw, false);
+            let (data, written) = made.insert((InodeData::new(inode, raw, false), false));
             if is_dir {
-                fs.with_dir(&mut txn, ino, &mut data, |access, ctx| {
+                fs.with_dir(&mut txn, ino, data, |access, ctx| {
                     dir::init_dir(access, ctx, ino, parent)
                 })?;
                 let delta = txn.take_blocks_delta();
@@ -477,7 +493,7 @@ impl Filesystem {
             } else if let Some(content) = first_block {
                 // A slow symlink's block, journaled in the creating transaction as ext4 does
                 // (ext4_init_symlink_block): a crash never leaves the link without its target.
-                fs.with_dir(&mut txn, ino, &mut data, |access, _| {
+                fs.with_dir(&mut txn, ino, data, |access, _| {
                     let lblk = access.append_dir_block()?;
                     let mut block = vec![0u8; access.block_size()];
                     block[..content.len()].copy_from_slice(content);
@@ -487,7 +503,9 @@ impl Filesystem {
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, fs.block_size());
             }
-            fs.write_inode(&mut txn.handle, ino, &mut data, true)?;
+            fs.write_inode(&mut txn.handle, ino, data, true)?;
+            *written = true;
+            let data = &mut made.as_mut().expect("made above").0;
             let file_type = ondisk::ext4::dir::file_type_from_mode(mode);
             fs.dir_add(&mut txn, parent, pdata, name, ino, file_type)?;
             if is_dir {
@@ -496,14 +514,52 @@ impl Filesystem {
             pdata.inode.mtime = t;
             pdata.inode.ctime = t;
             txn_write_inode(fs, &mut txn, parent, pdata, true)?;
-            // The new inode's slot starts out loaded (nobody else knows its number yet).
-            let slot = fs.inodes.slot(ino);
-            let attr = fs.attr_of(ino, &data);
-            *slot.state.lock() = Some(data);
-            Ok(attr)
+            Ok(fs.attr_of(ino, data))
         })();
-        let attr = self.finish(result, txn)?;
-        Ok(attr)
+        match &result {
+            Ok(_) => {
+                // The new inode's slot starts out loaded (nobody else knows its number yet).
+                let (data, _) = made.take().expect("made on success");
+                *self.inodes.slot(ino).state.lock() = Some(data);
+            }
+            Err(_) => {
+                // ext4's error path (drop_nlink + iput) frees the new inode: do the same in
+                // this handle, so that under errors=continue nothing half made commits. If
+                // that fails too, the handle is beyond use and `finish` deals with it.
+                let _ = self.unmake_inode(&mut txn, ino, is_dir, made.take());
+            }
+        }
+        self.finish(result, txn)
+    }
+
+    /// Undoes [`Filesystem::create_node`]'s allocation of inode `ino` under `txn`: frees the
+    /// blocks it was given, marks its record deleted if it was written, and frees the number.
+    fn unmake_inode(
+        &self,
+        txn: &mut Txn<'_>,
+        ino: u32,
+        is_dir: bool,
+        made: Option<(InodeData, bool)>,
+    ) -> Result<()> {
+        if let Some((mut data, written)) = made {
+            let ectx = crate::adapters::extent_ctx(self, ino, &data);
+            // A new directory's or slow symlink's blocks were journaled: revoke them.
+            txn.revoke_freed_data = true;
+            for e in extent_tree::extents(txn, &ectx, &data.inode.block)? {
+                txn.free_data_blocks(e.start, u64::from(e.len))?;
+            }
+            if written {
+                data.inode.links_count = 0;
+                data.inode.mode = 0;
+                data.inode.dtime = now().sec as u32;
+                extent_tree::init_root(&mut data.inode.block);
+                data.inode.size = 0;
+                let delta = txn.take_blocks_delta();
+                add_blocks(&mut data.inode, delta, self.block_size());
+                self.write_inode(&mut txn.handle, ino, &mut data, true)?;
+            }
+        }
+        self.groups.free_inode(&self.journal, &mut txn.handle, ino, is_dir)
     }
 
     /// Adds `name → ino` to directory `dir` under `txn`, updating the directory's size and
@@ -537,9 +593,7 @@ impl Filesystem {
     }
 
     pub(crate) fn dir_is_empty(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {
-        self.with_dir(&mut ReadIo { fs: self }, dir, ddata, |access, ctx| {
-            dir::is_empty(access, ctx)
-        })
+        self.with_dir_read(dir, ddata, |access, ctx| dir::is_empty(access, ctx))
     }
 
     pub(crate) fn has_dir_nlink(&self) -> bool {
@@ -637,6 +691,9 @@ impl Filesystem {
         if is_dir && !self.dir_is_empty(ino, data)? {
             return Err(FsError::NotEmpty);
         }
+        if is_dir || data.inode.links_count <= 1 {
+            self.check_releasable(ino, data)?;
+        }
         // Removing an entry allocates nothing: no reservation, so a full disk can be emptied.
         let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
         let result = (|| {
@@ -681,6 +738,25 @@ impl Filesystem {
         crate::orphan::add(self, txn, ino, data)?;
         txn_write_inode(self, txn, ino, data, true)?;
         Ok(slot.open_count.load(std::sync::atomic::Ordering::Acquire) == 0)
+    }
+
+    /// Reads everything [`Filesystem::release_inode`] will read to free inode `ino` (its
+    /// extent tree, in-inode xattrs and xattr block), so that an operation dropping its last
+    /// link finds damage there before its first change, as ext4 reads them before it starts:
+    /// it then fails with nothing changed (the error recorded, see `error_policy.rs`) instead
+    /// of removing the name and leaving an inode it cannot free. Values stored in an inode of
+    /// their own (ea_inode, which a writable quill file system does not have) are damage too:
+    /// freeing this inode would leak that one.
+    pub(crate) fn check_releasable(&self, ino: u32, data: &InodeData) -> Result<()> {
+        self.check_extent_tree(ino, data)?;
+        let area = data.inode.xattr_area_range(data.raw.len());
+        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+        let check = || {
+            xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)?;
+            let xattr_block = (data.inode.file_acl != 0).then_some((data.inode.file_acl, 1));
+            self.groups.check_in_use(&self.journal, Some(ino), xattr_block.as_slice())
+        };
+        check().map_err(|e| self.check_fs_error(ino, e))
     }
 
     /// Frees an unlinked inode's blocks, xattr block and the inode itself, and takes it off
@@ -746,6 +822,7 @@ impl Filesystem {
         let area = data.inode.xattr_area_range(data.raw.len());
         let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
         xattr::get(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl, name)
+            .map_err(|e| self.check_fs_error(ino, e))
     }
 
     pub fn listxattr(&self, ino: u32) -> Result<Vec<Vec<u8>>> {
@@ -755,6 +832,7 @@ impl Filesystem {
         let area = data.inode.xattr_area_range(data.raw.len());
         let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
         xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
+            .map_err(|e| self.check_fs_error(ino, e))
     }
 
     pub fn setxattr(&self, ino: u32, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {

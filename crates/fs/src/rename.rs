@@ -150,6 +150,9 @@ impl Filesystem {
                 if dst_is_dir && !self.dir_is_empty(dst_ino, d)? {
                     return Err(FsError::NotEmpty);
                 }
+                if dst_is_dir || d.inode.links_count <= 1 {
+                    self.check_releasable(dst_ino, d)?;
+                }
             }
         }
         let mut txn = self.begin(RENAME_CREDITS, RENAME_BLOCKS)?;

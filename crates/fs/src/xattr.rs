@@ -86,8 +86,11 @@ pub fn get(
     }
 }
 
-/// The full names of the inode's attributes: in-inode ones first, then the block's. Entries of
-/// a namespace quill does not know are skipped, as the kernel's listxattr skips them.
+/// The full names of the inode's attributes: in-inode ones first, then the block's, each once.
+/// Only names [`get`] finds are listed: entries of a namespace quill does not know are skipped,
+/// as the kernel's listxattr skips them, and so are damaged names that do not read back as
+/// the entry they came from (an empty `user.` name, `system.` + "posix_acl_access" stored
+/// under the wrong index, ...), and a second copy of a name.
 pub fn list(
     io: &mut dyn MetaIo,
     ctx: &XattrCtx,
@@ -97,12 +100,18 @@ pub fn list(
     let inode = parse_inode_xattrs(inode_area)?;
     let block = read_block(io, ctx, file_acl)?;
     let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
-    Ok(inode
-        .iter()
-        .chain(block_entries)
-        .filter(|e| codec::name_prefix(e.name_index).is_some())
-        .map(|e| codec::full_name(e.name_index, &e.name))
-        .collect())
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    for e in inode.iter().chain(block_entries) {
+        if codec::name_prefix(e.name_index).is_none() {
+            continue;
+        }
+        let full = codec::full_name(e.name_index, &e.name);
+        let reads_back = resolve_name(&full).is_ok_and(|(i, s)| i == e.name_index && s == e.name);
+        if reads_back && !names.contains(&full) {
+            names.push(full);
+        }
+    }
+    Ok(names)
 }
 
 /// Sets attribute `name` to `value`, creating or replacing it as `mode` allows. On success the

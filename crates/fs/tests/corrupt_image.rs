@@ -58,7 +58,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Scratch;
-use fs::{Ext4Image, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
+use fs::{
+    ErrorPolicy, Ext4Image, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO,
+};
 use ondisk::ext4::dir::parse_dir_block;
 use ondisk::ext4::htree::{dx_csum, parse_dx_node, parse_dx_root, set_dx_checksum};
 use ondisk::ext4::xattr::set_xattr_block_checksum;
@@ -67,7 +69,8 @@ use ondisk::ext4::{
     set_inode_checksum, Extent, ExtentEntries, ExtentHeader, GroupDesc, Inode, Superblock,
 };
 
-const CASE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Generous: every failing change runs e2fsck twice inside the case.
+const CASE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Most bytes of one file the walk reads (a damaged i_size may claim petabytes).
 const READ_LIMIT: u64 = 2 << 20;
 const HTREE_NAMES: usize = 600;
@@ -1505,7 +1508,77 @@ struct Run {
     linked: Vec<(u32, u32)>,
 }
 
+/// What a failing change is checked against: the mounted file system and its image.
+struct Isolate<'a> {
+    fs: &'a Filesystem,
+    image: &'a Path,
+}
+
+impl Isolate<'_> {
+    /// The image with everything before now committed (the journal holds it; a verdict
+    /// replays it).
+    fn committed(&self) -> Vec<u8> {
+        let _ = self.fs.sync();
+        std::fs::read(self.image).unwrap_or_default()
+    }
+
+    /// e2fsck's normalised verdict on `bytes` (a copy of the mounted image), after replaying
+    /// its journal as a mount would.
+    fn verdict(&self, bytes: &[u8]) -> Vec<String> {
+        let copy = self.image.with_extension("verdict.img");
+        std::fs::write(&copy, bytes).unwrap();
+        replay_journal(&copy);
+        let (_, text) = e2fsck_fn(&copy);
+        let _ = std::fs::remove_file(&copy);
+        fsck_lines(&text, &copy)
+    }
+}
+
+/// Whether two images differ outside the primary superblock (where the error record goes).
+fn differ_outside_superblock(a: &[u8], b: &[u8]) -> bool {
+    let sb =
+        ext4::SUPERBLOCK_OFFSET as usize..ext4::SUPERBLOCK_OFFSET as usize + ext4::SUPERBLOCK_SIZE;
+    a.len() != b.len() || a.iter().zip(b).enumerate().any(|(i, (x, y))| x != y && !sb.contains(&i))
+}
+
+/// A superblock line of e2fsck that the error record may change: the journaled superblock
+/// carries the in-memory free counts (ext4 keeps them only approximately on disk too).
+fn superblock_count_line(line: &str) -> bool {
+    line == "Free blocks count wrong" || line == "Free inodes count wrong"
+}
+
 impl Run {
+    /// Runs change `f` isolated: when it fails, e2fsck's verdict on what is committed after it
+    /// must be the verdict before it, apart from the error recorded in the superblock (a
+    /// failed operation must not half-happen). A difference is a problem of the case.
+    fn change<T>(
+        &mut self,
+        iso: &Isolate<'_>,
+        op: impl FnOnce() -> String,
+        f: impl FnOnce() -> Result<T, FsError>,
+    ) -> Option<T> {
+        let before = iso.committed();
+        let result = f();
+        if let Err(err) = &result {
+            let name = op();
+            let after = iso.committed();
+            if differ_outside_superblock(&before, &after) {
+                let (was, now) = (iso.verdict(&before), iso.verdict(&after));
+                let keep = |l: &String| !superblock_count_line(l);
+                let added: Vec<String> = new_lines(&was, &now).into_iter().filter(keep).collect();
+                let gone: Vec<String> = new_lines(&now, &was).into_iter().filter(keep).collect();
+                if !added.is_empty() || !gone.is_empty() {
+                    self.problems.push(format!(
+                        "{name} failed ({err}) but changed e2fsck's verdict: new {added:?}, gone \
+                         {gone:?}"
+                    ));
+                }
+            }
+            return self.rec(|| name, result);
+        }
+        self.rec(op, result)
+    }
+
     fn rec<T>(&mut self, op: impl FnOnce() -> String, r: Result<T, FsError>) -> Option<T> {
         match r {
             Ok(v) => {
@@ -1546,7 +1619,10 @@ fn readdir_all(fs: &Filesystem, run: &mut Run, dir: u32, path: &str) -> Vec<fs::
 
 fn exercise(image: &Path) -> Run {
     let mut run = Run::default();
-    let fs = match Filesystem::open(common::open_device(image), MountOptions::default()) {
+    // errors=continue: damage the walk finds does not stop the changes after it (as
+    // remount-ro would), so every change meets the damage and is checked.
+    let options = MountOptions { errors: ErrorPolicy::Continue, ..Default::default() };
+    let fs = match Filesystem::open(common::open_device(image), options) {
         Ok(fs) => fs,
         Err(e) => {
             run.refused = Some((e.errno(), e.to_string()));
@@ -1607,54 +1683,71 @@ fn exercise(image: &Path) -> Run {
         run.rec(|| format!("resolve /dir_htree/{i:04}-n…"), fs.resolve(&path));
     }
 
-    // Modify.
+    // Modify. Each change runs isolated: committed before, so that when it fails, what it
+    // left can be compared with the state before it (see `Run::change`).
+    let iso = Isolate { fs: &fs, image };
     for (n, dir) in DIRS.iter().enumerate() {
         if let Some(ino) = run.rec(|| format!("resolve {dir}"), fs.resolve(dir)) {
             let name = format!("quill_new_{n}");
-            if let Some(attr) = run.rec(
+            if let Some(attr) = run.change(
+                &iso,
                 || format!("create {dir}/{name}"),
-                fs.create(ino, name.as_bytes(), 0o644, 0, 0),
+                || fs.create(ino, name.as_bytes(), 0o644, 0, 0),
             ) {
                 run.linked.push((ino, attr.ino));
-                run.rec(
+                run.change(
+                    &iso,
                     || format!("write {dir}/{name}"),
-                    fs.write(attr.ino, 0, &pattern(n as u64, 5000)),
+                    || fs.write(attr.ino, 0, &pattern(n as u64, 5000)),
                 );
             }
         }
     }
     for (n, path) in FILES.iter().enumerate() {
         let Some(ino) = run.rec(|| format!("resolve {path}"), fs.resolve(path)) else { continue };
-        run.rec(|| format!("overwrite {path}"), fs.write(ino, 10, &pattern(50 + n as u64, 1500)));
+        run.change(
+            &iso,
+            || format!("overwrite {path}"),
+            || fs.write(ino, 10, &pattern(50 + n as u64, 1500)),
+        );
         if let Some(attr) = run.rec(|| format!("getattr {path}"), fs.getattr(ino)) {
             let at = attr.size.min(1 << 30);
-            run.rec(|| format!("append {path}"), fs.write(ino, at, &pattern(70 + n as u64, 3000)));
+            run.change(
+                &iso,
+                || format!("append {path}"),
+                || fs.write(ino, at, &pattern(70 + n as u64, 3000)),
+            );
         }
     }
     if let Some(ino) = run.rec(|| "resolve /deep".into(), fs.resolve("/deep")) {
         if let Some(attr) = run.rec(|| "getattr /deep".into(), fs.getattr(ino)) {
-            run.rec(|| "truncate /deep".into(), fs.truncate(ino, attr.size / 2));
+            run.change(&iso, || "truncate /deep".into(), || fs.truncate(ino, attr.size / 2));
         }
     }
     if let Some(ino) = run.rec(|| "resolve /frag_b".into(), fs.resolve("/frag_b")) {
-        run.rec(|| "truncate /frag_b".into(), fs.truncate(ino, 100));
+        run.change(&iso, || "truncate /frag_b".into(), || fs.truncate(ino, 100));
     }
     let dir_linear = run.rec(|| "resolve /dir_linear".into(), fs.resolve("/dir_linear"));
     let dir_htree = run.rec(|| "resolve /dir_htree".into(), fs.resolve("/dir_htree"));
     if let Some(d) = dir_linear {
-        run.rec(|| "unlink /dir_linear/b".into(), fs.unlink(d, b"b"));
+        run.change(&iso, || "unlink /dir_linear/b".into(), || fs.unlink(d, b"b"));
         if let Some(a) =
-            run.rec(|| "mkdir /dir_linear/sub".into(), fs.mkdir(d, b"sub", 0o755, 0, 0))
+            run.change(&iso, || "mkdir /dir_linear/sub".into(), || fs.mkdir(d, b"sub", 0o755, 0, 0))
         {
             run.linked.push((d, a.ino));
         }
     }
-    run.rec(|| "unlink /small".into(), fs.unlink(ROOT_INO, b"small"));
+    run.change(&iso, || "unlink /small".into(), || fs.unlink(ROOT_INO, b"small"));
     if let Some(h) = dir_htree {
-        run.rec(|| "unlink /dir_htree/<5>".into(), fs.unlink(h, htree_name(5).as_bytes()));
-        run.rec(
+        run.change(
+            &iso,
+            || "unlink /dir_htree/<5>".into(),
+            || fs.unlink(h, htree_name(5).as_bytes()),
+        );
+        run.change(
+            &iso,
             || "rename within /dir_htree".into(),
-            fs.rename(h, htree_name(10).as_bytes(), h, b"renamed_10", RenameFlags::default()),
+            || fs.rename(h, htree_name(10).as_bytes(), h, b"renamed_10", RenameFlags::default()),
         );
         if let Ok(a) = fs.lookup(h, htree_name(10).as_bytes()) {
             run.linked.push((h, a.ino));
@@ -1663,15 +1756,18 @@ fn exercise(image: &Path) -> Run {
             if let Ok(a) = fs.lookup(d, b"c") {
                 run.linked.push((h, a.ino));
             }
-            run.rec(
+            run.change(
+                &iso,
                 || "rename /dir_linear/c → /dir_htree/renamed_c".into(),
-                fs.rename(d, b"c", h, b"renamed_c", RenameFlags::default()),
+                || fs.rename(d, b"c", h, b"renamed_c", RenameFlags::default()),
             );
         }
     }
-    if let Some(a) =
-        run.rec(|| "symlink /new_link".into(), fs.symlink(ROOT_INO, b"new_link", b"frag_a", 0, 0))
-    {
+    if let Some(a) = run.change(
+        &iso,
+        || "symlink /new_link".into(),
+        || fs.symlink(ROOT_INO, b"new_link", b"frag_a", 0, 0),
+    ) {
         run.linked.push((ROOT_INO, a.ino));
     }
     for (path, name, len) in [
@@ -1680,18 +1776,58 @@ fn exercise(image: &Path) -> Run {
         ("/frag_a", "user.f", 40),
     ] {
         if let Some(ino) = run.rec(|| format!("resolve {path}"), fs.resolve(path)) {
-            run.rec(
+            run.change(
+                &iso,
                 || format!("setxattr {path} {name}"),
-                fs.setxattr(ino, name.as_bytes(), &pattern(9, len), SetMode::Any),
+                || fs.setxattr(ino, name.as_bytes(), &pattern(9, len), SetMode::Any),
             );
         }
     }
     if let Some(ino) = run.rec(|| "resolve /xattr_blk".into(), fs.resolve("/xattr_blk")) {
-        run.rec(|| "removexattr /xattr_blk user.other".into(), fs.removexattr(ino, b"user.other"));
+        run.change(
+            &iso,
+            || "removexattr /xattr_blk user.other".into(),
+            || fs.removexattr(ino, b"user.other"),
+        );
     }
     run.rec(|| "sync".into(), fs.sync());
     run.rec(|| "unmount".into(), fs.unmount());
     run
+}
+
+/// Damage an operation met (EUCLEAN) or a metadata block it could not read (EIO) must be in
+/// the superblock after unmount, as ext4_error records it: ERROR_FS, s_error_count, the first
+/// and last error; and `dumpe2fs -h` must show it. Without such errors nothing is recorded.
+fn error_record_problems(image: &Path, run: &Run) -> Vec<String> {
+    let fs_errors = run.errors.iter().filter(|(_, errno, _)| *errno == 117 || *errno == 5).count();
+    let Ok(bytes) = std::fs::read(image) else { return vec!["image unreadable".into()] };
+    let raw = &bytes[ext4::SUPERBLOCK_OFFSET as usize..][..ext4::SUPERBLOCK_SIZE];
+    let sb = match Superblock::parse(raw) {
+        Ok(sb) => sb,
+        Err(e) => return vec![format!("superblock unreadable after unmount: {e}")],
+    };
+    let recorded = sb.error_count >= 1
+        && sb.state & ext4::STATE_ERROR_FS != 0
+        && sb.first_error.time != 0
+        && !sb.first_error.func_name().is_empty()
+        && sb.last_error.time >= sb.first_error.time;
+    match (fs_errors > 0, recorded) {
+        (true, false) => vec![format!(
+            "{fs_errors} file-system error(s) reported but the superblock records none \
+             (state {:#x}, s_error_count {}, first {:?})",
+            sb.state, sb.error_count, sb.first_error
+        )],
+        // An operation failing after its first change (ENOSPC half way) is recorded too.
+        (false, true) if run.errors.is_empty() => vec![format!(
+            "no error reported but the superblock records {} (first in {})",
+            sb.error_count,
+            String::from_utf8_lossy(sb.first_error.func_name())
+        )],
+        (true, true) if !common::dumpe2fs_header(image).contains("First error function:") => {
+            vec!["dumpe2fs -h does not show the recorded error".into()]
+        }
+        _ => Vec::new(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1955,6 +2091,9 @@ fn run_case(case: &Case, lay: &Layout, clean: &[u8], dir: &Path, worker: usize) 
             run.errors.iter().take(3).collect::<Vec<_>>()
         ));
     }
+    if run.refused.is_none() {
+        outcome.failures.extend(error_record_problems(&path, run));
+    }
     replay_journal(&path);
     let (after_code, after_text) = e2fsck_fn(&path);
     if case.structure == "control" && after_code != 0 {
@@ -1988,7 +2127,7 @@ fn run_case(case: &Case, lay: &Layout, clean: &[u8], dir: &Path, worker: usize) 
 
 #[test]
 fn corrupted_images_give_errors_never_panics_hangs_or_spreading_damage() {
-    for tool in ["mkfs.ext4", "e2fsck"] {
+    for tool in ["mkfs.ext4", "e2fsck", "dumpe2fs"] {
         if !common::have(tool, "corrupt_image") {
             return;
         }

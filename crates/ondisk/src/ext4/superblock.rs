@@ -92,6 +92,159 @@ mod off {
     pub const BACKUP_BGS: usize = 0x24C;
     pub const CHECKSUM_SEED: usize = 0x270;
     pub const CHECKSUM: usize = 0x3FC;
+    // The error record (EXT4_S_ERR_START..EXT4_S_ERR_END, plus the high time bytes and the
+    // error codes kernels from 5.10 on keep past s_checksum_seed).
+    pub const ERROR_COUNT: usize = 0x194;
+    pub const FIRST_ERROR_TIME: usize = 0x198;
+    pub const FIRST_ERROR_INO: usize = 0x19C;
+    pub const FIRST_ERROR_BLOCK: usize = 0x1A0;
+    pub const FIRST_ERROR_FUNC: usize = 0x1A8;
+    pub const FIRST_ERROR_LINE: usize = 0x1C8;
+    pub const LAST_ERROR_TIME: usize = 0x1CC;
+    pub const LAST_ERROR_INO: usize = 0x1D0;
+    pub const LAST_ERROR_LINE: usize = 0x1D4;
+    pub const LAST_ERROR_BLOCK: usize = 0x1D8;
+    pub const LAST_ERROR_FUNC: usize = 0x1E0;
+    pub const MOUNT_OPTS: usize = 0x200;
+    pub const FIRST_ERROR_TIME_HI: usize = 0x278;
+    pub const LAST_ERROR_TIME_HI: usize = 0x279;
+    pub const FIRST_ERROR_ERRCODE: usize = 0x27A;
+    pub const LAST_ERROR_ERRCODE: usize = 0x27B;
+}
+
+/// The bytes of the error record proper (`EXT4_S_ERR_START..EXT4_S_ERR_END`): what ext4 keeps
+/// across a journal replay, which would otherwise put back an older superblock copy.
+pub const ERROR_RECORD_RANGE: std::ops::Range<usize> = off::ERROR_COUNT..off::MOUNT_OPTS;
+/// Length of `s_first_error_func` / `s_last_error_func`.
+pub const ERROR_FUNC_LEN: usize = 32;
+
+const _: () = assert!(off::FIRST_ERROR_FUNC + ERROR_FUNC_LEN == off::FIRST_ERROR_LINE);
+const _: () = assert!(off::LAST_ERROR_FUNC + ERROR_FUNC_LEN == off::MOUNT_OPTS);
+const _: () = assert!(off::LAST_ERROR_ERRCODE + 5 == off::ORPHAN_FILE_INUM);
+
+/// `s_*_error_errcode` values (ext4's EXT4_ERR_*), from [`error_code_of_errno`].
+pub mod error_code {
+    pub const UNKNOWN: u8 = 1;
+    pub const EIO: u8 = 2;
+    pub const ENOMEM: u8 = 3;
+    pub const EFSBADCRC: u8 = 4;
+    pub const EFSCORRUPTED: u8 = 5;
+    pub const ENOSPC: u8 = 6;
+    pub const EROFS: u8 = 8;
+    pub const EFBIG: u8 = 9;
+    pub const EEXIST: u8 = 10;
+    pub const ERANGE: u8 = 11;
+    pub const ENOTDIR: u8 = 14;
+    pub const ENOTEMPTY: u8 = 15;
+}
+
+/// ext4_errno_to_code: the error code recorded for a (positive, Linux) errno. This crate
+/// does no I/O and has no errno table: the numbers are Linux's (EBADMSG is ext4's EFSBADCRC,
+/// EUCLEAN its EFSCORRUPTED).
+pub fn error_code_of_errno(errno: i32) -> u8 {
+    match errno {
+        0 => 0,
+        5 => error_code::EIO,            // EIO
+        12 => error_code::ENOMEM,        // ENOMEM
+        74 => error_code::EFSBADCRC,     // EBADMSG
+        117 => error_code::EFSCORRUPTED, // EUCLEAN
+        28 => error_code::ENOSPC,        // ENOSPC
+        30 => error_code::EROFS,         // EROFS
+        27 => error_code::EFBIG,         // EFBIG
+        17 => error_code::EEXIST,        // EEXIST
+        34 => error_code::ERANGE,        // ERANGE
+        20 => error_code::ENOTDIR,       // ENOTDIR
+        39 => error_code::ENOTEMPTY,     // ENOTEMPTY
+        _ => error_code::UNKNOWN,
+    }
+}
+
+/// One of the superblock's two error records (`s_first_error_*`, `s_last_error_*`): where and
+/// when ext4_error was called. All zero when no error was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ErrorRecord {
+    /// Seconds since the epoch (`_time` plus `_time_hi << 32`); 0 for no record.
+    pub time: u64,
+    pub ino: u32,
+    pub block: u64,
+    /// The function that found the error, NUL-padded (not necessarily NUL-terminated).
+    pub func: [u8; ERROR_FUNC_LEN],
+    pub line: u32,
+    /// An [`error_code`] value.
+    pub errcode: u8,
+}
+
+impl ErrorRecord {
+    /// A record of `func` (cut to [`ERROR_FUNC_LEN`] bytes) at `time`.
+    pub fn new(time: u64, func: &str, ino: u32, block: u64, line: u32, errcode: u8) -> Self {
+        let mut name = [0u8; ERROR_FUNC_LEN];
+        let len = func.len().min(ERROR_FUNC_LEN);
+        name[..len].copy_from_slice(&func.as_bytes()[..len]);
+        ErrorRecord { time, ino, block, func: name, line, errcode }
+    }
+
+    /// The function name, without the padding.
+    pub fn func_name(&self) -> &[u8] {
+        let len = self.func.iter().position(|&b| b == 0).unwrap_or(ERROR_FUNC_LEN);
+        &self.func[..len]
+    }
+}
+
+/// Field offsets of one error record: (time, time_hi, ino, block, func, line, errcode).
+struct ErrorOffsets {
+    time: usize,
+    time_hi: usize,
+    ino: usize,
+    block: usize,
+    func: usize,
+    line: usize,
+    errcode: usize,
+}
+
+const FIRST_ERROR: ErrorOffsets = ErrorOffsets {
+    time: off::FIRST_ERROR_TIME,
+    time_hi: off::FIRST_ERROR_TIME_HI,
+    ino: off::FIRST_ERROR_INO,
+    block: off::FIRST_ERROR_BLOCK,
+    func: off::FIRST_ERROR_FUNC,
+    line: off::FIRST_ERROR_LINE,
+    errcode: off::FIRST_ERROR_ERRCODE,
+};
+
+const LAST_ERROR: ErrorOffsets = ErrorOffsets {
+    time: off::LAST_ERROR_TIME,
+    time_hi: off::LAST_ERROR_TIME_HI,
+    ino: off::LAST_ERROR_INO,
+    block: off::LAST_ERROR_BLOCK,
+    func: off::LAST_ERROR_FUNC,
+    line: off::LAST_ERROR_LINE,
+    errcode: off::LAST_ERROR_ERRCODE,
+};
+
+impl ErrorOffsets {
+    fn decode(&self, b: &[u8; SUPERBLOCK_SIZE]) -> ErrorRecord {
+        let mut func = [0u8; ERROR_FUNC_LEN];
+        func.copy_from_slice(&b[self.func..self.func + ERROR_FUNC_LEN]);
+        ErrorRecord {
+            time: u64::from(le32(b, self.time)) | (u64::from(b[self.time_hi]) << 32),
+            ino: le32(b, self.ino),
+            block: u64::from(le32(b, self.block)) | (u64::from(le32(b, self.block + 4)) << 32),
+            func,
+            line: le32(b, self.line),
+            errcode: b[self.errcode],
+        }
+    }
+
+    fn encode(&self, b: &mut [u8; SUPERBLOCK_SIZE], record: &ErrorRecord) {
+        put_le32(b, self.time, record.time as u32);
+        b[self.time_hi] = (record.time >> 32) as u8;
+        put_le32(b, self.ino, record.ino);
+        put_le32(b, self.block, record.block as u32);
+        put_le32(b, self.block + 4, (record.block >> 32) as u32);
+        b[self.func..self.func + ERROR_FUNC_LEN].copy_from_slice(&record.func);
+        put_le32(b, self.line, record.line);
+        b[self.errcode] = record.errcode;
+    }
 }
 
 const _: () = assert!(off::CHECKSUM + 4 == SUPERBLOCK_SIZE);
@@ -155,6 +308,12 @@ pub struct Superblock {
     pub orphan_file_inum: u32,
     /// `s_reserved_gdt_blocks`: descriptor blocks reserved after the table for online resize.
     pub reserved_gdt_blocks: u16,
+    /// `s_error_count`: errors recorded since the last e2fsck (which zeroes it).
+    pub error_count: u32,
+    /// `s_first_error_*`: the first error since the last e2fsck.
+    pub first_error: ErrorRecord,
+    /// `s_last_error_*`: the most recent error.
+    pub last_error: ErrorRecord,
     raw: [u8; SUPERBLOCK_SIZE],
 }
 
@@ -260,6 +419,9 @@ impl Superblock {
                 | (u64::from(le32(b, off::KBYTES_WRITTEN + 4)) << 32),
             orphan_file_inum: le32(b, off::ORPHAN_FILE_INUM),
             reserved_gdt_blocks: le16(b, off::RESERVED_GDT_BLOCKS),
+            error_count: le32(b, off::ERROR_COUNT),
+            first_error: FIRST_ERROR.decode(b),
+            last_error: LAST_ERROR.decode(b),
             raw,
         }
     }
@@ -559,6 +721,9 @@ impl Superblock {
         put_le32(b, off::KBYTES_WRITTEN + 4, (self.kbytes_written >> 32) as u32);
         put_le32(b, off::ORPHAN_FILE_INUM, self.orphan_file_inum);
         put_le16(b, off::RESERVED_GDT_BLOCKS, self.reserved_gdt_blocks);
+        put_le32(b, off::ERROR_COUNT, self.error_count);
+        FIRST_ERROR.encode(b, &self.first_error);
+        LAST_ERROR.encode(b, &self.last_error);
         if self.has_metadata_csum() {
             set_superblock_checksum(b);
         }
@@ -691,6 +856,55 @@ pub(crate) mod tests {
     fn superblock_encode_reproduces_the_parsed_bytes() {
         let raw = sample_raw();
         assert_eq!(Superblock::parse(&raw).unwrap().encode(), raw.to_vec());
+    }
+
+    #[test]
+    fn error_records_round_trip_at_the_kernels_offsets() {
+        let mut sb = sample();
+        assert_eq!(
+            (sb.error_count, sb.first_error, sb.last_error),
+            (0, ErrorRecord::default(), ErrorRecord::default())
+        );
+        sb.error_count = 3;
+        sb.first_error = ErrorRecord::new(0x1_2345_6789, "ext4_ext_check", 12, 0x1_0000_0007, 9, 5);
+        sb.last_error =
+            ErrorRecord::new(0x2_0000_0001, "a_function_name_longer_than_32_bytes", 13, 42, 0, 4);
+        let raw = sb.encode();
+        let again = Superblock::parse(&raw).unwrap();
+        assert_eq!(again.error_count, 3);
+        assert_eq!(again.first_error, sb.first_error);
+        assert_eq!(again.last_error, sb.last_error);
+        assert_eq!(again.first_error.func_name(), b"ext4_ext_check");
+        assert_eq!(again.last_error.func_name(), b"a_function_name_longer_than_32_b");
+        // The bytes where ext4.h puts them.
+        assert_eq!(le32(&raw, 0x194), 3);
+        assert_eq!(le32(&raw, 0x198), 0x2345_6789);
+        assert_eq!(raw[0x278], 1);
+        assert_eq!(le32(&raw, 0x19C), 12);
+        assert_eq!((le32(&raw, 0x1A0), le32(&raw, 0x1A4)), (7, 1));
+        assert_eq!(&raw[0x1A8..0x1B6], b"ext4_ext_check");
+        assert_eq!(le32(&raw, 0x1C8), 9);
+        assert_eq!((le32(&raw, 0x1CC), raw[0x279]), (1, 2));
+        assert_eq!((le32(&raw, 0x1D0), le32(&raw, 0x1D8)), (13, 42));
+        assert_eq!(&raw[0x1E0..0x1E6], b"a_func");
+        assert_eq!((raw[0x27A], raw[0x27B]), (5, 4));
+        // Nothing else moved: the only bytes that differ from the sample are the record's and
+        // the checksum.
+        let sample = sample_raw();
+        for (i, (a, b)) in sample.iter().zip(&raw).enumerate() {
+            let in_record = ERROR_RECORD_RANGE.contains(&i) || (0x278..0x27C).contains(&i);
+            assert!(a == b || in_record || i >= off::CHECKSUM, "byte {i:#x} changed");
+        }
+    }
+
+    #[test]
+    fn errno_maps_to_the_kernels_error_codes() {
+        assert_eq!(error_code_of_errno(117), error_code::EFSCORRUPTED);
+        assert_eq!(error_code_of_errno(74), error_code::EFSBADCRC);
+        assert_eq!(error_code_of_errno(5), error_code::EIO);
+        assert_eq!(error_code_of_errno(30), error_code::EROFS);
+        assert_eq!(error_code_of_errno(0), 0);
+        assert_eq!(error_code_of_errno(1000), error_code::UNKNOWN);
     }
 
     #[test]
