@@ -100,16 +100,9 @@ fn orphan_file_slots_are_given_back_when_files_close() {
     assert_fsck_clean(&image);
 }
 
-/// An orphan whose truncate to 0 was cut short, on a file mapped by block pointers (no extents
-/// flag, as ext3 writes), on an extent-journal image: quill cannot free indirect-mapped
-/// blocks, so a read-write open must refuse and leave the orphan on the list, not drop it with
-/// its blocks allocated (e2fsck would then make the stale blocks the file's contents).
-#[test]
-fn an_indirect_mapped_orphan_is_left_on_the_list_and_the_mount_refused() {
-    if !have_tools(&["mkfs.ext4", "e2fsck", "debugfs"]) {
-        return;
-    }
-    let scratch = Scratch::new("orphan-indirect");
+/// An image (4 KiB blocks, extent journal) with `/f`, inode 12: 32 KiB mapped by eight direct
+/// block pointers and no extents flag, as ext3 writes files; e2fsck -fn finds it clean.
+fn image_with_an_indirect_mapped_file(scratch: &Scratch) -> std::path::PathBuf {
     let image = scratch.path("fs.img");
     mkfs(&image, "64M", &["-b", "4096"]);
     let free = debugfs_write(&image, "ffb 8 5000\n");
@@ -121,8 +114,7 @@ fn an_indirect_mapped_orphan_is_left_on_the_list_and_the_mount_refused() {
         .map_while(|w| w.parse().ok())
         .collect();
     assert_eq!(blocks.len(), 8, "debugfs ffb: {free}");
-    // A 32 KiB file mapped by eight direct pointers, with its blocks marked in use; e2fsck -fy
-    // then fixes the free counts so only the orphan is left to find.
+    // The blocks are marked in use; e2fsck -fy then fixes the free counts.
     let mut script = String::from("write /dev/null f\nsif f flags 0\nsif f size 32768\n");
     for (i, b) in blocks.iter().enumerate() {
         script += &format!("sif f block[{i}] {b}\nsetb {b}\n");
@@ -132,6 +124,20 @@ fn an_indirect_mapped_orphan_is_left_on_the_list_and_the_mount_refused() {
     let out = Command::new("e2fsck").arg("-fy").arg(&image).output().unwrap();
     assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
     assert_fsck_clean(&image);
+    image
+}
+
+/// An orphan whose truncate to 0 was cut short, on a file mapped by block pointers (no extents
+/// flag, as ext3 writes), on an extent-journal image: quill cannot free indirect-mapped
+/// blocks, so a read-write open must refuse and leave the orphan on the list, not drop it with
+/// its blocks allocated (e2fsck would then make the stale blocks the file's contents).
+#[test]
+fn an_indirect_mapped_orphan_is_left_on_the_list_and_the_mount_refused() {
+    if !have_tools(&["mkfs.ext4", "e2fsck", "debugfs"]) {
+        return;
+    }
+    let scratch = Scratch::new("orphan-indirect");
+    let image = image_with_an_indirect_mapped_file(&scratch);
     // The crash: i_size already 0, the blocks not yet freed, the inode on the orphan list.
     debugfs_write(&image, "sif f size 0\nssv last_orphan 12\n");
     let (_, before) = e2fsck(&image);
@@ -161,6 +167,24 @@ fn an_indirect_mapped_orphan_is_left_on_the_list_and_the_mount_refused() {
     assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
     let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
     assert_eq!(fs.lookup(ROOT_INO, b"f").unwrap().size, 0);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+}
+
+/// Unlinking an indirect-mapped file, which quill cannot free, fails before anything changes:
+/// the name stays and e2fsck still finds the image clean.
+#[test]
+fn unlinking_an_indirect_mapped_file_fails_with_nothing_changed() {
+    if !have_tools(&["mkfs.ext4", "e2fsck", "debugfs"]) {
+        return;
+    }
+    let scratch = Scratch::new("unlink-indirect");
+    let image = image_with_an_indirect_mapped_file(&scratch);
+    let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+    let err = fs.unlink(ROOT_INO, b"f").unwrap_err();
+    assert!(matches!(err, fs::FsError::Unsupported(_)), "{err}");
+    assert!(err.to_string().contains("indirect"), "{err}");
+    assert_eq!(fs.lookup(ROOT_INO, b"f").unwrap().size, 32768, "the name and file stay");
     fs.unmount().unwrap();
     assert_fsck_clean(&image);
 }
