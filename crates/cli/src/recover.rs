@@ -5,7 +5,6 @@ use anyhow::{bail, Context, Result};
 use blockdev::file::{FileDevice, FileOptions};
 use blockdev::BlockDevice;
 use fs::Ext4Image;
-use ondisk::jbd2::feature;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -32,14 +31,6 @@ pub fn run(args: RecoverArgs) -> Result<()> {
     let mut image = Ext4Image::open(dev.clone())
         .with_context(|| format!("{} is not a usable ext4 image", args.image.display()))?;
     let location = image.journal_location().context("cannot locate the journal")?;
-    let jsb = journal::superblock::read_superblock(&*dev, &location)
-        .context("cannot read the journal superblock")?;
-    if jsb.start != 0 && jsb.has_incompat(feature::INCOMPAT_FAST_COMMIT) {
-        bail!(
-            "the journal holds fast-commit records, which quill cannot replay yet; \
-             nothing was changed (e2fsck -fy replays them)"
-        );
-    }
     let bar = Progress::new("Replaying the journal", 0, !args.json, false);
     let report = journal::recover_with_progress(&*dev, &location, args.threads, &|done, total| {
         bar.set(done, total)

@@ -11,10 +11,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{assert_fsck_clean, have, list_dir, mkfs, open_device, Rng, Scratch};
+use common::{
+    assert_fsck_clean, can_loop_mount, have, list_dir, mkfs, open_device, Mount, Rng, Scratch,
+};
 use fs::{Filesystem, MountOptions, SetMode, ROOT_INO};
 
 /// What both sides must agree on for one path.
@@ -28,53 +30,6 @@ struct Entry {
     nlink: u32,
     contents: Vec<u8>,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
-}
-
-fn can_loop_mount(test: &str) -> bool {
-    if !have("mount", test) || !have("mkfs.ext4", test) || !have("e2fsck", test) {
-        return false;
-    }
-    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
-    if !root {
-        println!("SKIP {test}: loop mounts need root");
-    }
-    root
-}
-
-struct Mount {
-    dir: PathBuf,
-}
-
-impl Mount {
-    fn new(image: &Path, dir: PathBuf) -> Option<Mount> {
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new("mount").args(["-o", "loop"]).arg(image).arg(&dir).output().unwrap();
-        if !out.status.success() {
-            println!("SKIP: loop mount failed: {}", String::from_utf8_lossy(&out.stderr));
-            return None;
-        }
-        Some(Mount { dir })
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        // A failed umount would leave quill reading an image the kernel has not written back.
-        // "Target is busy" can be transient (something else on the machine looking into the
-        // directory), so try a few times before giving up.
-        let mut last_error = String::new();
-        for _ in 0..10 {
-            match Command::new("umount").arg(&self.dir).output() {
-                Ok(out) if out.status.success() => return,
-                Ok(out) => last_error = String::from_utf8_lossy(&out.stderr).trim().to_string(),
-                Err(err) => last_error = err.to_string(),
-            }
-            std::thread::sleep(std::time::Duration::from_millis(300));
-        }
-        if !std::thread::panicking() {
-            panic!("umount {} failed: {last_error}", self.dir.display());
-        }
-    }
 }
 
 fn kernel_tree(root: &Path) -> BTreeMap<String, Entry> {

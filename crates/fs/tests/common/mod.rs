@@ -55,6 +55,63 @@ pub fn have_tools(tools: &[&str]) -> bool {
     tools.iter().all(|tool| have(tool, "this test"))
 }
 
+/// Whether this machine can loop-mount ext4 images (root, mount, mkfs.ext4, e2fsck); prints a
+/// SKIP line for `test` when it cannot.
+pub fn can_loop_mount(test: &str) -> bool {
+    if !have("mount", test) || !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return false;
+    }
+    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    if !root {
+        println!("SKIP {test}: loop mounts need root");
+    }
+    root
+}
+
+/// A kernel loop mount of an image at `dir`, unmounted on drop.
+pub struct Mount {
+    pub dir: PathBuf,
+}
+
+impl Mount {
+    /// Loop-mounts `image` at `dir`; `None` (after a SKIP line) when the kernel refuses.
+    pub fn new(image: &Path, dir: PathBuf) -> Option<Mount> {
+        Mount::with_options(image, dir, "loop")
+    }
+
+    /// [`Mount::new`] with mount options `options` (which must include `loop`).
+    pub fn with_options(image: &Path, dir: PathBuf, options: &str) -> Option<Mount> {
+        std::fs::create_dir_all(&dir).unwrap();
+        let out =
+            Command::new("mount").args(["-o", options]).arg(image).arg(&dir).output().unwrap();
+        if !out.status.success() {
+            println!("SKIP: loop mount failed: {}", String::from_utf8_lossy(&out.stderr));
+            return None;
+        }
+        Some(Mount { dir })
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // A failed umount would leave quill reading an image the kernel has not written back.
+        // "Target is busy" can be transient (something else on the machine looking into the
+        // directory), so try a few times before giving up.
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            match Command::new("umount").arg(&self.dir).output() {
+                Ok(out) if out.status.success() => return,
+                Ok(out) => last_error = String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                Err(err) => last_error = err.to_string(),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        if !std::thread::panicking() {
+            panic!("umount {} failed: {last_error}", self.dir.display());
+        }
+    }
+}
+
 /// Makes an ext4 image of `size` (mkfs.ext4 syntax) with extra mkfs options.
 pub fn mkfs(image: &Path, size: &str, extra: &[&str]) {
     let out = Command::new("mkfs.ext4")
