@@ -28,17 +28,19 @@ pub fn run(args: RecoverArgs) -> Result<()> {
     }
     let dev = FileDevice::open(&args.image, FileOptions { read_only: false, direct: false })?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    let mut image = Ext4Image::open(dev.clone())
+    let image = Ext4Image::open(dev.clone())
         .with_context(|| format!("{} is not a usable ext4 image", args.image.display()))?;
-    let location = image.journal_location().context("cannot locate the journal")?;
+    image.journal_location().context("cannot locate the journal")?;
     let bar = Progress::new("Replaying the journal", 0, !args.json, false);
-    let report = journal::recover_with_progress(&*dev, &location, args.threads, &|done, total| {
-        bar.set(done, total)
-    })
-    .context("journal recovery failed")?;
+    let report = image
+        .recover_journal(args.threads, &|done, total| bar.set(done, total))
+        .context("journal recovery failed")?;
     bar.finish();
     let flag_was_set = image.superblock().needs_recovery();
     if flag_was_set {
+        // Recovery may have replayed the superblock: clear the flag in the copy now on disk,
+        // not in the one read before.
+        let mut image = Ext4Image::open(dev.clone()).context("cannot reread the superblock")?;
         image.set_needs_recovery(false).context("cannot clear needs_recovery")?;
     }
     if args.json {

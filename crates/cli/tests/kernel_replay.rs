@@ -25,10 +25,13 @@ fn umount(mountpoint: &Path) {
     assert!(o.status.success(), "umount failed: {}", text(&o));
 }
 
+/// Makes an image with `mkfs_args`, loop-mounts it, runs `work` on the mount point and copies
+/// the backing file while still mounted (the crash image).
 fn kernel_crash_image(
     scratch: &Scratch,
     mkfs_args: &[&str],
     test: &str,
+    work: impl FnOnce(&Path),
 ) -> Option<std::path::PathBuf> {
     let image = scratch.path("kernel.img");
     mkfs(&image, "64M", mkfs_args);
@@ -38,7 +41,15 @@ fn kernel_crash_image(
         eprintln!("SKIP {test}: cannot loop-mount an image here: {why}");
         return None;
     }
-    // Files of several sizes, each fsynced: the journal holds their metadata.
+    work(&mnt);
+    let crash = scratch.path("crash.img");
+    std::fs::copy(&image, &crash).unwrap();
+    umount(&mnt);
+    Some(crash)
+}
+
+/// Files of several sizes in four directories, each fsynced: the journal holds their metadata.
+fn fsynced_files_in_directories(mnt: &Path) {
     for dir in 0..4 {
         let d = mnt.join(format!("dir{dir}"));
         std::fs::create_dir(&d).unwrap();
@@ -49,10 +60,6 @@ fn kernel_crash_image(
         }
         std::fs::File::open(&d).unwrap().sync_all().unwrap();
     }
-    let crash = scratch.path("crash.img");
-    std::fs::copy(&image, &crash).unwrap();
-    umount(&mnt);
-    Some(crash)
 }
 
 fn check(mkfs_args: &[&str], name: &str, block_size: u64) {
@@ -63,7 +70,10 @@ fn check(mkfs_args: &[&str], name: &str, block_size: u64) {
         }
     }
     let scratch = Scratch::new(&format!("kernel-{name}"));
-    let Some(crash) = kernel_crash_image(&scratch, mkfs_args, &test) else { return };
+    let Some(crash) = kernel_crash_image(&scratch, mkfs_args, &test, fsynced_files_in_directories)
+    else {
+        return;
+    };
     let by_quill = scratch.path("quill.img");
     let by_e2fsck = scratch.path("e2fsck.img");
     std::fs::copy(&crash, &by_quill).unwrap();
@@ -114,4 +124,45 @@ fn quill_replays_a_kernel_journal_like_e2fsck_4k() {
 #[test]
 fn quill_replays_a_kernel_journal_like_e2fsck_1k() {
     check(&["-b", "1024"], "1k", 1024);
+}
+
+/// The same workload on a `fast_commit` file system: the kernel turns the fsyncs into fast
+/// commits, which quill does not replay yet. `quill recover` must refuse with one line naming
+/// them (exit 1) and leave the image byte-identical, so `e2fsck -fy` can still replay it.
+#[test]
+fn quill_recover_refuses_a_kernel_journal_ending_in_fast_commits() {
+    let test = "kernel_replay/fast_commit";
+    for tool in ["mkfs.ext4", "mount", "umount"] {
+        if !have(tool, test) {
+            return;
+        }
+    }
+    let scratch = Scratch::new("kernel-fast-commit");
+    // New files in the root, each fsynced: the kernel writes fast commits for them (a new
+    // directory would force full commits).
+    let fsynced_files = |mnt: &Path| {
+        for i in 0..20 {
+            let mut f = std::fs::File::create(mnt.join(format!("file{i}"))).unwrap();
+            f.write_all(&vec![i as u8; 1000 * (i + 1)]).unwrap();
+            f.sync_all().unwrap();
+        }
+    };
+    let Some(crash) = kernel_crash_image(&scratch, &["-O", "fast_commit"], test, fsynced_files)
+    else {
+        return;
+    };
+    let by_quill = scratch.path("quill.img");
+    std::fs::copy(&crash, &by_quill).unwrap();
+    for args in [&["recover"][..], &["recover", "--json"]] {
+        let o = run(quill().args(args).arg(&by_quill));
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("fast-commit record"), "{args:?}: {stderr}");
+        assert!(stderr.contains("not replayed yet"), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            std::fs::read(&by_quill).unwrap() == std::fs::read(&crash).unwrap(),
+            "{args:?}: a refused recovery changed the image"
+        );
+    }
 }

@@ -159,12 +159,12 @@ impl Filesystem {
         check_features(&sb, options.read_only)?;
         let location = image.journal_location()?;
         let needs_recovery = sb.needs_recovery();
-        drop(image);
         if !options.read_only || needs_recovery {
             // JBD2's jbd2_journal_load, first half: replay the log if it needs it. A read-only
             // mount replays too, as the kernel's does (which writes the device).
-            journal::recover(&*dev, &location, options.journal.recovery_threads)?;
+            image.recover_journal(options.journal.recovery_threads, &|_, _| {})?;
         }
+        drop(image);
         if options.read_only && needs_recovery {
             // Then it marks the file system recovered and attaches without writing more.
             let image = Ext4Image::open(dev.clone())?;

@@ -234,6 +234,29 @@ impl Ext4Image {
             .map_err(|err| FsError::corrupted(inode_block, err.to_string()))
     }
 
+    /// Replays the journal if it needs it and marks it clean (JBD2 recovery, as e2fsck and the
+    /// kernel's mount do), calling `progress(done, total)` as the log replay goes. The one
+    /// recovery every path uses (`Filesystem::open`, `quill recover`): a journal whose
+    /// fast-commit area holds fast commits recovery must replay is refused, naming the record
+    /// kinds, before anything is written ([`journal::RefuseFastCommits`], exact for this file
+    /// system's inode size). needs_recovery in the ext4 superblock is left to the caller.
+    pub fn recover_journal(
+        &self,
+        threads: usize,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<journal::RecoveryReport, FsError> {
+        let location = self.journal_location()?;
+        let mut fast_commits =
+            journal::RefuseFastCommits { inode_size: self.superblock.inode_size };
+        Ok(journal::recover_with_fast_commits(
+            &*self.dev,
+            &location,
+            threads,
+            progress,
+            &mut fast_commits,
+        )?)
+    }
+
     /// Sets or clears INCOMPAT_RECOVER in the primary superblock (checksum updated), then
     /// flushes the device. Backup superblocks are left alone, as the kernel does. Refuses file
     /// systems with INCOMPAT features quill cannot write correctly.

@@ -25,7 +25,7 @@ use crate::error::{JournalError, Result};
 use crate::location::JournalLocation;
 use crate::recovery::read_log_block;
 use blockdev::BlockDevice;
-use ondisk::jbd2::fast_commit::{scan_fast_commit_area, FcScan};
+use ondisk::jbd2::fast_commit::{scan_fast_commit_area, tag_name, FcRecord, FcScan};
 use ondisk::jbd2::{feature, JournalSuperblock};
 use ondisk::Tid;
 
@@ -101,27 +101,62 @@ pub trait FastCommitReplay {
 }
 
 /// The replay of a caller that cannot replay fast commits: recovery refuses any journal whose
-/// area holds complete fast commits for the tid it would replay, naming them, and writes
-/// nothing. The scan accepts INODE records of any length (the file system's inode size is not
-/// known here), so it refuses at least every journal the exact scan would replay from.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RefuseFastCommits;
+/// area holds complete fast commits for the tid it would replay with at least one record that
+/// changes the file system (anything but HEAD, PAD and TAIL), naming the record kinds, and
+/// writes nothing. Fast commits of markers alone are "replayed" by doing nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct RefuseFastCommits {
+    /// `s_inode_size`, for an exact scan; `u16::MAX` when unknown, which accepts INODE records
+    /// of any length and so refuses at least every journal the exact scan would replay from.
+    pub inode_size: u16,
+}
+
+impl Default for RefuseFastCommits {
+    fn default() -> Self {
+        RefuseFastCommits { inode_size: u16::MAX }
+    }
+}
 
 impl FastCommitReplay for RefuseFastCommits {
     fn inode_size(&self) -> u16 {
-        u16::MAX
+        self.inode_size
     }
 
     fn check(&mut self, area: &FastCommitArea, scan: &FcScan<'_>) -> Result<()> {
-        assert!(scan.commits > 0);
+        assert!(scan.commits > 0 && scan.records_valid <= scan.records.len());
+        let mut kinds: Vec<&str> = Vec::new();
+        for record in &scan.records[..scan.records_valid] {
+            let name = tag_name(record.tag());
+            if !matches!(
+                record,
+                FcRecord::Head { .. } | FcRecord::Tail { .. } | FcRecord::Pad { .. }
+            ) && !kinds.contains(&name)
+            {
+                kinds.push(name);
+            }
+        }
+        if kinds.is_empty() {
+            // Only HEAD, PAD and TAIL: complete fast commits that change nothing.
+            return Ok(());
+        }
+        let named = match kinds.len() {
+            1 => format!("record {} is", kinds[0]),
+            _ => format!("records {} are", kinds.join(", ")),
+        };
         Err(JournalError::Unsupported(format!(
-            "the journal's fast-commit area holds {} fast commits ({} records) of tid {}, which \
-             this recovery does not replay; nothing was changed (e2fsck -fy replays them)",
+            "fast-commit {named} not replayed yet: the journal's fast-commit area holds {} fast \
+             commits ({} records) of tid {} that recovery must replay; nothing was changed \
+             (e2fsck -fy replays them)",
             scan.commits, scan.records_valid, area.expected_tid
         )))
     }
 
-    fn replay(&mut self, _area: &FastCommitArea, _scan: &FcScan<'_>) -> Result<FastCommitReport> {
-        unreachable!("check refuses every fast commit")
+    fn replay(&mut self, _area: &FastCommitArea, scan: &FcScan<'_>) -> Result<FastCommitReport> {
+        let valid = &scan.records[..scan.records_valid];
+        let markers_only = valid.iter().all(|r| {
+            matches!(r, FcRecord::Head { .. } | FcRecord::Tail { .. } | FcRecord::Pad { .. })
+        });
+        assert!(markers_only, "check refuses every fast commit that changes something");
+        Ok(FastCommitReport { commits: scan.commits, records: scan.records_valid })
     }
 }

@@ -110,7 +110,8 @@ pub fn recover_with_progress(
     threads: usize,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<RecoveryReport> {
-    recover_with_fast_commits(dev, location, threads, progress, &mut RefuseFastCommits)
+    let mut refuse = RefuseFastCommits::default();
+    recover_with_fast_commits(dev, location, threads, progress, &mut refuse)
 }
 
 /// [`recover_with_progress`], with `fast_commits` replaying the fast commits that extend the
