@@ -1,5 +1,6 @@
-//! `quill recover IMAGE`: replay the journal of an ext4 image and mark the file system as not
-//! needing recovery, as e2fsck's journal replay (and the kernel's mount) do.
+//! `quill recover IMAGE`: replay the journal of an ext4 image (its full commits, then the fast
+//! commits that extend the last of them) and mark the file system as not needing recovery, as
+//! e2fsck's journal replay (and the kernel's mount) do.
 
 use anyhow::{bail, Context, Result};
 use blockdev::file::{FileDevice, FileOptions};
@@ -63,6 +64,15 @@ pub fn run(args: RecoverArgs) -> Result<()> {
             report.revoke_hits,
             report.stop_reason
         );
+        if report.fast_commits.commits > 0 {
+            println!(
+                "{}: replayed {} fast commits of tid {} ({} records)",
+                args.image.display(),
+                report.fast_commits.commits,
+                report.end_tid,
+                report.fast_commits.records
+            );
+        }
     }
     if flag_was_set {
         println!("{}: needs_recovery cleared; the journal is clean", args.image.display());

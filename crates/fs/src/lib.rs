@@ -34,6 +34,7 @@ pub mod xattr;
 
 mod adapters;
 mod data;
+mod fast_commit;
 mod file;
 mod filesystem;
 mod groups;

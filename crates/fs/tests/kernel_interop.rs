@@ -9,176 +9,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
 use common::{
-    assert_fsck_clean, can_loop_mount, have, list_dir, mkfs, open_device, Mount, Rng, Scratch,
+    assert_fsck_clean, can_loop_mount, compare, have, kernel_tree, mkfs, open_device, quill_tree,
+    Mount, Rng, Scratch,
 };
 use fs::{Filesystem, MountOptions, SetMode, ROOT_INO};
-
-/// What both sides must agree on for one path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    kind: char,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    size: u64,
-    nlink: u32,
-    contents: Vec<u8>,
-    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
-}
-
-fn kernel_tree(root: &Path) -> BTreeMap<String, Entry> {
-    let mut out = BTreeMap::new();
-    kernel_walk(root, root, &mut out);
-    out
-}
-
-fn kernel_walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Entry>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        let path = entry.path();
-        let rel = path.strip_prefix(root).unwrap().to_string_lossy().to_string();
-        if rel == "lost+found" {
-            continue;
-        }
-        let meta = std::fs::symlink_metadata(&path).unwrap();
-        let ft = meta.file_type();
-        let (kind, contents) = if ft.is_dir() {
-            ('d', Vec::new())
-        } else if ft.is_symlink() {
-            ('l', std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes())
-        } else {
-            ('f', std::fs::read(&path).unwrap())
-        };
-        let mut xattrs = BTreeMap::new();
-        if !ft.is_symlink() {
-            let out =
-                Command::new("getfattr").args(["-d", "-m", "-", "-e", "hex"]).arg(&path).output();
-            if let Ok(out) = out {
-                for line in String::from_utf8_lossy(&out.stdout).lines() {
-                    if let Some((k, v)) = line.split_once('=') {
-                        let v = v.trim_start_matches("0x");
-                        let bytes = (0..v.len() / 2)
-                            .map(|i| u8::from_str_radix(&v[2 * i..2 * i + 2], 16).unwrap())
-                            .collect();
-                        xattrs.insert(k.as_bytes().to_vec(), bytes);
-                    }
-                }
-            }
-        }
-        out.insert(
-            rel,
-            Entry {
-                kind,
-                mode: meta.permissions().mode() & 0o7777,
-                uid: meta.uid(),
-                gid: meta.gid(),
-                size: meta.len(),
-                nlink: meta.nlink() as u32,
-                contents,
-                xattrs,
-            },
-        );
-        if ft.is_dir() {
-            kernel_walk(root, &path, out);
-        }
-    }
-}
-
-fn quill_tree(fs: &Filesystem) -> BTreeMap<String, Entry> {
-    let mut out = BTreeMap::new();
-    quill_walk(fs, ROOT_INO, "", &mut out);
-    out
-}
-
-fn quill_walk(fs: &Filesystem, dir: u32, prefix: &str, out: &mut BTreeMap<String, Entry>) {
-    for e in list_dir(fs, dir, 64) {
-        if e.name == b"." || e.name == b".." || (prefix.is_empty() && e.name == b"lost+found") {
-            continue;
-        }
-        let name = String::from_utf8(e.name).unwrap();
-        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
-        let attr = fs.getattr(e.ino).unwrap();
-        let kind = match attr.mode & 0o170000 {
-            0o040000 => 'd',
-            0o120000 => 'l',
-            _ => 'f',
-        };
-        let contents = match kind {
-            'l' => fs.readlink(e.ino).unwrap(),
-            'f' => {
-                let mut buf = vec![0u8; attr.size as usize];
-                fs.read(e.ino, 0, &mut buf).unwrap();
-                buf
-            }
-            _ => Vec::new(),
-        };
-        let mut xattrs = BTreeMap::new();
-        if kind != 'l' {
-            for k in fs.listxattr(e.ino).unwrap() {
-                let v = fs.getxattr(e.ino, &k).unwrap();
-                xattrs.insert(k, v);
-            }
-        }
-        out.insert(
-            rel.clone(),
-            Entry {
-                kind,
-                mode: u32::from(attr.mode) & 0o7777,
-                uid: attr.uid,
-                gid: attr.gid,
-                size: attr.size,
-                nlink: attr.nlink,
-                contents,
-                xattrs,
-            },
-        );
-        if kind == 'd' {
-            quill_walk(fs, e.ino, &rel, out);
-        }
-    }
-}
-
-/// getfattr (package `attr`) reads xattrs through the kernel; without it they are not compared.
-fn have_getfattr() -> bool {
-    Command::new("sh")
-        .args(["-c", "command -v getfattr"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn compare(a: &BTreeMap<String, Entry>, b: &BTreeMap<String, Entry>) {
-    let names_a: Vec<_> = a.keys().collect();
-    let names_b: Vec<_> = b.keys().collect();
-    assert_eq!(names_a, names_b, "path sets differ");
-    for (path, ea) in a {
-        let eb = &b[path];
-        assert_eq!(
-            (ea.kind, ea.mode, ea.uid, ea.gid, ea.size, ea.nlink),
-            (eb.kind, eb.mode, eb.uid, eb.gid, eb.size, eb.nlink),
-            "{path}: attributes differ"
-        );
-        assert!(ea.contents == eb.contents, "{path}: contents differ");
-        // The kernel lists security/system attributes only when asked for them; compare user.*
-        let user = |x: &BTreeMap<Vec<u8>, Vec<u8>>| -> BTreeMap<Vec<u8>, Vec<u8>> {
-            x.iter()
-                .filter(|(k, _)| k.starts_with(b"user."))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        };
-        if have_getfattr() {
-            assert_eq!(user(&ea.xattrs), user(&eb.xattrs), "{path}: xattrs differ");
-        } else {
-            println!("SKIP xattr comparison of {path}: getfattr (package attr) is not installed");
-        }
-    }
-}
 
 #[test]
 fn a_tree_quill_writes_reads_back_identically_through_the_kernel() {
@@ -643,14 +482,7 @@ fn fallocated_and_punched_files_look_the_same_to_quill_and_the_kernel() {
     let (written, unwritten) = kernel_mapped_blocks(&m.join("sparse-tail"), bs);
     assert_eq!((written, unwritten), (vec![(3, 4)], vec![]), "sparse-tail: mapping");
     // The kernel's own fallocate, for quill to read next.
-    let run = |args: &[&str]| {
-        let out = Command::new("fallocate").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "fallocate {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = common::fallocate;
     let k = m.join("kernel-file");
     let mut want_kernel = rng.bytes(256 << 10);
     std::fs::write(&k, &want_kernel).unwrap();
