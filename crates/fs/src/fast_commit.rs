@@ -49,13 +49,10 @@ use crate::image::Ext4Image;
 use crate::inodes::InodeData;
 use crate::meta_io::MetaIo;
 
-/// Byte offsets in an inode record that replay reads or writes directly.
-const I_LINKS_COUNT: usize = 0x1A;
-const I_FLAGS: usize = 0x20;
+/// `offsetof(struct ext4_inode, i_block)` and `i_generation`: an INODE record is copied over
+/// the inode on disk except for the bytes between them (`i_block`).
 const I_BLOCK: usize = 0x28;
 const I_GENERATION: usize = 0x64;
-/// `EXT4_EXT_MAGIC`, the first two bytes of an extent root.
-const EXTENT_MAGIC: u16 = 0xF30A;
 
 /// The file system's [`FastCommitReplay`]: replays into the device it was made for.
 pub(crate) struct FastCommitReplayer {
@@ -91,8 +88,8 @@ impl FastCommitReplay for FastCommitReplayer {
             Ok(()) => Ok(FastCommitReport { commits: scan.commits, records: scan.records_valid }),
             Err(FsError::Device(error)) => Err(JournalError::Device(error)),
             Err(FsError::Unsupported(what)) => Err(JournalError::Unsupported(format!(
-                "{what}; the fast commits of tid {} were not replayed and the journal still \
-                 needs recovery (e2fsck -fy replays them)",
+                "{what}: the full commits were replayed, the fast commits of tid {} were not, and \
+                 the journal still needs recovery (the kernel's mount replays them)",
                 area.expected_tid
             ))),
             Err(error) => Err(JournalError::Corrupted {
@@ -194,13 +191,13 @@ impl Replay {
         let len = fc_raw.len().min(raw.len());
         raw[..I_BLOCK].copy_from_slice(&fc_raw[..I_BLOCK]);
         raw[I_GENERATION..len].copy_from_slice(&fc_raw[I_GENERATION..len]);
-        let flags = le32(&raw, I_FLAGS);
+        let flags = ext4::Inode::parse(&raw)?.flags;
         if flags & ext4::EXTENTS_FL == 0 {
             return Err(not_replayed(format!(
                 "fast-commit record INODE of inode {ino} without extents (flags {flags:#x})"
             )));
         }
-        if reused || u16::from_le_bytes([raw[I_BLOCK], raw[I_BLOCK + 1]]) != EXTENT_MAGIC {
+        if reused || u16::from_le_bytes([raw[I_BLOCK], raw[I_BLOCK + 1]]) != ext4::EXTENT_MAGIC {
             let mut root = [0u8; INODE_BLOCK_SIZE];
             extent_tree::init_root(&mut root);
             raw[I_BLOCK..I_BLOCK + INODE_BLOCK_SIZE].copy_from_slice(&root);
@@ -290,7 +287,7 @@ impl Replay {
             )));
         }
         self.add_name(parent, ino, name, &raw)?;
-        raw[I_LINKS_COUNT..I_LINKS_COUNT + 2].copy_from_slice(&1u16.to_le_bytes());
+        edit(&mut raw, |inode| inode.links_count = 1)?;
         self.write_inode_raw(ino, &mut raw)
     }
 
@@ -303,8 +300,7 @@ impl Replay {
             )));
         }
         if self.add_name(parent, ino, name, &raw)? {
-            let links = le16(&raw, I_LINKS_COUNT).saturating_add(1);
-            raw[I_LINKS_COUNT..I_LINKS_COUNT + 2].copy_from_slice(&links.to_le_bytes());
+            edit(&mut raw, |inode| inode.links_count = inode.links_count.saturating_add(1))?;
             self.write_inode_raw(ino, &mut raw)?;
         }
         Ok(())
@@ -324,9 +320,8 @@ impl Replay {
         if entry_ino == ino {
             self.with_dir(parent, &mut parent_raw, |io, ctx| dir::remove_entry(io, ctx, name))?;
         }
-        let links = le16(&raw, I_LINKS_COUNT);
-        if links > 0 {
-            raw[I_LINKS_COUNT..I_LINKS_COUNT + 2].copy_from_slice(&(links - 1).to_le_bytes());
+        if ext4::Inode::parse(&raw)?.links_count > 0 {
+            edit(&mut raw, |inode| inode.links_count -= 1)?;
             self.write_inode_raw(ino, &mut raw)?;
             self.unlinked.insert(ino);
         }
@@ -338,7 +333,7 @@ impl Replay {
     fn finish(mut self) -> Result<()> {
         for ino in std::mem::take(&mut self.unlinked) {
             let raw = self.read_inode_raw(ino)?;
-            if le16(&raw, I_LINKS_COUNT) == 0 {
+            if ext4::Inode::parse(&raw)?.links_count == 0 {
                 self.delete_inode(ino, raw)?;
                 self.modified.retain(|&m| m != ino);
             }
@@ -347,14 +342,13 @@ impl Replay {
         for ino in self.modified.clone() {
             let Some(mut raw) = self.existing_inode(ino)? else { continue };
             let blocks = self.set_inode_blocks_bits(ino, &raw, true)?;
-            let xattr_block = u64::from(le32(&raw, 0x68)) | (u64::from(le16(&raw, 0x76)) << 32);
-            if le32(&raw, I_FLAGS) & ext4::HUGE_FILE_FL != 0 {
+            let inode = ext4::Inode::parse(&raw)?;
+            if inode.flags & ext4::HUGE_FILE_FL != 0 {
                 return Err(not_replayed(format!("fast-commit replay of huge_file inode {ino}")));
             }
-            let sectors =
-                (blocks + u64::from(xattr_block != 0)) * u64::from(self.geo.block_size / 512);
-            raw[0x1C..0x20].copy_from_slice(&(sectors as u32).to_le_bytes());
-            raw[0x74..0x76].copy_from_slice(&((sectors >> 32) as u16).to_le_bytes());
+            let xattr_blocks = u64::from(inode.file_acl != 0);
+            let sectors = (blocks + xattr_blocks) * u64::from(self.geo.block_size / 512);
+            edit(&mut raw, |inode| inode.blocks_raw = sectors)?;
             self.write_inode_raw(ino, &mut raw)?;
         }
         self.write_group_counts()?;
@@ -373,7 +367,7 @@ impl Replay {
             self.descs[group].used_dirs = self.descs[group].used_dirs.saturating_sub(1);
         }
         let now = crate::filesystem::now().sec as u32;
-        raw[0x14..0x18].copy_from_slice(&now.to_le_bytes());
+        edit(&mut raw, |inode| inode.dtime = now)?;
         self.write_inode_raw(ino, &mut raw)
     }
 
@@ -455,7 +449,8 @@ impl Replay {
 
     /// What `ext4_iget` accepts during replay: a record with links and a good checksum.
     fn in_use(&self, ino: u32, raw: &[u8]) -> bool {
-        le16(raw, I_LINKS_COUNT) != 0 && ext4::inode_checksum_ok(&self.sb, ino, raw)
+        ext4::Inode::parse(raw).is_ok_and(|inode| inode.links_count != 0)
+            && ext4::inode_checksum_ok(&self.sb, ino, raw)
     }
 
     /// Inode `ino`'s record when `ext4_iget` would find it (`None`: the record is skipped).
@@ -500,13 +495,14 @@ impl Replay {
         raw: &[u8],
         record: &str,
     ) -> Result<(ExtentCtx, [u8; INODE_BLOCK_SIZE])> {
-        if le32(raw, I_FLAGS) & ext4::EXTENTS_FL == 0 {
+        let inode = ext4::Inode::parse(raw)?;
+        if !inode.uses_extents() {
             return Err(not_replayed(format!(
                 "fast-commit record {record} on inode {ino} without extents"
             )));
         }
         let (inode_block, _) = self.inode_location(ino);
-        let generation = le32(raw, I_GENERATION);
+        let generation = inode.generation;
         let ctx = ExtentCtx {
             ino,
             inode_block,
@@ -525,7 +521,7 @@ impl Replay {
     /// `ext4_fc_set_bitmaps_and_counters` (or `ext4_ext_clear_bb`) do; returns how many blocks
     /// that is. Inodes without extents own no blocks here (INODE refuses them).
     fn set_inode_blocks_bits(&mut self, ino: u32, raw: &[u8], used: bool) -> Result<u64> {
-        if le32(raw, I_FLAGS) & ext4::EXTENTS_FL == 0 {
+        if !ext4::Inode::parse(raw)?.uses_extents() {
             return Ok(0);
         }
         let (ctx, root) = self.extent_root(ino, raw, "INODE")?;
@@ -580,7 +576,7 @@ impl Replay {
     /// when the name is there already or the parent is not in use (nothing changed).
     fn add_name(&mut self, parent: u32, ino: u32, name: &[u8], raw: &[u8]) -> Result<bool> {
         let Some(mut parent_raw) = self.existing_inode(parent)? else { return Ok(false) };
-        let file_type = ondisk::ext4::dir::file_type_from_mode(le16(raw, 0));
+        let file_type = ondisk::ext4::dir::file_type_from_mode(ext4::Inode::parse(raw)?.mode);
         let present =
             self.with_dir(parent, &mut parent_raw, |io, ctx| dir::lookup(io, ctx, name))?;
         if present.is_some() {
@@ -724,11 +720,15 @@ impl MetaIo for Replay {
 }
 
 fn is_dir(raw: &[u8]) -> bool {
-    le16(raw, 0) & ext4::MODE_TYPE_MASK == ext4::MODE_DIR
+    ext4::Inode::parse(raw).is_ok_and(|inode| inode.is_dir())
 }
 
-fn le16(raw: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([raw[at], raw[at + 1]])
+/// Changes inode record `raw` through its decoded fields (the checksum is set on writing).
+fn edit(raw: &mut [u8], change: impl FnOnce(&mut ext4::Inode)) -> Result<()> {
+    let mut inode = ext4::Inode::parse(raw)?;
+    change(&mut inode);
+    inode.encode_into(raw);
+    Ok(())
 }
 
 fn le32(raw: &[u8], at: usize) -> u32 {
