@@ -14,9 +14,9 @@
 //! | INODE     | free the blocks of the inode on disk (if in use), copy the record over it except `i_block` (an empty extent root when it has none, or when the generation changed: a reused inode), mark the inode used |
 //! | ADD_RANGE | map the range (in use inodes only): holes are mapped, parts mapped elsewhere or written where the record says unwritten are mapped again, unwritten parts the record says are written are converted |
 //! | DEL_RANGE | unmap the range and free its blocks (in use inodes only)                         |
-//! | CREAT     | mark the inode used, add the name to the parent (already there is fine), 1 link |
+//! | CREAT     | mark the inode used, a directory gets a fresh "." / ".." block, add the name to the parent (already there is fine), 1 link (a directory 2, and its parent one more) |
 //! | LINK      | add the name (already there is fine: no change), one more link                   |
-//! | UNLINK    | remove the name if it names this inode (absent: nothing), one link fewer        |
+//! | UNLINK    | remove the name if it names this inode (absent: nothing), one link fewer; an empty directory goes, and its parent's link for ".." |
 //! | HEAD, PAD, TAIL | nothing                                                                  |
 //!
 //! Afterwards every block of every inode a record changed is marked used (the kernel's
@@ -25,9 +25,9 @@
 //! counts and checksums and the superblock's free counts are made to agree with the bitmaps.
 //!
 //! Cases the kernel handles but this code does not yet are refused with one line naming them
-//! ("fast-commit record X ... is not replayed yet"): a directory created, linked or unlinked; an
-//! inode without extents (block-mapped, inline, fast symlink, device); a huge_file inode; a
-//! bitmap of an uninitialized group. Every
+//! ("fast-commit record X ... is not replayed yet"): a LINK to a directory; an UNLINK of a
+//! directory that is not empty; an inode without extents (block-mapped, inline, fast symlink,
+//! device); a huge_file inode; a bitmap of an uninitialized group. Every
 //! change is staged in memory and written only when the whole replay succeeded, so a refusal
 //! or an error leaves the fast commits unreplayed and the journal still needing recovery (the
 //! full commits, already replayed, replay again idempotently).
@@ -53,6 +53,8 @@ use crate::meta_io::MetaIo;
 /// the inode on disk except for the bytes between them (`i_block`).
 const I_BLOCK: usize = 0x28;
 const I_GENERATION: usize = 0x64;
+/// `EXT4_LINK_MAX`: a directory with this many links counts as 1 (dir_nlink).
+const DIR_LINKS_MAX: i32 = 65000;
 
 /// The file system's [`FastCommitReplay`]: replays into the device it was made for.
 pub(crate) struct FastCommitReplayer {
@@ -187,6 +189,7 @@ impl Replay {
             self.set_inode_blocks_bits(ino, &old, false)?;
         }
         self.note_modified(ino);
+        let old_copy = old.clone();
         let mut raw = old;
         let len = fc_raw.len().min(raw.len());
         raw[..I_BLOCK].copy_from_slice(&fc_raw[..I_BLOCK]);
@@ -203,7 +206,16 @@ impl Replay {
             raw[I_BLOCK..I_BLOCK + INODE_BLOCK_SIZE].copy_from_slice(&root);
         }
         self.write_inode_raw(ino, &mut raw)?;
-        self.mark_inode_used(ino, &raw)
+        let was_dir = is_dir(&old_copy);
+        if !self.mark_inode_used(ino, &raw)? && was_dir != is_dir(&raw) {
+            // A used inode that changes kind (a directory removed and its inode reused by a
+            // file, or the reverse) moves between the group's directory count and the rest.
+            let desc = &mut self.descs[self.geo.group_of_inode(ino) as usize];
+            desc.used_dirs =
+                if was_dir { desc.used_dirs.saturating_sub(1) } else { desc.used_dirs + 1 };
+            self.touch(self.geo.group_of_inode(ino));
+        }
+        Ok(())
     }
 
     /// `ext4_fc_replay_add_range`.
@@ -281,14 +293,43 @@ impl Replay {
         let Some(mut raw) = self.existing_inode(ino)? else {
             return Err(FsError::Invalid(format!("CREAT of inode {ino}, which is not in use")));
         };
-        if is_dir(&raw) {
-            return Err(not_replayed(format!(
-                "fast-commit record CREAT of a directory (inode {ino})"
-            )));
+        let dir = is_dir(&raw);
+        if dir {
+            // ext4_init_new_dir: a fresh first block with "." and "..". A directory's blocks
+            // are metadata no fast commit carries, so whatever the inode maps is dropped.
+            let (ctx, mut root) = self.extent_root(ino, &raw, "CREAT")?;
+            extent_tree::remove_range(self, &ctx, &mut root, 0, 1 << 32)?;
+            raw[I_BLOCK..I_BLOCK + INODE_BLOCK_SIZE].copy_from_slice(&root);
+            edit(&mut raw, |inode| inode.size = 0)?;
+            self.with_dir(ino, &mut raw, |io, ctx| dir::init_dir(io, ctx, ino, parent))?;
         }
-        self.add_name(parent, ino, name, &raw)?;
-        edit(&mut raw, |inode| inode.links_count = 1)?;
-        self.write_inode_raw(ino, &mut raw)
+        let added = self.add_name(parent, ino, name, &raw)?;
+        // The kernel sets one link even for a directory and leaves the parent's count to a
+        // later INODE record (e2fsck fixes both when none comes); quill counts them: "." and
+        // the name, and the new ".." in the parent.
+        edit(&mut raw, |inode| inode.links_count = if dir { 2 } else { 1 })?;
+        self.write_inode_raw(ino, &mut raw)?;
+        if dir && added {
+            self.change_dir_links(parent, 1)?;
+        }
+        Ok(())
+    }
+
+    /// Moves directory `dir_ino`'s link count by `delta` (a subdirectory's ".." came or
+    /// went), as `ext4_inc_count` / `ext4_dec_count`: a count of 1 means "too many to count"
+    /// (dir_nlink) and stays 1.
+    fn change_dir_links(&mut self, dir_ino: u32, delta: i32) -> Result<()> {
+        assert!(delta == 1 || delta == -1);
+        let Some(mut raw) = self.existing_inode(dir_ino)? else { return Ok(()) };
+        edit(&mut raw, |inode| {
+            let links = i32::from(inode.links_count);
+            inode.links_count = match links + delta {
+                _ if links == 1 => 1,
+                next if next >= DIR_LINKS_MAX => 1,
+                next => next.max(2) as u16,
+            };
+        })?;
+        self.write_inode_raw(dir_ino, &mut raw)
     }
 
     /// `ext4_fc_replay_link`.
@@ -310,13 +351,24 @@ impl Replay {
     fn replay_unlink(&mut self, parent: u32, ino: u32, name: &[u8]) -> Result<()> {
         let Some(mut raw) = self.existing_inode(ino)? else { return Ok(()) };
         let Some(mut parent_raw) = self.existing_inode(parent)? else { return Ok(()) };
-        if is_dir(&raw) {
-            return Err(not_replayed(format!(
-                "fast-commit record UNLINK of a directory (inode {ino})"
-            )));
-        }
         let found = self.with_dir(parent, &mut parent_raw, |io, ctx| dir::lookup(io, ctx, name))?;
         let Some((entry_ino, _)) = found else { return Ok(()) };
+        if is_dir(&raw) {
+            // rmdir: the name and the directory go, and with it its ".." in the parent.
+            if entry_ino != ino {
+                return Ok(());
+            }
+            if !self.with_dir(ino, &mut raw, |io, ctx| dir::is_empty(io, ctx))? {
+                return Err(not_replayed(format!(
+                    "fast-commit record UNLINK of directory inode {ino}, which is not empty,"
+                )));
+            }
+            self.with_dir(parent, &mut parent_raw, |io, ctx| dir::remove_entry(io, ctx, name))?;
+            edit(&mut raw, |inode| inode.links_count = 0)?;
+            self.write_inode_raw(ino, &mut raw)?;
+            self.unlinked.insert(ino);
+            return self.change_dir_links(parent, -1);
+        }
         if entry_ino == ino {
             self.with_dir(parent, &mut parent_raw, |io, ctx| dir::remove_entry(io, ctx, name))?;
         }
@@ -469,10 +521,10 @@ impl Replay {
     }
 
     /// `ext4_mark_inode_used`: sets the inode's bit; a newly used inode counts in its group's
-    /// directories and moves `itable_unused` past it.
-    fn mark_inode_used(&mut self, ino: u32, raw: &[u8]) -> Result<()> {
+    /// directories and moves `itable_unused` past it. Whether the bit was clear.
+    fn mark_inode_used(&mut self, ino: u32, raw: &[u8]) -> Result<bool> {
         if !self.set_inode_bit(ino, true)? {
-            return Ok(());
+            return Ok(false);
         }
         let group = self.geo.group_of_inode(ino) as usize;
         let desc = &mut self.descs[group];
@@ -485,7 +537,7 @@ impl Replay {
                 desc.itable_unused = self.geo.inodes_per_group - index;
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The extent context and root of an in-use inode a range record names.

@@ -8,14 +8,14 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
     assert_fsck_clean, can_loop_mount, compare, dumpe2fs_header, kernel_tree, list_dir, mkfs,
-    open_device, quill_tree, read_all, Mount, Scratch,
+    open_device, quill_tree, read_all, Entry, Mount, Scratch,
 };
 use fs::{Ext4Image, Filesystem, MountOptions, ROOT_INO};
 use journal::RecoveryReport;
@@ -23,15 +23,16 @@ use journal::RecoveryReport;
 /// Builds a crash image with the kernel: a `fast_commit` file system of `size` and
 /// `block_size`, loop-mounted with a long commit interval (so no timer commit turns the fast
 /// commits into a full one), `work` run on the mount point, then the backing file copied
-/// (sparse) while still mounted. Returns the copy; `None` (after a SKIP line) when the machine
-/// cannot do it.
+/// (sparse) while still mounted. Returns the copy and the tree the kernel showed just before
+/// it (every workload ends with an fsync, which makes all of it durable); `None` (after a SKIP
+/// line) when the machine cannot do it.
 fn kernel_crash_image(
     scratch: &Scratch,
     test: &str,
     size: &str,
     block_size: u32,
     work: impl FnOnce(&Path),
-) -> Option<PathBuf> {
+) -> Option<(PathBuf, BTreeMap<String, Entry>)> {
     if !can_loop_mount(test) {
         return None;
     }
@@ -40,14 +41,23 @@ fn kernel_crash_image(
     mkfs(&live, size, &["-O", "fast_commit", "-b", &block_size.to_string()]);
     let mount = Mount::with_options(&live, scratch.path("mnt"), "loop,commit=600")?;
     work(&mount.dir);
+    let seen = kernel_tree(&mount.dir);
     copy_sparse(&live, &crash);
     drop(mount);
-    Some(crash)
+    Some((crash, seen))
 }
 
 fn copy_sparse(from: &Path, to: &Path) {
     let out = Command::new("cp").arg("--sparse=always").arg(from).arg(to).output().unwrap();
     assert!(out.status.success(), "cp failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A full commit of the file system mounted at `dir` only (`sync -f`, syncfs(2)): a global
+/// sync would also commit and write back the file systems other tests are copying as crash
+/// images, and a copy racing that writeback is no crash state at all.
+fn sync_file_system(dir: &Path) {
+    let out = Command::new("sync").arg("-f").arg(dir).output().unwrap();
+    assert!(out.status.success(), "sync -f: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Writes `bytes` to a new file `path` and fsyncs it.
@@ -89,7 +99,7 @@ fn fifty_synced_thirty_fsynced(dir: &Path) {
     for i in 1..=50 {
         std::fs::write(dir.join(format!("s{i}")), format!("synced {i}\n")).unwrap();
     }
-    Command::new("sync").status().unwrap();
+    sync_file_system(dir);
     for i in 1..=30 {
         create_fsynced(&dir.join(format!("f{i}")), format!("fsynced {i}\n").as_bytes());
     }
@@ -101,12 +111,14 @@ fn expected_eighty() -> BTreeSet<(Vec<u8>, Vec<u8>)> {
     synced.chain(fsynced).map(|(n, c)| (n.into_bytes(), c.into_bytes())).collect()
 }
 
-/// Replays the crash image `work` leaves at `block_size` three times: with quill's recovery,
-/// with the kernel's (a loop mount) and with e2fsck -fy. quill's tree must be the kernel's,
-/// and e2fsck's too where `e2fsck_agrees` (e2fsck 1.47's replay is known to differ for some
-/// workloads, see `work_unlinks_and_links`); quill's image must be e2fsck-clean right after
-/// the replay and after quill mounted and unmounted it. Returns what quill's recovery
-/// replayed (`None` after a SKIP line).
+/// Replays the crash image `work` leaves at `block_size` with quill's recovery and asserts
+/// it reaches the tree the kernel showed before the crash (every workload ends with an fsync,
+/// and a fast commit carries every change since the last full commit), with e2fsck -fn clean
+/// right after the replay and after quill mounted and unmounted the image. e2fsck -fy's replay
+/// must reach the same tree where `e2fsck_agrees` (e2fsck 1.47.0 gets some cases wrong, see
+/// the callers); the kernel's own replay (a loop mount of a copy) is compared and differences
+/// printed, not asserted: under load it was seen to drop complete fast commits. Returns what
+/// quill's recovery replayed (`None` after a SKIP line).
 fn replay_matches_kernel(
     test: &str,
     block_size: u32,
@@ -114,11 +126,8 @@ fn replay_matches_kernel(
     work: impl FnOnce(&Path),
 ) -> Option<RecoveryReport> {
     let scratch = Scratch::new(test);
-    let crash = kernel_crash_image(&scratch, test, "64M", block_size, work)?;
-
-    let by_kernel = scratch.path("kernel.img");
-    copy_sparse(&crash, &by_kernel);
-    let kernel = kernel_tree(&Mount::new(&by_kernel, scratch.path("replay"))?.dir);
+    let (crash, seen) = kernel_crash_image(&scratch, test, "64M", block_size, work)?;
+    let expected = directories_by_entries(seen);
 
     let replayed = scratch.path("quill.img");
     copy_sparse(&crash, &replayed);
@@ -130,40 +139,66 @@ fn replay_matches_kernel(
     drop(image);
     assert_fsck_clean(&replayed);
     let fs = Filesystem::open(open_device(&replayed), MountOptions::default()).unwrap();
-    let tree = quill_tree(&fs);
+    let tree = directories_by_entries(quill_tree(&fs));
     fs.unmount().unwrap();
     assert_fsck_clean(&replayed);
+    compare(&expected, &tree);
 
     let checked = scratch.path("e2fsck.img");
     copy_sparse(&crash, &checked);
     e2fsck_replay(&checked);
     assert_fsck_clean(&checked);
     let by_e2fsck = quill_tree(&Filesystem::open(open_device(&checked), read_only()).unwrap());
-    if kernel != tree && e2fsck_agrees && by_e2fsck == tree {
-        // Seen once under load: the kernel's replay mount showed the tree without a file a
-        // complete fast commit created, which quill and e2fsck both replay.
-        println!("{test}: the kernel's replay differs from quill's and e2fsck's, which agree");
-    } else {
-        compare(&kernel, &tree);
-    }
+    let by_e2fsck = directories_by_entries(by_e2fsck);
     if e2fsck_agrees {
         compare(&by_e2fsck, &tree);
     } else {
-        let differing: Vec<&String> = tree
-            .keys()
-            .chain(by_e2fsck.keys())
-            .filter(|p| tree.get(*p) != by_e2fsck.get(*p))
-            .collect();
-        println!("{test}: e2fsck's replay differs from the kernel's and quill's at {differing:?}");
+        let differing = differing_paths(&by_e2fsck, &tree);
+        if !differing.is_empty() {
+            println!("{test}: e2fsck's replay differs from the kernel's view at {differing:?}");
+        }
+    }
+
+    let by_kernel = scratch.path("kernel.img");
+    copy_sparse(&crash, &by_kernel);
+    if let Some(mount) = Mount::new(&by_kernel, scratch.path("replay")) {
+        let kernel = directories_by_entries(kernel_tree(&mount.dir));
+        let differing = differing_paths(&kernel, &tree);
+        if !differing.is_empty() {
+            println!("{test}: the kernel's own replay differs at {differing:?}");
+        }
     }
     println!("{test}: {:?}", report.fast_commits);
     Some(report)
 }
 
+/// The paths whose entries differ between two trees (or exist in one only).
+fn differing_paths(a: &BTreeMap<String, Entry>, b: &BTreeMap<String, Entry>) -> Vec<String> {
+    let paths: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    paths.into_iter().filter(|p| a.get(*p) != b.get(*p)).cloned().collect()
+}
+
+/// `tree` with each directory's size and link count zeroed: directories are compared by the
+/// paths under them. The kernel's replay of a directory made in a fast commit leaves its link
+/// count at 1, its parent's one short and the parent's size grown (e2fsck -fn reports them);
+/// quill's counts are checked by e2fsck -fn instead.
+fn directories_by_entries(mut tree: BTreeMap<String, Entry>) -> BTreeMap<String, Entry> {
+    for entry in tree.values_mut().filter(|e| e.kind == 'd') {
+        entry.size = 0;
+        entry.nlink = 0;
+    }
+    tree
+}
+
 /// [`replay_matches_kernel`], asserting the kernel did write fast commits for the workload
 /// (so the replay is what the test exercises).
-fn fast_commits_replay_like_the_kernel(test: &str, block_size: u32, work: impl FnOnce(&Path)) {
-    if let Some(report) = replay_matches_kernel(test, block_size, true, work) {
+fn fast_commits_replay_like_the_kernel(
+    test: &str,
+    block_size: u32,
+    e2fsck_agrees: bool,
+    work: impl FnOnce(&Path),
+) {
+    if let Some(report) = replay_matches_kernel(test, block_size, e2fsck_agrees, work) {
         assert!(report.fast_commits.commits > 0, "{test}: the kernel wrote no fast commits");
     }
 }
@@ -173,11 +208,12 @@ fn fast_commits_replay_like_the_kernel(test: &str, block_size: u32, work: impl F
 fn synced_base(dir: &Path) {
     std::fs::create_dir(dir.join("d1")).unwrap();
     std::fs::create_dir(dir.join("d2")).unwrap();
+    std::fs::create_dir(dir.join("empty")).unwrap();
     for (name, len) in [("a", 3000), ("b", 70_000), ("c", 200_000), ("d1/x", 5000), ("d2/y", 10)] {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(dir.join(name), bytes).unwrap();
     }
-    Command::new("sync").status().unwrap();
+    sync_file_system(dir);
 }
 
 fn fsync(path: &Path) {
@@ -250,127 +286,184 @@ fn work_fallocate_and_punch(dir: &Path) {
     fsync(Path::new(&c));
 }
 
+fn work_directories(dir: &Path) {
+    synced_base(dir);
+    std::fs::create_dir(dir.join("made")).unwrap();
+    create_fsynced(&dir.join("made/file"), b"in a directory made after the sync");
+    std::fs::create_dir(dir.join("d1/nested")).unwrap();
+    create_fsynced(&dir.join("d1/nested/deeper"), b"nested");
+    std::fs::remove_dir(dir.join("empty")).unwrap();
+    create_fsynced(&dir.join("after-rmdir"), b"after rmdir");
+}
+
+/// A test at 1 KiB and one at 4 KiB blocks: `$check(test name, block size, $e2fsck_agrees,
+/// $work)`.
 macro_rules! at_both_block_sizes {
-    ($check:ident, $work:ident, $name_1k:ident, $name_4k:ident) => {
+    ($check:ident, $e2fsck_agrees:expr, $work:ident, $name_1k:ident, $name_4k:ident) => {
         #[test]
         fn $name_1k() {
-            $check(stringify!($name_1k), 1024, $work);
+            $check(stringify!($name_1k), 1024, $e2fsck_agrees, $work);
         }
 
         #[test]
         fn $name_4k() {
-            $check(stringify!($name_4k), 4096, $work);
+            $check(stringify!($name_4k), 4096, $e2fsck_agrees, $work);
         }
     };
 }
 
 at_both_block_sizes!(
     fast_commits_replay_like_the_kernel,
+    true,
     work_creates,
     created_files_replay_like_the_kernel_1k,
     created_files_replay_like_the_kernel_4k
 );
 at_both_block_sizes!(
     fast_commits_replay_like_the_kernel,
+    true,
     work_appends_and_overwrites,
     appends_and_overwrites_replay_like_the_kernel_1k,
     appends_and_overwrites_replay_like_the_kernel_4k
 );
 at_both_block_sizes!(
     fast_commits_replay_like_the_kernel,
+    true,
     work_truncates,
     truncates_replay_like_the_kernel_1k,
     truncates_replay_like_the_kernel_4k
 );
-/// e2fsck 1.47.0's replay of these records differs from the kernel's: it keeps the link an
-/// UNLINK drops (the unlinked d2/y ends in lost+found with two links), and for the new file
-/// in a reused inode it keeps the old file's blocks past the end of file, which its check then
-/// turns into a larger i_size (1 KiB blocks: `after` grows from 25 to 3072 bytes). quill
-/// follows the kernel, checked against the kernel's own replay.
-fn unlinks_replay_like_the_kernel(test: &str, block_size: u32, work: impl FnOnce(&Path)) {
-    if let Some(report) = replay_matches_kernel(test, block_size, false, work) {
-        assert!(report.fast_commits.commits > 0, "{test}: the kernel wrote no fast commits");
-    }
-}
-
+// e2fsck 1.47.0's replay of these records differs from the kernel's: it keeps the link an
+// UNLINK drops (the unlinked d2/y ends in lost+found with two links), and for the new file
+// in a reused inode it keeps the old file's blocks past the end of file, which its check then
+// turns into a larger i_size (1 KiB blocks: `after` grows from 25 to 3072 bytes). quill
+// follows the kernel.
 at_both_block_sizes!(
-    unlinks_replay_like_the_kernel,
+    fast_commits_replay_like_the_kernel,
+    false,
     work_unlinks_and_links,
     unlinks_and_links_replay_like_the_kernel_1k,
     unlinks_and_links_replay_like_the_kernel_4k
 );
 at_both_block_sizes!(
     fast_commits_replay_like_the_kernel,
+    true,
     work_renames,
     renames_replay_like_the_kernel_1k,
     renames_replay_like_the_kernel_4k
 );
+// e2fsck 1.47.0's replay does not bring back a directory made in a fast commit (nor what
+// later fast commits put in it).
+at_both_block_sizes!(
+    fast_commits_replay_like_the_kernel,
+    false,
+    work_directories,
+    directories_made_and_removed_replay_like_the_kernel_1k,
+    directories_made_and_removed_replay_like_the_kernel_4k
+);
 
-/// fallocate range operations make the kernel fall back to a full commit (ineligible); the
-/// replay must still match, whatever the kernel wrote.
-fn fallocate_replays_like_the_kernel(test: &str, block_size: u32, work: impl FnOnce(&Path)) {
+/// fallocate, punch and a keep-size preallocation: the kernel writes them as fast commits
+/// (unwritten ADD_RANGE, DEL_RANGE) here, or as full commits where it deems a range operation
+/// ineligible; the replay must match either way. Needs util-linux `fallocate`.
+fn fallocate_replays_like_the_kernel(
+    test: &str,
+    block_size: u32,
+    e2fsck_agrees: bool,
+    work: impl FnOnce(&Path),
+) {
     if common::have("fallocate", test) {
-        replay_matches_kernel(test, block_size, true, work);
+        replay_matches_kernel(test, block_size, e2fsck_agrees, work);
     }
 }
 
 at_both_block_sizes!(
     fallocate_replays_like_the_kernel,
+    true,
     work_fallocate_and_punch,
     fallocate_and_punch_replay_like_the_kernel_1k,
     fallocate_and_punch_replay_like_the_kernel_4k
 );
 
-/// A fast commit quill cannot replay yet (a directory created within it) is refused with one
-/// line naming it; the journal still needs recovery afterwards, so the kernel's replay and
-/// e2fsck -fy each reach the same tree from quill's copy as from an untouched one.
+/// Edits the first fast commit of `image`'s journal (which must start in block 0 of the area
+/// and end there): the last INODE record before its TAIL loses EXTENTS_FL, and the TAIL's crc
+/// is computed again so the fast commit stays valid.
+fn clear_extents_flag_in_first_fast_commit(image: &Path) {
+    use ondisk::jbd2::fast_commit::{fast_commit_records, FcRecord};
+    let dev = open_device(image);
+    let fs_image = Ext4Image::open(dev.clone()).unwrap();
+    let location = fs_image.journal_location().unwrap();
+    let scan = journal::scan_log(&*dev, &location).unwrap();
+    let area = journal::FastCommitArea::read(&*dev, &location, &scan.superblock, scan.end_tid)
+        .unwrap()
+        .expect("the journal has a fast-commit area");
+    let mut block = area.blocks[0].clone();
+    let inode_size = fs_image.superblock().inode_size;
+    let records: Vec<_> = fast_commit_records(&block, inode_size)
+        .map(|r| r.unwrap())
+        .map(|t| (t.offset, t.record))
+        .collect();
+    let tail_at = records.iter().find(|(_, r)| matches!(r, FcRecord::Tail { .. })).unwrap().0;
+    let inode_at = records
+        .iter()
+        .rev()
+        .find(|(at, r)| *at < tail_at && matches!(r, FcRecord::Inode { .. }))
+        .expect("an INODE record in the first fast commit")
+        .0;
+    // Header (4), inode number (4), then the raw inode: i_flags at 0x20.
+    let flags_at = inode_at + 8 + 0x20;
+    let flags = u32::from_le_bytes(block[flags_at..flags_at + 4].try_into().unwrap());
+    assert_ne!(flags & ondisk::ext4::EXTENTS_FL, 0);
+    block[flags_at..flags_at + 4]
+        .copy_from_slice(&(flags & !ondisk::ext4::EXTENTS_FL).to_le_bytes());
+    // The crc covers every record from the area's start to the TAIL's tid.
+    let crc = ondisk::crc::crc32c_raw(0, &block[..tail_at + 8]);
+    block[tail_at + 8..tail_at + 12].copy_from_slice(&crc.to_le_bytes());
+    let offset = location.device_offset(area.first_log_block).unwrap();
+    dev.write_at(offset, &block).unwrap();
+    dev.flush().unwrap();
+}
+
+/// A fast commit quill cannot replay yet is refused with one line naming it, and the journal
+/// still needs recovery afterwards, so e2fsck -fy reaches the same tree from quill's copy as
+/// from an untouched one. The kernel makes full commits for the
+/// inodes quill does not replay (symlinks, device nodes), so the case is made by editing the
+/// kernel's first fast commit: its new file's INODE record loses EXTENTS_FL (and the TAIL's crc
+/// is recomputed), which quill refuses by name.
 #[test]
 fn a_fast_commit_quill_cannot_replay_is_refused_by_name_and_left_for_the_next_recovery() {
     let test =
         "a_fast_commit_quill_cannot_replay_is_refused_by_name_and_left_for_the_next_recovery";
     let scratch = Scratch::new("fc-refused");
-    let Some(crash) = kernel_crash_image(&scratch, test, "64M", 4096, |dir| {
+    let Some((crash, _)) = kernel_crash_image(&scratch, test, "64M", 4096, |dir| {
         synced_base(dir);
         std::fs::create_dir(dir.join("made-after-sync")).unwrap();
         create_fsynced(&dir.join("made-after-sync/file"), b"in a new directory");
     }) else {
         return;
     };
+    clear_extents_flag_in_first_fast_commit(&crash);
     let refused = scratch.path("quill.img");
     copy_sparse(&crash, &refused);
     for options in [MountOptions::default(), read_only()] {
         let error = Filesystem::open(open_device(&refused), options)
-            .expect_err("a directory created in a fast commit is not replayed yet");
+            .expect_err("an INODE record without extents is not replayed yet");
         let message = error.to_string();
-        assert!(message.contains("fast-commit record CREAT of a directory"), "{message}");
+        assert!(message.contains("fast-commit record INODE of inode"), "{message}");
+        assert!(message.contains("without extents"), "{message}");
         assert!(message.contains("is not replayed yet"), "{message}");
         assert!(!message.contains('\n'), "one line: {message}");
     }
     assert!(dumpe2fs_header(&refused).contains("needs_recovery"), "recovery was marked done");
-    // The kernel's replay and e2fsck's each reach the same tree from quill's copy as from an
-    // untouched one (e2fsck 1.47.0 does not bring the new directory back; the kernel does).
-    let copies = |name: &str| {
-        let (from_refused, untouched) =
-            (scratch.path(&format!("{name}-refused.img")), scratch.path(&format!("{name}.img")));
-        copy_sparse(&refused, &from_refused);
-        copy_sparse(&crash, &untouched);
-        (from_refused, untouched)
-    };
-    let (from_refused, untouched) = copies("kernel");
-    let Some(mount) = Mount::new(&untouched, scratch.path("mnt-untouched")) else { return };
-    let expected = kernel_tree(&mount.dir);
-    drop(mount);
-    assert!(expected.contains_key("made-after-sync/file"), "{:?}", expected.keys());
-    let Some(mount) = Mount::new(&from_refused, scratch.path("mnt-refused")) else { return };
-    compare(&expected, &kernel_tree(&mount.dir));
-    drop(mount);
-    let (from_refused, untouched) = copies("e2fsck");
+    // e2fsck reaches the same tree from quill's copy as from an untouched one. (The kernel's
+    // own replay of the edited record leaves an inode it cannot read.)
+    let untouched = scratch.path("e2fsck.img");
+    copy_sparse(&crash, &untouched);
     let tree = |image: &Path| {
         e2fsck_replay(image);
         assert_fsck_clean(image);
         quill_tree(&Filesystem::open(open_device(image), read_only()).unwrap())
     };
-    compare(&tree(&untouched), &tree(&from_refused));
+    compare(&tree(&untouched), &tree(&refused));
 }
 
 /// The issue's reproduction at `block_size`: quill mounts the crash image with all 80 files,
@@ -378,7 +471,7 @@ fn a_fast_commit_quill_cannot_replay_is_refused_by_name_and_left_for_the_next_re
 fn open_replays_the_issues_fast_commits(block_size: u32) {
     let test = format!("open_replays_the_issues_fast_commits_{block_size}");
     let scratch = Scratch::new(&test);
-    let Some(crash) =
+    let Some((crash, _)) =
         kernel_crash_image(&scratch, &test, "512M", block_size, fifty_synced_thirty_fsynced)
     else {
         return;
@@ -414,9 +507,9 @@ fn open_replays_the_issues_fast_commits_4k() {
 fn fast_commits_superseded_by_a_full_commit_do_not_block_open() {
     let test = "fast_commits_superseded_by_a_full_commit_do_not_block_open";
     let scratch = Scratch::new("fc-stale");
-    let Some(crash) = kernel_crash_image(&scratch, test, "256M", 4096, |dir| {
+    let Some((crash, _)) = kernel_crash_image(&scratch, test, "256M", 4096, |dir| {
         fifty_synced_thirty_fsynced(dir);
-        Command::new("sync").status().unwrap();
+        sync_file_system(dir);
     }) else {
         return;
     };

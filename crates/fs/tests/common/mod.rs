@@ -85,8 +85,8 @@ impl Mount {
     /// [`Mount::new`] with mount options `options` (which must include `loop`).
     pub fn with_options(image: &Path, dir: PathBuf, options: &str) -> Option<Mount> {
         std::fs::create_dir_all(&dir).unwrap();
-        let out =
-            Command::new("mount").args(["-o", options]).arg(image).arg(&dir).output().unwrap();
+        let out = loop_device_command("mount").args(["-o", options]).arg(image).arg(&dir).output();
+        let out = out.unwrap();
         if !out.status.success() {
             println!("SKIP: loop mount failed: {}", String::from_utf8_lossy(&out.stderr));
             return None;
@@ -102,7 +102,7 @@ impl Drop for Mount {
         // directory), so try a few times before giving up.
         let mut last_error = String::new();
         for _ in 0..10 {
-            match Command::new("umount").arg(&self.dir).output() {
+            match loop_device_command("umount").arg(&self.dir).output() {
                 Ok(out) if out.status.success() => return,
                 Ok(out) => last_error = String::from_utf8_lossy(&out.stderr).trim().to_string(),
                 Err(err) => last_error = err.to_string(),
@@ -112,6 +112,22 @@ impl Drop for Mount {
         if !std::thread::panicking() {
             panic!("umount {} failed: {last_error}", self.dir.display());
         }
+    }
+}
+
+/// `tool` (mount or umount) run under a machine-wide lock (util-linux `flock`, when
+/// installed): loop mounts made at once by several test processes were seen to show one
+/// test's image at another's mount point, so loop devices are set up and torn down one at a
+/// time.
+fn loop_device_command(tool: &str) -> Command {
+    let lock = std::env::temp_dir().join("quill-loop-mount.lock");
+    let flock = Command::new("sh").args(["-c", "command -v flock"]).output();
+    if flock.is_ok_and(|o| o.status.success()) {
+        let mut command = Command::new("flock");
+        command.arg(lock).arg(tool);
+        command
+    } else {
+        Command::new(tool)
     }
 }
 
