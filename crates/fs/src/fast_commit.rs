@@ -27,10 +27,27 @@
 //! Cases the kernel handles but this code does not yet are refused with one line naming them
 //! ("fast-commit record X ... is not replayed yet"): a LINK to a directory; an UNLINK of a
 //! directory that is not empty; an inode without extents (block-mapped, inline, fast symlink,
-//! device); a huge_file inode; a bitmap of an uninitialized group. Every
-//! change is staged in memory and written only when the whole replay succeeded, so a refusal
-//! or an error leaves the fast commits unreplayed and the journal still needing recovery (the
-//! full commits, already replayed, replay again idempotently).
+//! device); a huge_file inode; a bitmap of an uninitialized group. Every change is staged in
+//! memory and written only when the whole replay succeeded, so a refusal or an error leaves
+//! the fast commits unreplayed and the journal still needing recovery (the full commits,
+//! already replayed, replay again idempotently).
+//!
+//! Where quill departs from the kernel's replay, it is to leave what e2fsck -fn finds
+//! consistent (the kernel relies on a later check, and its own replay leaves these wrong):
+//!
+//! | case                                   | kernel                         | quill                        |
+//! |----------------------------------------|--------------------------------|------------------------------|
+//! | INODE of a reused inode (new generation) | keeps the old file's extents | starts from an empty tree    |
+//! | CREAT of a directory                   | 1 link, parent unchanged       | 2 links, parent one more     |
+//! | UNLINK of an empty directory           | one link fewer                 | removed, parent one fewer    |
+//! | an inode left without links            | left in place by the replay    | deleted                      |
+//! | superblock free counts                 | left to the mount              | the descriptors' sums        |
+//!
+//! A crash while the staged blocks are being written leaves the journal needing recovery, and
+//! the next recovery replays everything again over what reached the disk. Block records are
+//! idempotent; a dentry record whose directory block reached the disk while the inode's block
+//! did not may then leave a link count e2fsck corrects (the kernel's replay has the same
+//! window).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -140,6 +157,7 @@ impl Replay {
                 _ => None,
             })
             .collect();
+        assert_eq!(descs.len(), sb.group_count() as usize, "descriptors of every group");
         Ok(Replay {
             dev: image.device().clone(),
             geo: Geometry::new(&sb),
@@ -405,6 +423,7 @@ impl Replay {
         }
         self.write_group_counts()?;
         for (block, bytes) in &self.staged {
+            assert!(*block < self.geo.blocks_count && bytes.len() == self.geo.block_size as usize);
             self.dev.write_at(block * u64::from(self.geo.block_size), bytes)?;
         }
         Ok(())
@@ -436,6 +455,7 @@ impl Replay {
             let free_inodes = (0..self.geo.inodes_per_group)
                 .filter(|&bit| !bit_set(&inode_bitmap, bit))
                 .count() as u32;
+            assert!(free_blocks <= in_group && free_inodes <= self.geo.inodes_per_group);
             let desc = &mut self.descs[g];
             desc.free_blocks = free_blocks;
             desc.free_inodes = free_inodes;
