@@ -21,7 +21,7 @@ use fs::{Ext4Image, Filesystem, MountOptions, ROOT_INO};
 use journal::RecoveryReport;
 
 /// Builds a crash image with the kernel: a `fast_commit` file system of `size` and
-/// `block_size`, loop-mounted with a long commit interval (so no timer commit turns the fast
+/// `mkfs_options` (say `-b 1024`), loop-mounted with a long commit interval (so no timer commit turns the fast
 /// commits into a full one), `work` run on the mount point, then the backing file copied
 /// (sparse) while still mounted. Returns the copy and the tree the kernel showed just before
 /// it (every workload ends with an fsync, which makes all of it durable); `None` (after a SKIP
@@ -30,7 +30,7 @@ fn kernel_crash_image(
     scratch: &Scratch,
     test: &str,
     size: &str,
-    block_size: u32,
+    mkfs_options: &str,
     work: impl FnOnce(&Path),
 ) -> Option<(PathBuf, BTreeMap<String, Entry>)> {
     if !can_loop_mount(test) {
@@ -38,7 +38,9 @@ fn kernel_crash_image(
     }
     let live = scratch.path("live.img");
     let crash = scratch.path("crash.img");
-    mkfs(&live, size, &["-O", "fast_commit", "-b", &block_size.to_string()]);
+    let mut options = vec!["-O", "fast_commit"];
+    options.extend(mkfs_options.split_whitespace());
+    mkfs(&live, size, &options);
     let mount = Mount::with_options(&live, scratch.path("mnt"), "loop,commit=600")?;
     work(&mount.dir);
     let seen = kernel_tree(&mount.dir);
@@ -111,7 +113,7 @@ fn expected_eighty() -> BTreeSet<(Vec<u8>, Vec<u8>)> {
     synced.chain(fsynced).map(|(n, c)| (n.into_bytes(), c.into_bytes())).collect()
 }
 
-/// Replays the crash image `work` leaves at `block_size` with quill's recovery and asserts
+/// Replays the crash image `work` leaves (on a file system made with `mkfs_options`) with quill's recovery and asserts
 /// it reaches the tree the kernel showed before the crash (every workload ends with an fsync,
 /// and a fast commit carries every change since the last full commit), with e2fsck -fn clean
 /// right after the replay and after quill mounted and unmounted the image. e2fsck -fy's replay
@@ -121,12 +123,12 @@ fn expected_eighty() -> BTreeSet<(Vec<u8>, Vec<u8>)> {
 /// quill's recovery replayed (`None` after a SKIP line).
 fn replay_matches_kernel(
     test: &str,
-    block_size: u32,
+    mkfs_options: &str,
     e2fsck_agrees: bool,
     work: impl FnOnce(&Path),
 ) -> Option<RecoveryReport> {
     let scratch = Scratch::new(test);
-    let (crash, seen) = kernel_crash_image(&scratch, test, "64M", block_size, work)?;
+    let (crash, seen) = kernel_crash_image(&scratch, test, "64M", mkfs_options, work)?;
     let expected = directories_by_entries(seen);
 
     let replayed = scratch.path("quill.img");
@@ -194,11 +196,11 @@ fn directories_by_entries(mut tree: BTreeMap<String, Entry>) -> BTreeMap<String,
 /// (so the replay is what the test exercises).
 fn fast_commits_replay_like_the_kernel(
     test: &str,
-    block_size: u32,
+    mkfs_options: &str,
     e2fsck_agrees: bool,
     work: impl FnOnce(&Path),
 ) {
-    if let Some(report) = replay_matches_kernel(test, block_size, e2fsck_agrees, work) {
+    if let Some(report) = replay_matches_kernel(test, mkfs_options, e2fsck_agrees, work) {
         assert!(report.fast_commits.commits > 0, "{test}: the kernel wrote no fast commits");
     }
 }
@@ -296,18 +298,18 @@ fn work_directories(dir: &Path) {
     create_fsynced(&dir.join("after-rmdir"), b"after rmdir");
 }
 
-/// A test at 1 KiB and one at 4 KiB blocks: `$check(test name, block size, $e2fsck_agrees,
+/// A test at 1 KiB and one at 4 KiB blocks: `$check(test name, mkfs options, $e2fsck_agrees,
 /// $work)`.
 macro_rules! at_both_block_sizes {
     ($check:ident, $e2fsck_agrees:expr, $work:ident, $name_1k:ident, $name_4k:ident) => {
         #[test]
         fn $name_1k() {
-            $check(stringify!($name_1k), 1024, $e2fsck_agrees, $work);
+            $check(stringify!($name_1k), "-b 1024", $e2fsck_agrees, $work);
         }
 
         #[test]
         fn $name_4k() {
-            $check(stringify!($name_4k), 4096, $e2fsck_agrees, $work);
+            $check(stringify!($name_4k), "-b 4096", $e2fsck_agrees, $work);
         }
     };
 }
@@ -367,12 +369,12 @@ at_both_block_sizes!(
 /// ineligible; the replay must match either way. Needs util-linux `fallocate`.
 fn fallocate_replays_like_the_kernel(
     test: &str,
-    block_size: u32,
+    mkfs_options: &str,
     e2fsck_agrees: bool,
     work: impl FnOnce(&Path),
 ) {
     if common::have("fallocate", test) {
-        replay_matches_kernel(test, block_size, e2fsck_agrees, work);
+        replay_matches_kernel(test, mkfs_options, e2fsck_agrees, work);
     }
 }
 
@@ -383,6 +385,33 @@ at_both_block_sizes!(
     fallocate_and_punch_replay_like_the_kernel_1k,
     fallocate_and_punch_replay_like_the_kernel_4k
 );
+
+/// Every kind of change at once, on file systems without metadata checksums (descriptors
+/// then carry crc16 or no checksum at all) and without 64bit.
+fn work_mixed(dir: &Path) {
+    work_creates(dir);
+    std::fs::rename(dir.join("a"), dir.join("d1/a-moved")).unwrap();
+    std::fs::remove_file(dir.join("d2/y")).unwrap();
+    std::fs::hard_link(dir.join("b"), dir.join("d2/b-link")).unwrap();
+    std::fs::create_dir(dir.join("d2/sub")).unwrap();
+    create_fsynced(&dir.join("d2/sub/file"), &[7; 9000]);
+    let file = std::fs::OpenOptions::new().write(true).open(dir.join("c")).unwrap();
+    file.set_len(1000).unwrap();
+    file.sync_all().unwrap();
+}
+
+#[test]
+fn mixed_changes_without_metadata_csum_replay_like_the_kernel() {
+    let test = "mixed_changes_without_metadata_csum_replay_like_the_kernel";
+    fast_commits_replay_like_the_kernel(test, "-b 1024 -O ^metadata_csum", false, work_mixed);
+}
+
+#[test]
+fn mixed_changes_without_uninit_bg_or_64bit_replay_like_the_kernel() {
+    let test = "mixed_changes_without_uninit_bg_or_64bit_replay_like_the_kernel";
+    let options = "-b 4096 -O ^metadata_csum,^uninit_bg,^64bit";
+    fast_commits_replay_like_the_kernel(test, options, false, work_mixed);
+}
 
 /// Edits the first fast commit of `image`'s journal (which must start in block 0 of the area
 /// and end there): the last INODE record before its TAIL loses EXTENTS_FL, and the TAIL's crc
@@ -434,7 +463,7 @@ fn a_fast_commit_quill_cannot_replay_is_refused_by_name_and_left_for_the_next_re
     let test =
         "a_fast_commit_quill_cannot_replay_is_refused_by_name_and_left_for_the_next_recovery";
     let scratch = Scratch::new("fc-refused");
-    let Some((crash, _)) = kernel_crash_image(&scratch, test, "64M", 4096, |dir| {
+    let Some((crash, _)) = kernel_crash_image(&scratch, test, "64M", "-b 4096", |dir| {
         synced_base(dir);
         std::fs::create_dir(dir.join("made-after-sync")).unwrap();
         create_fsynced(&dir.join("made-after-sync/file"), b"in a new directory");
@@ -471,9 +500,13 @@ fn a_fast_commit_quill_cannot_replay_is_refused_by_name_and_left_for_the_next_re
 fn open_replays_the_issues_fast_commits(block_size: u32) {
     let test = format!("open_replays_the_issues_fast_commits_{block_size}");
     let scratch = Scratch::new(&test);
-    let Some((crash, _)) =
-        kernel_crash_image(&scratch, &test, "512M", block_size, fifty_synced_thirty_fsynced)
-    else {
+    let Some((crash, _)) = kernel_crash_image(
+        &scratch,
+        &test,
+        "512M",
+        &format!("-b {block_size}"),
+        fifty_synced_thirty_fsynced,
+    ) else {
         return;
     };
     let checked = scratch.path("e2fsck.img");
@@ -507,7 +540,7 @@ fn open_replays_the_issues_fast_commits_4k() {
 fn fast_commits_superseded_by_a_full_commit_do_not_block_open() {
     let test = "fast_commits_superseded_by_a_full_commit_do_not_block_open";
     let scratch = Scratch::new("fc-stale");
-    let Some((crash, _)) = kernel_crash_image(&scratch, test, "256M", 4096, |dir| {
+    let Some((crash, _)) = kernel_crash_image(&scratch, test, "256M", "-b 4096", |dir| {
         fifty_synced_thirty_fsynced(dir);
         sync_file_system(dir);
     }) else {
