@@ -1,11 +1,11 @@
-//! `quill recover IMAGE`: replay the journal of an ext4 image and mark the file system as not
-//! needing recovery, as e2fsck's journal replay (and the kernel's mount) do.
+//! `quill recover IMAGE`: replay the journal of an ext4 image (its full commits, then the fast
+//! commits that extend the last of them) and mark the file system as not needing recovery, as
+//! e2fsck's journal replay (and the kernel's mount) do.
 
 use anyhow::{bail, Context, Result};
 use blockdev::file::{FileDevice, FileOptions};
 use blockdev::BlockDevice;
 use fs::Ext4Image;
-use ondisk::jbd2::feature;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -29,25 +29,19 @@ pub fn run(args: RecoverArgs) -> Result<()> {
     }
     let dev = FileDevice::open(&args.image, FileOptions { read_only: false, direct: false })?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    let mut image = Ext4Image::open(dev.clone())
+    let image = Ext4Image::open(dev.clone())
         .with_context(|| format!("{} is not a usable ext4 image", args.image.display()))?;
-    let location = image.journal_location().context("cannot locate the journal")?;
-    let jsb = journal::superblock::read_superblock(&*dev, &location)
-        .context("cannot read the journal superblock")?;
-    if jsb.start != 0 && jsb.has_incompat(feature::INCOMPAT_FAST_COMMIT) {
-        bail!(
-            "the journal holds fast-commit records, which quill cannot replay yet; \
-             nothing was changed (e2fsck -fy replays them)"
-        );
-    }
+    image.journal_location().context("cannot locate the journal")?;
     let bar = Progress::new("Replaying the journal", 0, !args.json, false);
-    let report = journal::recover_with_progress(&*dev, &location, args.threads, &|done, total| {
-        bar.set(done, total)
-    })
-    .context("journal recovery failed")?;
+    let report = image
+        .recover_journal(args.threads, &|done, total| bar.set(done, total))
+        .context("journal recovery failed")?;
     bar.finish();
     let flag_was_set = image.superblock().needs_recovery();
     if flag_was_set {
+        // Recovery may have replayed the superblock: clear the flag in the copy now on disk,
+        // not in the one read before.
+        let mut image = Ext4Image::open(dev.clone()).context("cannot reread the superblock")?;
         image.set_needs_recovery(false).context("cannot clear needs_recovery")?;
     }
     if args.json {
@@ -70,6 +64,15 @@ pub fn run(args: RecoverArgs) -> Result<()> {
             report.revoke_hits,
             report.stop_reason
         );
+        if report.fast_commits.commits > 0 {
+            println!(
+                "{}: replayed {} fast commits of tid {} ({} records)",
+                args.image.display(),
+                report.fast_commits.commits,
+                report.end_tid,
+                report.fast_commits.records
+            );
+        }
     }
     if flag_was_set {
         println!("{}: needs_recovery cleared; the journal is clean", args.image.display());

@@ -25,10 +25,13 @@ fn umount(mountpoint: &Path) {
     assert!(o.status.success(), "umount failed: {}", text(&o));
 }
 
+/// Makes an image with `mkfs_args`, loop-mounts it, runs `work` on the mount point and copies
+/// the backing file while still mounted (the crash image).
 fn kernel_crash_image(
     scratch: &Scratch,
     mkfs_args: &[&str],
     test: &str,
+    work: impl FnOnce(&Path),
 ) -> Option<std::path::PathBuf> {
     let image = scratch.path("kernel.img");
     mkfs(&image, "64M", mkfs_args);
@@ -38,7 +41,15 @@ fn kernel_crash_image(
         eprintln!("SKIP {test}: cannot loop-mount an image here: {why}");
         return None;
     }
-    // Files of several sizes, each fsynced: the journal holds their metadata.
+    work(&mnt);
+    let crash = scratch.path("crash.img");
+    std::fs::copy(&image, &crash).unwrap();
+    umount(&mnt);
+    Some(crash)
+}
+
+/// Files of several sizes in four directories, each fsynced: the journal holds their metadata.
+fn fsynced_files_in_directories(mnt: &Path) {
     for dir in 0..4 {
         let d = mnt.join(format!("dir{dir}"));
         std::fs::create_dir(&d).unwrap();
@@ -49,10 +60,6 @@ fn kernel_crash_image(
         }
         std::fs::File::open(&d).unwrap().sync_all().unwrap();
     }
-    let crash = scratch.path("crash.img");
-    std::fs::copy(&image, &crash).unwrap();
-    umount(&mnt);
-    Some(crash)
 }
 
 fn check(mkfs_args: &[&str], name: &str, block_size: u64) {
@@ -63,7 +70,10 @@ fn check(mkfs_args: &[&str], name: &str, block_size: u64) {
         }
     }
     let scratch = Scratch::new(&format!("kernel-{name}"));
-    let Some(crash) = kernel_crash_image(&scratch, mkfs_args, &test) else { return };
+    let Some(crash) = kernel_crash_image(&scratch, mkfs_args, &test, fsynced_files_in_directories)
+    else {
+        return;
+    };
     let by_quill = scratch.path("quill.img");
     let by_e2fsck = scratch.path("e2fsck.img");
     std::fs::copy(&crash, &by_quill).unwrap();
@@ -114,4 +124,55 @@ fn quill_replays_a_kernel_journal_like_e2fsck_4k() {
 #[test]
 fn quill_replays_a_kernel_journal_like_e2fsck_1k() {
     check(&["-b", "1024"], "1k", 1024);
+}
+
+/// New files on a `fast_commit` file system, each fsynced: the kernel writes fast commits for
+/// them. `quill recover` replays them (and says so), and every file is there afterwards with
+/// its contents, in an image e2fsck -fn finds clean.
+#[test]
+fn quill_recover_replays_a_kernel_journal_ending_in_fast_commits() {
+    let test = "kernel_replay/fast_commit";
+    for tool in ["mkfs.ext4", "e2fsck", "debugfs", "mount", "umount"] {
+        if !have(tool, test) {
+            return;
+        }
+    }
+    let scratch = Scratch::new("kernel-fast-commit");
+    // New files in the root (a new directory would force full commits).
+    let contents = |i: usize| vec![i as u8; 1000 * (i + 1)];
+    let fsynced_files = |mnt: &Path| {
+        for i in 0..20 {
+            let mut f = std::fs::File::create(mnt.join(format!("file{i}"))).unwrap();
+            f.write_all(&contents(i)).unwrap();
+            f.sync_all().unwrap();
+        }
+    };
+    let Some(crash) = kernel_crash_image(&scratch, &["-O", "fast_commit"], test, fsynced_files)
+    else {
+        return;
+    };
+    let by_quill = scratch.path("quill.img");
+    std::fs::copy(&crash, &by_quill).unwrap();
+    let o = run(quill().args(["recover", "--json"]).arg(&by_quill));
+    assert!(o.status.success(), "quill recover failed: {}", text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let commits = report["fast_commits"]["commits"].as_u64().unwrap();
+    assert!(commits > 0, "the kernel wrote no fast commits: {report}");
+    assert!(report["fast_commits"]["records"].as_u64().unwrap() > commits, "{report}");
+    assert_fsck_clean(&by_quill);
+    for i in 0..20 {
+        let dumped = scratch.path("dumped");
+        let o = run(Command::new("debugfs")
+            .arg("-R")
+            .arg(format!("dump /file{i} {}", dumped.display()))
+            .arg(&by_quill));
+        assert!(o.status.success(), "debugfs: {}", text(&o));
+        assert_eq!(std::fs::read(&dumped).unwrap(), contents(i), "file{i}");
+    }
+    // The text report names the fast commits too.
+    let again = scratch.path("again.img");
+    std::fs::copy(&crash, &again).unwrap();
+    let o = run(quill().arg("recover").arg(&again));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(&format!("replayed {commits} fast commits")), "{}", text(&o));
 }

@@ -187,10 +187,12 @@ impl Filesystem {
             dev
         };
         if !options.no_recovery && (!options.read_only || needs_recovery) {
-            // JBD2's jbd2_journal_load, first half: replay the log if it needs it. The replay
-            // may put back a superblock older than an error recorded since: keep the record.
+            // JBD2's jbd2_journal_load, first half: replay the log, and then its fast commits,
+            // if it needs it. The replay may put back a superblock older than an error
+            // recorded since: keep the record.
             let saved = ErrorRecordSaved::take(&*dev);
-            journal::recover(&*dev, &location, options.journal.recovery_threads)?;
+            Ext4Image::open(dev.clone())?
+                .recover_journal(options.journal.recovery_threads, &|_, _| {})?;
             saved.restore(&*dev)?;
         }
         if options.read_only && needs_recovery && !options.no_recovery {

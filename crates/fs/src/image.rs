@@ -234,6 +234,31 @@ impl Ext4Image {
             .map_err(|err| FsError::corrupted(inode_block, err.to_string()))
     }
 
+    /// Replays the journal if it needs it and marks it clean (JBD2 recovery, as e2fsck and the
+    /// kernel's mount do), calling `progress(done, total)` as the log replay goes, then the
+    /// fast commits that extend the last full commit (`fast_commit.rs`), before the journal is
+    /// marked clean. The one recovery every path uses (`Filesystem::open`, `quill recover`); a
+    /// fast commit it cannot replay yet is refused with one line naming it, and the journal
+    /// then still needs recovery. needs_recovery in the ext4 superblock is left to the caller.
+    pub fn recover_journal(
+        &self,
+        threads: usize,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<journal::RecoveryReport, FsError> {
+        let location = self.journal_location()?;
+        let mut fast_commits = crate::fast_commit::FastCommitReplayer {
+            dev: self.dev.clone(),
+            inode_size: self.superblock.inode_size,
+        };
+        Ok(journal::recover_with_fast_commits(
+            &*self.dev,
+            &location,
+            threads,
+            progress,
+            &mut fast_commits,
+        )?)
+    }
+
     /// Sets or clears INCOMPAT_RECOVER in the primary superblock (checksum updated), then
     /// flushes the device. Backup superblocks are left alone, as the kernel does. Refuses file
     /// systems with INCOMPAT features quill cannot write correctly.

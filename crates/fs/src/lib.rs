@@ -36,6 +36,7 @@ mod adapters;
 mod atime;
 mod data;
 mod error_policy;
+mod fast_commit;
 mod file;
 mod filesystem;
 mod groups;

@@ -35,6 +35,10 @@ pub enum JournalError {
     /// The journal was shut down; no new handles.
     #[error("journal is shut down")]
     ShutDown,
+    /// The journal holds something this code does not handle (named in the message); nothing
+    /// was written.
+    #[error("{0}")]
+    Unsupported(String),
     /// A parameter (journal size, block size, configuration) is out of range.
     #[error("invalid journal parameter: {0}")]
     Invalid(String),
@@ -51,12 +55,14 @@ impl JournalError {
             JournalError::NeedsRecovery { .. } => EUCLEAN,
             JournalError::UnknownTid { .. } | JournalError::Invalid(_) => EINVAL,
             JournalError::ShutDown => EROFS,
+            JournalError::Unsupported(_) => EOPNOTSUPP,
         }
     }
 }
 
 const EINVAL: i32 = 22;
 const EROFS: i32 = 30;
+const EOPNOTSUPP: i32 = 95;
 const EUCLEAN: i32 = 117;
 
 pub type Result<T, E = JournalError> = std::result::Result<T, E>;

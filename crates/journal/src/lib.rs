@@ -31,6 +31,7 @@ mod checkpoint;
 mod commit;
 pub mod config;
 pub mod error;
+pub mod fast_commit;
 mod flush;
 pub mod handle;
 mod journal;
@@ -46,9 +47,12 @@ pub mod transaction;
 pub use buffer::Buffer;
 pub use config::JournalConfig;
 pub use error::{JournalError, Result};
+pub use fast_commit::{FastCommitArea, FastCommitReplay, FastCommitReport, RefuseFastCommits};
 pub use handle::Handle;
 pub use journal::Journal;
 pub use location::{JournalLocation, LocationError, LocationExtent};
 pub use ordered::{OrderedData, OrderedWrite};
-pub use recovery::{recover, recover_with_progress, scan_log, LogScan, RecoveryReport};
+pub use recovery::{
+    recover, recover_with_fast_commits, recover_with_progress, scan_log, LogScan, RecoveryReport,
+};
 pub use stats::JournalStats;

@@ -24,6 +24,7 @@
 //! that may be half written in the log is never reused (JBD2 and e2fsck do the same).
 
 use crate::error::{JournalError, Result};
+use crate::fast_commit::{FastCommitArea, FastCommitReplay, FastCommitReport, RefuseFastCommits};
 use crate::location::JournalLocation;
 use crate::revoke::RevokeTable;
 use crate::superblock::{read_superblock, write_superblock};
@@ -82,6 +83,8 @@ pub struct RecoveryReport {
     pub stop_reason: String,
     /// The tid the next transaction will use.
     pub next_tid: u32,
+    /// Fast commits of `end_tid` replayed after the full commits.
+    pub fast_commits: FastCommitReport,
 }
 
 /// Replays the journal at `location` if it needs it, then marks it clean.
@@ -97,11 +100,28 @@ pub fn recover(
 /// logged blocks the scan found, `done` how many of them the replay has dealt with (written,
 /// skipped as revoked, or superseded by a newer copy). With `threads > 1` the calls come from
 /// the replay threads, in no particular order of `done`.
+///
+/// A journal whose fast-commit area holds fast commits to replay is refused before anything is
+/// written ([`RefuseFastCommits`]); a file system that replays them calls
+/// [`recover_with_fast_commits`].
 pub fn recover_with_progress(
     dev: &dyn BlockDevice,
     location: &JournalLocation,
     threads: usize,
     progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<RecoveryReport> {
+    let mut refuse = RefuseFastCommits::default();
+    recover_with_fast_commits(dev, location, threads, progress, &mut refuse)
+}
+
+/// [`recover_with_progress`], with `fast_commits` replaying the fast commits that extend the
+/// last full commit (see [`crate::fast_commit`] for when each of its calls is made).
+pub fn recover_with_fast_commits(
+    dev: &dyn BlockDevice,
+    location: &JournalLocation,
+    threads: usize,
+    progress: &(dyn Fn(u64, u64) + Sync),
+    fast_commits: &mut dyn FastCommitReplay,
 ) -> Result<RecoveryReport> {
     let sb = read_superblock(dev, location)?;
     if sb.start == 0 {
@@ -115,6 +135,15 @@ pub fn recover_with_progress(
         });
     }
     let scan = scan_log(dev, location)?;
+    let area = FastCommitArea::read(dev, location, &scan.superblock, scan.end_tid)?;
+    let area_scan = match &area {
+        Some(area) => Some(area.scan(fast_commits.inode_size())?),
+        None => None,
+    };
+    let pending = area.as_ref().zip(area_scan.as_ref()).filter(|(_, scan)| scan.commits > 0);
+    if let Some((area, area_scan)) = pending {
+        fast_commits.check(area, area_scan)?;
+    }
     let revokes = pass_revoke(&scan);
     let total: u64 = scan.transactions.iter().map(|t| t.tags.len() as u64).sum();
     progress(0, total);
@@ -124,6 +153,14 @@ pub fn recover_with_progress(
         pass_replay(dev, location, &scan, &revokes, total, progress)?
     };
     dev.flush()?;
+    let fast_commit_report = match pending {
+        Some((area, area_scan)) => {
+            let report = fast_commits.replay(area, area_scan)?;
+            dev.flush()?;
+            report
+        }
+        None => FastCommitReport::default(),
+    };
     let mut clean = scan.superblock.clone();
     clean.sequence = scan.end_tid.next();
     clean.start = 0;
@@ -142,6 +179,7 @@ pub fn recover_with_progress(
         revoke_hits: replay.revoke_hits,
         stop_reason: scan.stop_reason,
         next_tid: clean.sequence.next().0,
+        fast_commits: fast_commit_report,
     })
 }
 

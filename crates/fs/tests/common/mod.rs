@@ -2,12 +2,15 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
 use blockdev::file::{FileDevice, FileOptions};
 use blockdev::BlockDevice;
+use fs::{Filesystem, ROOT_INO};
 
 /// A scratch directory under the system temp dir, unique per process and call, removed on
 /// drop.
@@ -53,6 +56,79 @@ pub fn have(tool: &str, test: &str) -> bool {
 /// Whether every tool in `tools` is installed; prints a SKIP line naming the first missing.
 pub fn have_tools(tools: &[&str]) -> bool {
     tools.iter().all(|tool| have(tool, "this test"))
+}
+
+/// Whether this machine can loop-mount ext4 images (root, mount, mkfs.ext4, e2fsck); prints a
+/// SKIP line for `test` when it cannot.
+pub fn can_loop_mount(test: &str) -> bool {
+    if !have("mount", test) || !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return false;
+    }
+    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    if !root {
+        println!("SKIP {test}: loop mounts need root");
+    }
+    root
+}
+
+/// A kernel loop mount of an image at `dir`, unmounted on drop.
+pub struct Mount {
+    pub dir: PathBuf,
+}
+
+impl Mount {
+    /// Loop-mounts `image` at `dir`; `None` (after a SKIP line) when the kernel refuses.
+    pub fn new(image: &Path, dir: PathBuf) -> Option<Mount> {
+        Mount::with_options(image, dir, "loop")
+    }
+
+    /// [`Mount::new`] with mount options `options` (which must include `loop`).
+    pub fn with_options(image: &Path, dir: PathBuf, options: &str) -> Option<Mount> {
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = loop_device_command("mount").args(["-o", options]).arg(image).arg(&dir).output();
+        let out = out.unwrap();
+        if !out.status.success() {
+            println!("SKIP: loop mount failed: {}", String::from_utf8_lossy(&out.stderr));
+            return None;
+        }
+        Some(Mount { dir })
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // A failed umount would leave quill reading an image the kernel has not written back.
+        // "Target is busy" can be transient (something else on the machine looking into the
+        // directory), so try a few times before giving up.
+        let mut last_error = String::new();
+        for _ in 0..10 {
+            match loop_device_command("umount").arg(&self.dir).output() {
+                Ok(out) if out.status.success() => return,
+                Ok(out) => last_error = String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                Err(err) => last_error = err.to_string(),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        if !std::thread::panicking() {
+            panic!("umount {} failed: {last_error}", self.dir.display());
+        }
+    }
+}
+
+/// `tool` (mount or umount) run under a machine-wide lock (util-linux `flock`, when
+/// installed): loop mounts made at once by several test processes were seen to show one
+/// test's image at another's mount point, so loop devices are set up and torn down one at a
+/// time.
+fn loop_device_command(tool: &str) -> Command {
+    let lock = std::env::temp_dir().join("quill-loop-mount.lock");
+    let flock = Command::new("sh").args(["-c", "command -v flock"]).output();
+    if flock.is_ok_and(|o| o.status.success()) {
+        let mut command = Command::new("flock");
+        command.arg(lock).arg(tool);
+        command
+    } else {
+        Command::new(tool)
+    }
 }
 
 /// Makes an ext4 image of `size` (mkfs.ext4 syntax) with extra mkfs options.
@@ -243,4 +319,175 @@ pub fn debugfs_write(image: &Path, script: &str) -> String {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "debugfs failed: {}", String::from_utf8_lossy(&out.stderr));
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// What both sides must agree on for one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: char,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub contents: Vec<u8>,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Every path under the root (but lost+found) as quill reads it.
+pub fn quill_tree(fs: &Filesystem) -> BTreeMap<String, Entry> {
+    let mut out = BTreeMap::new();
+    quill_walk(fs, ROOT_INO, "", &mut out);
+    out
+}
+
+fn quill_walk(fs: &Filesystem, dir: u32, prefix: &str, out: &mut BTreeMap<String, Entry>) {
+    for e in list_dir(fs, dir, 64) {
+        if e.name == b"." || e.name == b".." || (prefix.is_empty() && e.name == b"lost+found") {
+            continue;
+        }
+        let name = String::from_utf8(e.name).unwrap();
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let attr = fs.getattr(e.ino).unwrap();
+        let kind = match attr.mode & 0o170000 {
+            0o040000 => 'd',
+            0o120000 => 'l',
+            _ => 'f',
+        };
+        let contents = match kind {
+            'l' => fs.readlink(e.ino).unwrap(),
+            'f' => {
+                let mut buf = vec![0u8; attr.size as usize];
+                fs.read(e.ino, 0, &mut buf).unwrap();
+                buf
+            }
+            _ => Vec::new(),
+        };
+        let mut xattrs = BTreeMap::new();
+        if kind != 'l' {
+            for k in fs.listxattr(e.ino).unwrap() {
+                let v = fs.getxattr(e.ino, &k).unwrap();
+                xattrs.insert(k, v);
+            }
+        }
+        out.insert(
+            rel.clone(),
+            Entry {
+                kind,
+                mode: u32::from(attr.mode) & 0o7777,
+                uid: attr.uid,
+                gid: attr.gid,
+                size: attr.size,
+                nlink: attr.nlink,
+                contents,
+                xattrs,
+            },
+        );
+        if kind == 'd' {
+            quill_walk(fs, e.ino, &rel, out);
+        }
+    }
+}
+
+/// Every path under the mount point `root` (but lost+found) as the kernel reads it.
+pub fn kernel_tree(root: &Path) -> BTreeMap<String, Entry> {
+    let mut out = BTreeMap::new();
+    kernel_walk(root, root, &mut out);
+    out
+}
+
+fn kernel_walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Entry>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let rel = path.strip_prefix(root).unwrap().to_string_lossy().to_string();
+        if rel == "lost+found" {
+            continue;
+        }
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let ft = meta.file_type();
+        let (kind, contents) = if ft.is_dir() {
+            ('d', Vec::new())
+        } else if ft.is_symlink() {
+            ('l', std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes())
+        } else {
+            ('f', std::fs::read(&path).unwrap())
+        };
+        let mut xattrs = BTreeMap::new();
+        if !ft.is_symlink() {
+            let out =
+                Command::new("getfattr").args(["-d", "-m", "-", "-e", "hex"]).arg(&path).output();
+            if let Ok(out) = out {
+                for line in String::from_utf8_lossy(&out.stdout).lines() {
+                    if let Some((k, v)) = line.split_once('=') {
+                        let v = v.trim_start_matches("0x");
+                        let bytes = (0..v.len() / 2)
+                            .map(|i| u8::from_str_radix(&v[2 * i..2 * i + 2], 16).unwrap())
+                            .collect();
+                        xattrs.insert(k.as_bytes().to_vec(), bytes);
+                    }
+                }
+            }
+        }
+        out.insert(
+            rel,
+            Entry {
+                kind,
+                mode: meta.permissions().mode() & 0o7777,
+                uid: meta.uid(),
+                gid: meta.gid(),
+                size: meta.len(),
+                nlink: meta.nlink() as u32,
+                contents,
+                xattrs,
+            },
+        );
+        if ft.is_dir() {
+            kernel_walk(root, &path, out);
+        }
+    }
+}
+
+/// getfattr (package `attr`) reads xattrs through the kernel; without it they are not compared.
+fn have_getfattr() -> bool {
+    Command::new("sh")
+        .args(["-c", "command -v getfattr"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Asserts two trees agree: the same paths, and for each its kind, mode, owner, size, link
+/// count, contents and (where getfattr is installed) user.* extended attributes.
+pub fn compare(a: &BTreeMap<String, Entry>, b: &BTreeMap<String, Entry>) {
+    let names_a: Vec<_> = a.keys().collect();
+    let names_b: Vec<_> = b.keys().collect();
+    assert_eq!(names_a, names_b, "path sets differ");
+    for (path, ea) in a {
+        let eb = &b[path];
+        assert_eq!(
+            (ea.kind, ea.mode, ea.uid, ea.gid, ea.size, ea.nlink),
+            (eb.kind, eb.mode, eb.uid, eb.gid, eb.size, eb.nlink),
+            "{path}: attributes differ"
+        );
+        assert!(ea.contents == eb.contents, "{path}: contents differ");
+        // The kernel lists security/system attributes only when asked for them; compare user.*
+        let user = |x: &BTreeMap<Vec<u8>, Vec<u8>>| -> BTreeMap<Vec<u8>, Vec<u8>> {
+            x.iter()
+                .filter(|(k, _)| k.starts_with(b"user."))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        if have_getfattr() {
+            assert_eq!(user(&ea.xattrs), user(&eb.xattrs), "{path}: xattrs differ");
+        } else {
+            println!("SKIP xattr comparison of {path}: getfattr (package attr) is not installed");
+        }
+    }
+}
+
+/// Runs util-linux `fallocate` with `args`, asserting it succeeds.
+pub fn fallocate(args: &[&str]) {
+    let out = Command::new("fallocate").args(args).output().unwrap();
+    assert!(out.status.success(), "fallocate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }

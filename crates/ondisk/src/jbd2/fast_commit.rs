@@ -59,6 +59,22 @@ pub const FC_TAG_PAD: u16 = 0x0007;
 pub const FC_TAG_TAIL: u16 = 0x0008;
 pub const FC_TAG_HEAD: u16 = 0x0009;
 
+/// The kernel's name of a fast-commit tag (`tag2str` without `TAG_`).
+pub fn tag_name(tag: u16) -> &'static str {
+    match tag {
+        FC_TAG_ADD_RANGE => "ADD_RANGE",
+        FC_TAG_DEL_RANGE => "DEL_RANGE",
+        FC_TAG_CREAT => "CREAT",
+        FC_TAG_LINK => "LINK",
+        FC_TAG_UNLINK => "UNLINK",
+        FC_TAG_INODE => "INODE",
+        FC_TAG_PAD => "PAD",
+        FC_TAG_TAIL => "TAIL",
+        FC_TAG_HEAD => "HEAD",
+        _ => "unknown",
+    }
+}
+
 /// `EXT4_FC_TAG_BASE_LEN`: the `fc_tag` + `fc_len` header of every record.
 pub const FC_TL_SIZE: usize = 4;
 /// `EXT4_FC_SUPPORTED_FEATURES`: HEAD's `fc_features` must be a subset (none are defined).
