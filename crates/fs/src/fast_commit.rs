@@ -77,6 +77,8 @@ const DIR_LINKS_MAX: i32 = 65000;
 pub(crate) struct FastCommitReplayer {
     pub dev: Arc<dyn BlockDevice>,
     pub inode_size: u16,
+    /// The superblock had ERROR_FS before recovery: see `check`.
+    pub errors_recorded: bool,
 }
 
 impl FastCommitReplay for FastCommitReplayer {
@@ -84,9 +86,20 @@ impl FastCommitReplay for FastCommitReplayer {
         self.inode_size
     }
 
-    fn check(&mut self, _area: &FastCommitArea, _scan: &FcScan<'_>) -> journal::Result<()> {
-        // Every record kind is replayed; what is refused depends on the file system's state
-        // after the full commits, which `replay` sees.
+    fn check(&mut self, _area: &FastCommitArea, scan: &FcScan<'_>) -> journal::Result<()> {
+        // A replay cut short by a crash leaves ERROR_FS (see `Replay::write_staged`) with the
+        // fast commits still to replay; replaying them again over what reached the disk could
+        // follow a tree root into a block that did not. Errors recorded for another reason
+        // ask for e2fsck's full check all the same. Every other refusal depends on the file
+        // system as the full commits leave it, which `replay` sees.
+        if self.errors_recorded && scan.commits > 0 {
+            return Err(JournalError::Unsupported(
+                "the file system has errors recorded (ERROR_FS) and its journal ends in fast \
+                 commits, as a fast-commit replay cut short leaves it: run e2fsck -fy, which \
+                 replays them and checks the whole file system"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 
@@ -119,6 +132,20 @@ impl FastCommitReplay for FastCommitReplayer {
     }
 }
 
+/// Refuses a file system whose last fast-commit replay, by e2fsck, was cut short (it leaves
+/// EXT4_FC_REPLAY in `s_state`): replaying again over the blocks that reached the disk could
+/// follow them into garbage; e2fsck's full check repairs it.
+pub(crate) fn check_no_interrupted_replay(sb: &Superblock) -> Result<()> {
+    if sb.state & ext4::STATE_FC_REPLAY != 0 {
+        return Err(FsError::Unsupported(
+            "a fast-commit replay was interrupted (EXT4_FC_REPLAY is set in s_state): run \
+             e2fsck -fy, which checks the whole file system"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn not_replayed(what: String) -> FsError {
     FsError::Unsupported(format!("{what} is not replayed yet"))
 }
@@ -135,6 +162,11 @@ struct Replay {
     /// Blocks the valid ADD_RANGE records map: never handed out for a new tree or directory
     /// block (`ext4_fc_replay_check_excluded`).
     excluded: Vec<(u64, u64)>,
+    /// Blocks whose bits this replay cleared, as `[start, end)`: never handed out either. An
+    /// INODE record clears the bits of the blocks the inode maps on disk and `finish` sets
+    /// them again for the blocks it still maps; in between they are not free, and a directory
+    /// or tree block allocated there would overwrite the file's data.
+    released: Vec<(u64, u64)>,
     /// Inodes whose blocks are marked used at the end (`fc_modified_inodes`), in order.
     modified: Vec<u32>,
     /// Inodes an UNLINK dropped a link of: deleted at the end if they have none left.
@@ -146,6 +178,9 @@ struct Replay {
 impl Replay {
     fn new(image: &Ext4Image, valid: &[FcRecord<'_>]) -> Result<Replay> {
         let sb = image.superblock().clone();
+        // The replay writes the file system as quill does: refuse features it cannot write
+        // (casefold names, encryption, ea_inode …) before anything is staged.
+        crate::filesystem::check_features(&sb, false)?;
         let descs = image.group_descs().to_vec();
         let groups = Arc::new(Groups::new(&sb, &descs)?);
         let excluded = valid
@@ -166,6 +201,7 @@ impl Replay {
             descs,
             staged: BTreeMap::new(),
             excluded,
+            released: Vec::new(),
             modified: Vec::new(),
             unlinked: BTreeSet::new(),
             touched: BTreeSet::new(),
@@ -200,8 +236,11 @@ impl Replay {
         // its writes are after the last full commit). The kernel keeps the old mapping,
         // which leaves the old file's blocks past the new end of file (e2fsck then grows
         // i_size over them); quill frees them and starts from an empty tree.
-        let held_file = self.in_use(ino, &old)
-            || (self.unlinked.contains(&ino) && ext4::inode_checksum_ok(&self.sb, ino, &old));
+        // Only an inode whose file an UNLINK of this replay removed can be reused here: a live
+        // file's generation may change by itself (EXT4_IOC_SETVERSION without metadata_csum),
+        // and taking that for reuse would drop the file's blocks.
+        let held_file =
+            self.unlinked.contains(&ino) && ext4::inode_checksum_ok(&self.sb, ino, &old);
         let reused = held_file && le32(&old, I_GENERATION) != le32(fc_raw, I_GENERATION);
         if self.in_use(ino, &old) || reused {
             self.set_inode_blocks_bits(ino, &old, false)?;
@@ -422,10 +461,43 @@ impl Replay {
             self.write_inode_raw(ino, &mut raw)?;
         }
         self.write_group_counts()?;
+        self.write_staged()
+    }
+
+    /// Writes the staged blocks so that a crash part way is never replayed again over what
+    /// reached the disk (which could follow a tree root to a leaf that did not): first the
+    /// superblock records an error (ERROR_FS, which asks e2fsck for its full check), flushed;
+    /// then every other block, flushed; then the superblock as the replay leaves it, flushed.
+    /// A recovery that finds ERROR_FS with fast commits to replay refuses
+    /// ([`FastCommitReplay::check`]).
+    fn write_staged(&mut self) -> Result<()> {
+        let block_size = u64::from(self.geo.block_size);
+        let sb_block = ext4::SUPERBLOCK_OFFSET / block_size;
+        let sb_offset = (ext4::SUPERBLOCK_OFFSET % block_size) as usize;
+        let mut marked = Ext4Image::open(self.dev.clone())?.superblock().clone();
+        let final_sb_block = match self.staged.remove(&sb_block) {
+            Some(bytes) => bytes,
+            None => {
+                let mut bytes = vec![0u8; block_size as usize];
+                self.dev.read_at(sb_block * block_size, &mut bytes)?;
+                bytes
+            }
+        };
+        // ERROR_FS, not EXT4_FC_REPLAY: e2fsck 1.47.0 started on an image with EXT4_FC_REPLAY
+        // set stops after its journal replay ("Superblock checksum does not match superblock
+        // while trying to re-open") and needs a second run.
+        marked.state |= ext4::STATE_ERROR_FS;
+        self.dev.write_at(ext4::SUPERBLOCK_OFFSET, &marked.encode())?;
+        self.dev.flush()?;
         for (block, bytes) in &self.staged {
             assert!(*block < self.geo.blocks_count && bytes.len() == self.geo.block_size as usize);
-            self.dev.write_at(block * u64::from(self.geo.block_size), bytes)?;
+            self.dev.write_at(block * block_size, bytes)?;
         }
+        self.dev.flush()?;
+        let done = Superblock::parse(&final_sb_block[sb_offset..])?;
+        assert_eq!(done.state & ext4::STATE_FC_REPLAY, 0, "the replay's own superblock");
+        self.dev.write_at(sb_block * block_size, &final_sb_block)?;
+        self.dev.flush()?;
         Ok(())
     }
 
@@ -494,8 +566,12 @@ impl Replay {
 
     // ---- inodes ----
 
+    /// What the kernel's `EXT4_IGET_NORMAL` lets a fast commit name: the root or an ordinary
+    /// inode, never a reserved one (journal, resize, quota …) or the orphan file.
     fn valid_ino(&self, ino: u32) -> bool {
-        (1..=self.geo.inodes_count).contains(&ino)
+        (ino == ext4::ROOT_INO || (self.sb.first_ino..=self.geo.inodes_count).contains(&ino))
+            && ino != self.sb.orphan_file_inum
+            && ino != self.sb.journal_inum
     }
 
     fn inode_location(&self, ino: u32) -> (u64, usize) {
@@ -553,7 +629,7 @@ impl Replay {
         }
         if self.geo.uninit_flags {
             let index = (ino - 1) % self.geo.inodes_per_group + 1;
-            if index > self.geo.inodes_per_group - desc.itable_unused {
+            if index > self.geo.inodes_per_group.saturating_sub(desc.itable_unused) {
                 desc.itable_unused = self.geo.inodes_per_group - index;
             }
         }
@@ -675,6 +751,9 @@ impl Replay {
                 blocks_count: self.geo.blocks_count,
             });
         }
+        if !used && count > 0 {
+            self.released.push((start, end));
+        }
         let mut block = start;
         while block < end {
             let group = self.geo.group_of_block(block);
@@ -722,7 +801,11 @@ impl Replay {
     }
 
     fn block_is_free(&mut self, block: u64) -> Result<bool> {
-        if self.excluded.iter().any(|&(start, end)| (start..end).contains(&block))
+        if self
+            .excluded
+            .iter()
+            .chain(&self.released)
+            .any(|&(start, end)| (start..end).contains(&block))
             || self.groups.system_zone_overlap(block, 1).is_some()
         {
             return Ok(false);

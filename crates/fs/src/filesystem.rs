@@ -482,7 +482,7 @@ impl Filesystem {
 }
 
 /// Refuses what quill cannot honour, naming the features.
-fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
+pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
     let unreadable = sb.feature_incompat & feature::INCOMPAT_UNREADABLE;
     if unreadable != 0 {
         return Err(FsError::Unsupported(format!(

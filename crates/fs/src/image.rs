@@ -245,10 +245,12 @@ impl Ext4Image {
         threads: usize,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<journal::RecoveryReport, FsError> {
+        crate::fast_commit::check_no_interrupted_replay(&self.superblock)?;
         let location = self.journal_location()?;
         let mut fast_commits = crate::fast_commit::FastCommitReplayer {
             dev: self.dev.clone(),
             inode_size: self.superblock.inode_size,
+            errors_recorded: self.superblock.state & ext4::STATE_ERROR_FS != 0,
         };
         Ok(journal::recover_with_fast_commits(
             &*self.dev,

@@ -559,3 +559,56 @@ fn fast_commits_superseded_by_a_full_commit_do_not_block_open() {
     fs.unmount().unwrap();
     assert_fsck_clean(&crash);
 }
+
+/// A replay cut short while its blocks are being written (the device fails a flush) leaves
+/// ERROR_FS in the superblock with the fast commits still to replay: the next open refuses by
+/// name instead of replaying over a half-written replay, and e2fsck -fy (which replays and
+/// checks everything) makes it usable again. And an EXT4_FC_REPLAY left by e2fsck is refused.
+#[test]
+fn a_replay_cut_short_is_refused_until_e2fsck_has_checked_the_file_system() {
+    use blockdev::fault::{Fault, FaultDevice, FaultOn};
+    let test = "a_replay_cut_short_is_refused_until_e2fsck_has_checked_the_file_system";
+    let scratch = Scratch::new("fc-cut-short");
+    let Some((crash, _)) =
+        kernel_crash_image(&scratch, test, "256M", "-b 4096", fifty_synced_thirty_fsynced)
+    else {
+        return;
+    };
+    let state = |image: &Path| Ext4Image::open(open_device(image)).unwrap().superblock().state;
+    // Fail the k-th flush for growing k until the failure lands inside the replay's write-out.
+    let mut cut = None;
+    for flushes_ok in 0..16 {
+        let copy = scratch.path(&format!("cut-{flushes_ok}.img"));
+        copy_sparse(&crash, &copy);
+        let faulty = std::sync::Arc::new(FaultDevice::new(open_device(&copy)));
+        faulty.inject(Fault::new(FaultOn::Flush).after(flushes_ok).sticky());
+        let opened = Filesystem::open(faulty, MountOptions::default());
+        assert!(opened.is_err(), "a failing flush must fail the open");
+        drop(opened);
+        if state(&copy) & ondisk::ext4::STATE_ERROR_FS != 0 {
+            cut = Some(copy);
+            break;
+        }
+    }
+    let cut = cut.expect("some flush falls inside the replay's write-out");
+    let err = Filesystem::open(open_device(&cut), MountOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("ERROR_FS") && err.to_string().contains("e2fsck"), "{err}");
+    let err = Filesystem::open(open_device(&cut), read_only()).unwrap_err();
+    assert!(err.to_string().contains("ERROR_FS"), "{err}");
+
+    // What e2fsck leaves when its own fast-commit replay is cut short.
+    let marked = scratch.path("marked.img");
+    copy_sparse(&cut, &marked);
+    common::debugfs_write(&marked, "ssv state 0x23\n");
+    let err = Filesystem::open(open_device(&marked), MountOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("EXT4_FC_REPLAY"), "{err}");
+
+    e2fsck_replay(&cut);
+    assert_fsck_clean(&cut);
+    let fs = Filesystem::open(open_device(&cut), MountOptions::default()).unwrap();
+    let files = root_files(&fs);
+    println!("{} files after e2fsck repaired the cut-short replay", files.len());
+    assert!(files.is_subset(&expected_eighty()), "no file with other contents");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&cut);
+}

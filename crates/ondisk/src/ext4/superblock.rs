@@ -30,6 +30,9 @@ pub const CHECKSUM_TYPE_CRC32C: u8 = 1;
 pub const STATE_VALID_FS: u16 = 0x1;
 /// s_state: errors were detected (ext4's EXT4_ERROR_FS).
 pub const STATE_ERROR_FS: u16 = 0x2;
+/// `s_state`: a fast-commit replay is being written (EXT4_FC_REPLAY): a crash left it half
+/// done, and only e2fsck's full check can tell what reached the disk.
+pub const STATE_FC_REPLAY: u16 = 0x20;
 /// `s_creator_os` value for Linux; the inode checksum exists only in Linux's inode layout.
 pub const CREATOR_OS_LINUX: u32 = 0;
 /// Largest `s_log_block_size`: 1024 << 6 = 64 KiB (EXT4_MAX_BLOCK_LOG_SIZE 16).
