@@ -26,7 +26,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::model::{Inode, Kind, Model};
-use crate::run::{decode_mark, Recording};
+use crate::run::{decode_mark, Expected};
 use crate::tree::{namespace_of, Node, Tree};
 use crate::workload::{Op, Workload};
 
@@ -101,13 +101,14 @@ fn bounds(w: &Workload, states: &[Vec<Model>], marks: &[u64]) -> Vec<Bounds> {
 /// The **acknowledged** check of `tree` at a crash point whose marks are `marks`.
 pub fn check_acknowledged(
     w: &Workload,
-    rec: &Recording,
+    expected: &Expected,
     marks: &[u64],
     tree: &Tree,
 ) -> Result<(), String> {
-    for (t, b) in bounds(w, &rec.states, marks).iter().enumerate() {
-        check_thread(rec, t, b, tree).map_err(|e| {
-            let who = if rec.roots[t].is_empty() { String::new() } else { format!("thread {t}: ") };
+    for (t, b) in bounds(w, &expected.states, marks).iter().enumerate() {
+        check_thread(expected, t, b, tree).map_err(|e| {
+            let who =
+                if expected.roots[t].is_empty() { String::new() } else { format!("thread {t}: ") };
             format!("{who}{e}")
         })?;
     }
@@ -116,12 +117,12 @@ pub fn check_acknowledged(
 
 /// Thread `t`'s subtree is the model's after some prefix `j` of its operations, within the
 /// bounds, with every inode as some allowed version of it.
-fn check_thread(rec: &Recording, t: usize, b: &Bounds, tree: &Tree) -> Result<(), String> {
-    let (sub, ns) = namespace_of(tree, &rec.roots[t]);
-    let states = &rec.states[t];
+fn check_thread(expected: &Expected, t: usize, b: &Bounds, tree: &Tree) -> Result<(), String> {
+    let (sub, ns) = namespace_of(tree, &expected.roots[t]);
+    let states = &expected.states[t];
     let mut inode_error = None;
     for j in b.ns_lo..=b.hi {
-        if rec.namespaces[t][j] != ns {
+        if expected.namespaces[t][j] != ns {
             continue;
         }
         match check_inodes(&states[j], states, b, &sub) {
@@ -134,8 +135,8 @@ fn check_thread(rec: &Recording, t: usize, b: &Bounds, tree: &Tree) -> Result<()
     if let Some(e) = inode_error {
         return Err(e);
     }
-    let newest = &rec.namespaces[t][b.hi];
-    let oldest = &rec.namespaces[t][b.ns_lo];
+    let newest = &expected.namespaces[t][b.hi];
+    let oldest = &expected.namespaces[t][b.ns_lo];
     Err(format!(
         "the names match no state the workload could leave (after {} to {} ops): vs the newest, \
          {}; vs the oldest, {}",
@@ -264,7 +265,8 @@ pub fn dumpe2fs_field<'a>(header: &'a str, label: &str) -> &'a str {
         .map_or("", str::trim)
 }
 
-fn run(cmd: &mut Command) -> Result<(i32, String), String> {
+/// Runs `cmd`: its exit code (-1 when killed) and its output.
+pub fn run_tool(cmd: &mut Command) -> Result<(i32, String), String> {
     let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     let text =
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -277,7 +279,7 @@ fn head(text: &str) -> String {
 
 /// `e2fsck -fn`: exit 0 or the first lines of its complaint.
 pub fn e2fsck_clean(path: &Path) -> Result<(), String> {
-    let (code, text) = run(Command::new("e2fsck").arg("-fn").arg(path))?;
+    let (code, text) = run_tool(Command::new("e2fsck").arg("-fn").arg(path))?;
     if code == 0 {
         Ok(())
     } else {
@@ -322,7 +324,7 @@ pub struct Repairs {
 /// block torn (its checksum fails): it then replays only the transactions before it, and
 /// says so.
 pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<Repairs, String> {
-    let (code, text) = run(Command::new("e2fsck").arg("-fy").arg(path))?;
+    let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
     if code > 1 {
         return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));
     }
