@@ -13,7 +13,9 @@ use fs::{Filesystem, MountOptions};
 use ondisk::ext4;
 use parking_lot::Mutex;
 
-use crate::check::{check_acknowledged, e2fsck_clean, e2fsck_repairs};
+use crate::check::{
+    check_acknowledged, e2fsck_clean, e2fsck_repairs, Unacknowledged::WholeVersions,
+};
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
 use crate::workload::{ace, threaded, Config, Workload};
@@ -345,7 +347,7 @@ pub fn check_state(
         .map_err(|e| ("quill-recovers", format!("quill cannot open the crash image: {e}")))?;
     let tree = read_tree(&fs).map_err(|e| ("quill-recovers", e))?;
     pass("quill-recovers");
-    let acknowledged = check_acknowledged(w, &rec.expected, &state.marks, &tree);
+    let acknowledged = check_acknowledged(w, &rec.expected, &state.marks, &tree, WholeVersions);
     let unmounted = fs.unmount();
     acknowledged.map_err(|e| ("acknowledged", e))?;
     pass("acknowledged");
@@ -377,7 +379,7 @@ pub fn check_state(
     // e2fsck's recovery must keep what was acknowledged too, unless it dropped a torn commit
     // and, finding errors, left the orphans to its full check (see check::e2fsck_repairs).
     if !repairs.dropped_torn_commit {
-        check_acknowledged(w, &rec.expected, &state.marks, &their_tree)
+        check_acknowledged(w, &rec.expected, &state.marks, &their_tree, WholeVersions)
             .map_err(|e| ("same-tree", format!("e2fsck's recovery: {e}")))?;
     }
     match tree_difference(&tree, &their_tree) {

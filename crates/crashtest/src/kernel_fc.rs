@@ -13,7 +13,7 @@
 //! | check                     | what                                                                 |
 //! |---------------------------|----------------------------------------------------------------------|
 //! | kernel-fc-recovers        | quill opens a copy read-write (full commits, then fast commits replayed) and reads its tree |
-//! | kernel-fc-acknowledged    | that tree passes [`check_acknowledged`] with every operation up to the copy acknowledged |
+//! | kernel-fc-acknowledged    | that tree passes [`check_acknowledged`] with every operation up to the copy acknowledged, allowing what ext4's data=ordered shows of unacknowledged writes ([`Unacknowledged::Ext4Ordered`]) |
 //! | kernel-fc-unmount         | quill unmounts it                                                    |
 //! | kernel-fc-e2fsck-fn       | stock `e2fsck -fn` finds quill's image clean                          |
 //! | kernel-fc-same-tree       | stock `e2fsck -fy` on another copy reaches quill's tree              |
@@ -51,7 +51,7 @@ use std::time::Instant;
 use blockdev::file::{FileDevice, FileOptions};
 use fs::{Filesystem, MountOptions};
 
-use crate::check::{check_acknowledged, e2fsck_clean, run_tool};
+use crate::check::{check_acknowledged, e2fsck_clean, run_tool, Unacknowledged};
 use crate::explore::{read_only_tree, workload_seed, Failure, Scratch, Totals};
 use crate::run::{end_mark, start_mark, Expected};
 use crate::tree::{read_tree, tree_difference};
@@ -281,7 +281,7 @@ fn check_kernel_image(
     };
     let tree = read_tree(&fs).map_err(|e| ("kernel-fc-recovers", e))?;
     pass("kernel-fc-recovers");
-    let acknowledged = check_acknowledged(w, expected, marks, &tree);
+    let acknowledged = check_acknowledged(w, expected, marks, &tree, Unacknowledged::Ext4Ordered);
     let unmounted = fs.unmount();
     acknowledged.map_err(|e| ("kernel-fc-acknowledged", e))?;
     pass("kernel-fc-acknowledged");
