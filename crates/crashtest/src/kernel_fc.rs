@@ -334,9 +334,9 @@ fn copy_sparse(from: &Path, to: &Path) -> Result<(), String> {
 }
 
 /// `tool` (mount or umount) under the machine-wide loop-device lock (util-linux `flock`, when
-/// installed): loop devices set up at once by several processes were seen to show one image at
-/// another's mount point.
-fn loop_device_command(tool: &str) -> Command {
+/// installed): loop devices set up at once by several processes (tests, crashtest) were seen to
+/// show one image at another's mount point, so they are set up and torn down one at a time.
+pub fn loop_device_command(tool: &str) -> Command {
     let lock = std::env::temp_dir().join("quill-loop-mount.lock");
     let flock = Command::new("sh").args(["-c", "command -v flock"]).output();
     if flock.is_ok_and(|o| o.status.success()) {
