@@ -131,8 +131,8 @@ pub fn explore_kernel(opts: &KernelOptions) -> Totals {
 }
 
 /// Runs workload `w` (the `k`-th) on the kernel and checks its crash images; stops at the
-/// first failure. It runs at 1 KiB blocks when `small_next` and its xattrs fit, and the next
-/// one fitting workload after it does not.
+/// first failure. It runs at 1 KiB blocks when `small_next` is set and its xattrs fit (then
+/// `small_next` is cleared), at 4 KiB otherwise (then `small_next` is set).
 fn kernel_workload(
     w: &Workload,
     k: usize,
@@ -148,7 +148,7 @@ fn kernel_workload(
     let small = *small_next && fits_1k_blocks(&expected);
     *small_next = !small;
     let block_size = if small { 1024 } else { 4096 };
-    let where_ = |i: Option<usize>| {
+    let place = |i: Option<usize>| {
         let at = match i {
             Some(i) => format!("after op {i} ({})", w.threads[0][i]),
             None => "before the first op".into(),
@@ -178,13 +178,13 @@ fn kernel_workload(
             Ok(Some((noted, why))) => {
                 *totals.noted.entry(noted).or_default() += 1;
                 let seed = w.seed;
-                let at = where_(*acknowledged);
+                let at = place(*acknowledged);
                 totals
                     .notes
                     .push(format!("{noted}: workload {} (seed {seed}), {at}: {why}", w.name));
             }
             Err((check, message)) => {
-                let message = format!("{}\n{message}", where_(*acknowledged));
+                let message = format!("{}\n{message}", place(*acknowledged));
                 return failed(totals, w, check, message);
             }
         }
