@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use crashtest::explore::{self, default_configs, Failure, Options};
+use crashtest::kernel_fc::{self, KernelOptions};
 use journal::config::PRESETS;
 
 use crate::progress::Progress;
@@ -45,6 +46,12 @@ pub struct CrashtestArgs {
     /// Where reproducers of failures are written.
     #[arg(long, default_value = "crashtest-out")]
     out: PathBuf,
+    /// Also run N workloads on a kernel loop mount of a `mkfs.ext4 -O fast_commit` image and
+    /// check a copy of it taken after every fsync, fdatasync and sync (and at the end):
+    /// quill's recovery (fast commits replayed), the acknowledged operations, e2fsck -fn, and
+    /// e2fsck -fy's tree. Needs root and loop devices (otherwise a SKIP line).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    kernel_fast_commit: usize,
     /// Replay a reproducer file: its workload and crash state (or all its states).
     #[arg(long, value_name = "FILE")]
     replay: Option<PathBuf>,
@@ -52,7 +59,8 @@ pub struct CrashtestArgs {
     #[arg(long)]
     no_progress: bool,
     /// The negative control: run on a device that acknowledges flushes without honouring
-    /// them. The checks must fail (and the command exit 1).
+    /// them (and copy kernel images before each persistence point). The checks must fail
+    /// (and the command exit 1).
     #[arg(long, hide = true)]
     lying_device: bool,
 }
@@ -157,8 +165,26 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         tenths: AtomicU64::new(0),
         started: Instant::now(),
     };
-    let totals = explore::explore(&opts, &bar);
+    let mut totals = explore::explore(&opts, &bar);
     bar.bar.finish();
+    if args.kernel_fast_commit > 0 {
+        match kernel_fc::unavailable() {
+            Some(reason) => println!("SKIP: kernel fast-commit images: {reason}"),
+            None => {
+                let kernel = kernel_fc::explore_kernel(&KernelOptions {
+                    workloads: args.kernel_fast_commit,
+                    seed,
+                    max_failures: opts.max_failures,
+                    lying: args.lying_device,
+                });
+                for note in &kernel.notes {
+                    println!("NOTE {note}");
+                }
+                totals.seconds += kernel.seconds;
+                totals.add(kernel);
+            }
+        }
+    }
     println!("{}", totals.summary());
     if totals.failures.is_empty() {
         return Ok(());

@@ -1,7 +1,8 @@
 //! `quill crashtest` end to end: a CI-sized exploration (at least 1,000 crash images, every
 //! check passed on every image), the negative control (a device that acknowledges flushes
 //! without honouring them must fail the checks and leave reproducers), `--replay` of those
-//! reproducers and of a hand-written one, and bad arguments.
+//! reproducers and of a hand-written one, crash images the kernel makes with fast commits
+//! (`--kernel-fast-commit`) and their negative control, and bad arguments.
 
 mod common;
 
@@ -130,6 +131,75 @@ fn a_hand_written_reproducer_replays_every_state_of_its_workload() {
     let images = before(&out, " crash images; checks passed");
     assert!(images > 5, "{out}");
     assert_eq!(after(&out, "acknowledged"), images, "{out}");
+}
+
+/// `quill crashtest --images 0 --kernel-fast-commit N` with `extra` arguments: the output and
+/// exit code, or None (after a SKIP line) where the machine cannot make kernel images.
+fn kernel_fast_commit_run(test: &str, workloads: &str, extra: &[&str]) -> Option<(String, i32)> {
+    if !have("e2fsck", test) {
+        return None;
+    }
+    let scratch = Scratch::new(test);
+    let o = run(quill()
+        .args(["crashtest", "--images", "0", "--no-progress", "--kernel-fast-commit", workloads])
+        .args(extra)
+        .arg("--out")
+        .arg(scratch.path("out")));
+    let out = text(&o);
+    println!("{out}");
+    if let Some(skip) = out.lines().find(|l| l.starts_with("SKIP: kernel fast-commit images")) {
+        println!("SKIP {test}: {skip}");
+        return None;
+    }
+    Some((out, o.status.code().unwrap_or(-1)))
+}
+
+#[test]
+fn kernel_fast_commit_images_pass_every_check() {
+    let seed = ondisk::testing::seed("crashtest kernel fast commits");
+    let test = "crashtest-kernel-fc";
+    let Some((out, code)) = kernel_fast_commit_run(test, "6", &["--seed", &seed.to_string()])
+    else {
+        return;
+    };
+    assert_eq!(code, 0, "quill crashtest failed (seed {seed}):\n{out}");
+    let summary = summary_line(&out);
+    assert_eq!(before(&summary, " workloads ("), 6, "{summary}");
+    let images = before(&summary, " crash images (");
+    assert!(images >= 6, "an image at least at every workload's end: {summary}");
+    let known =
+        |name: &str| if summary.contains(&format!("{name} ")) { after(&summary, name) } else { 0 };
+    assert_eq!(known("kernel-fc-1k") + known("kernel-fc-4k"), images, "{summary}");
+    // A by-name refusal is counted apart (and printed); every other image is recovered.
+    let refused = after(&summary, "kernel-fc-refused");
+    let recovered = after(&summary, "kernel-fc-recovers");
+    assert_eq!(recovered + refused, images, "{summary}");
+    assert!(recovered > 0, "{summary}");
+    for check in ["kernel-fc-acknowledged", "kernel-fc-unmount", "kernel-fc-e2fsck-fn"] {
+        assert_eq!(
+            after(&summary, check),
+            recovered,
+            "{check} on every recovered image: {summary}"
+        );
+    }
+    // e2fsck 1.47.0's replay differs on some fast-commit records: counted and printed.
+    let differs = after(&summary, "kernel-fc-e2fsck-differs");
+    assert_eq!(known("kernel-fc-same-tree") + differs, recovered, "{summary}");
+    let notes = out.lines().filter(|l| l.starts_with("NOTE kernel-fc-")).count() as u64;
+    assert_eq!(notes, refused + differs, "every refusal and difference printed:\n{out}");
+    assert_eq!(before(&summary, " failed"), 0, "{summary}");
+}
+
+#[test]
+fn kernel_fast_commit_images_copied_before_their_fsync_fail_the_checks() {
+    let test = "crashtest-kernel-fc-negative";
+    let extra = ["--lying-device", "--seed", "1", "--max-failures", "1"];
+    let Some((out, code)) = kernel_fast_commit_run(test, "6", &extra) else {
+        return;
+    };
+    assert_eq!(code, 1, "the negative control must fail:\n{out}");
+    assert!(out.contains("FAIL kernel-fc-acknowledged: "), "{out}");
+    assert!(out.contains("(negative control)"), "{out}");
 }
 
 #[test]

@@ -26,7 +26,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::model::{Inode, Kind, Model};
-use crate::run::{decode_mark, Recording};
+use crate::run::{decode_mark, Expected};
 use crate::tree::{namespace_of, Node, Tree};
 use crate::workload::{Op, Workload};
 
@@ -98,16 +98,34 @@ fn bounds(w: &Workload, states: &[Vec<Model>], marks: &[u64]) -> Vec<Bounds> {
     b
 }
 
+/// What a file system shows of file data it was not asked to make durable (versions older
+/// than the last acknowledged fsync, fdatasync or sync are never allowed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unacknowledged {
+    /// quill: each file shows the size of one of its versions, and every byte inside it is a
+    /// byte some version has there.
+    WholeVersions,
+    /// ext4 data=ordered (the kernel): a write's i_size reaches the journal with each page it
+    /// writes into a block already allocated (ext4_da_should_update_i_disksize), ahead of that
+    /// block's data, which ordered mode does not write first, and behind the write's later,
+    /// delayed pages. A file may then show any size between its versions' smallest and
+    /// largest, and zeros past the smallest (what the block held past the old end of file);
+    /// never stale data.
+    Ext4Ordered,
+}
+
 /// The **acknowledged** check of `tree` at a crash point whose marks are `marks`.
 pub fn check_acknowledged(
     w: &Workload,
-    rec: &Recording,
+    expected: &Expected,
     marks: &[u64],
     tree: &Tree,
+    unacknowledged: Unacknowledged,
 ) -> Result<(), String> {
-    for (t, b) in bounds(w, &rec.states, marks).iter().enumerate() {
-        check_thread(rec, t, b, tree).map_err(|e| {
-            let who = if rec.roots[t].is_empty() { String::new() } else { format!("thread {t}: ") };
+    for (t, b) in bounds(w, &expected.states, marks).iter().enumerate() {
+        check_thread(expected, t, b, tree, unacknowledged).map_err(|e| {
+            let who =
+                if expected.roots[t].is_empty() { String::new() } else { format!("thread {t}: ") };
             format!("{who}{e}")
         })?;
     }
@@ -116,15 +134,21 @@ pub fn check_acknowledged(
 
 /// Thread `t`'s subtree is the model's after some prefix `j` of its operations, within the
 /// bounds, with every inode as some allowed version of it.
-fn check_thread(rec: &Recording, t: usize, b: &Bounds, tree: &Tree) -> Result<(), String> {
-    let (sub, ns) = namespace_of(tree, &rec.roots[t]);
-    let states = &rec.states[t];
+fn check_thread(
+    expected: &Expected,
+    t: usize,
+    b: &Bounds,
+    tree: &Tree,
+    unacknowledged: Unacknowledged,
+) -> Result<(), String> {
+    let (sub, ns) = namespace_of(tree, &expected.roots[t]);
+    let states = &expected.states[t];
     let mut inode_error = None;
     for j in b.ns_lo..=b.hi {
-        if rec.namespaces[t][j] != ns {
+        if expected.namespaces[t][j] != ns {
             continue;
         }
-        match check_inodes(&states[j], states, b, &sub) {
+        match check_inodes(&states[j], states, b, &sub, unacknowledged) {
             Ok(()) => return Ok(()),
             Err(e) => {
                 inode_error.get_or_insert(format!("names as after op {j}, but {e}"));
@@ -134,8 +158,8 @@ fn check_thread(rec: &Recording, t: usize, b: &Bounds, tree: &Tree) -> Result<()
     if let Some(e) = inode_error {
         return Err(e);
     }
-    let newest = &rec.namespaces[t][b.hi];
-    let oldest = &rec.namespaces[t][b.ns_lo];
+    let newest = &expected.namespaces[t][b.hi];
+    let oldest = &expected.namespaces[t][b.ns_lo];
     Err(format!(
         "the names match no state the workload could leave (after {} to {} ops): vs the newest, \
          {}; vs the oldest, {}",
@@ -203,6 +227,7 @@ fn check_inodes(
     states: &[Model],
     b: &Bounds,
     sub: &BTreeMap<String, &Node>,
+    unacknowledged: Unacknowledged,
 ) -> Result<(), String> {
     for (path, node) in sub {
         let m = at.names[path];
@@ -225,23 +250,38 @@ fn check_inodes(
             ));
         }
         if node.kind == 'f' {
-            check_data(path, node, &versions(states, m, data_lo, b.hi), data_lo)?;
+            let versions = versions(states, m, data_lo, b.hi);
+            check_data(path, node, &versions, data_lo, unacknowledged)?;
         }
     }
     Ok(())
 }
 
-/// The size is some version's, and every byte inside it is the byte some version has there.
-fn check_data(path: &str, node: &Node, versions: &[Inode], since: usize) -> Result<(), String> {
+/// The size is some version's, and every byte inside it is the byte some version has there
+/// (with [`Unacknowledged::Ext4Ordered`], also a size between theirs and zeros past the
+/// smallest).
+fn check_data(
+    path: &str,
+    node: &Node,
+    versions: &[Inode],
+    since: usize,
+    unacknowledged: Unacknowledged,
+) -> Result<(), String> {
     let sizes: Vec<usize> = versions.iter().map(|v| v.data.len()).collect();
-    if !sizes.contains(&node.data.len()) {
+    let smallest = sizes.iter().copied().min().unwrap_or(0);
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let ordered = unacknowledged == Unacknowledged::Ext4Ordered;
+    let size_ok = sizes.contains(&node.data.len())
+        || ordered && (smallest..=largest).contains(&node.data.len());
+    if !size_ok {
         return Err(format!(
             "{path}: size {} is none of the sizes {sizes:?} it had since op {since}",
             node.data.len()
         ));
     }
     for (i, byte) in node.data.iter().enumerate() {
-        if !versions.iter().any(|v| v.data.get(i) == Some(byte)) {
+        let unwritten_tail = ordered && *byte == 0 && i >= smallest;
+        if !unwritten_tail && !versions.iter().any(|v| v.data.get(i) == Some(byte)) {
             let what = if *byte == 0 { "a zero" } else { "stale data" };
             return Err(format!(
                 "{path} (size {}): byte {i} is {byte:#04x} ({what}), which no version since op \
@@ -264,7 +304,8 @@ pub fn dumpe2fs_field<'a>(header: &'a str, label: &str) -> &'a str {
         .map_or("", str::trim)
 }
 
-fn run(cmd: &mut Command) -> Result<(i32, String), String> {
+/// Runs `cmd`: its exit code (-1 when killed) and its output.
+pub fn run_tool(cmd: &mut Command) -> Result<(i32, String), String> {
     let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     let text =
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -277,7 +318,7 @@ fn head(text: &str) -> String {
 
 /// `e2fsck -fn`: exit 0 or the first lines of its complaint.
 pub fn e2fsck_clean(path: &Path) -> Result<(), String> {
-    let (code, text) = run(Command::new("e2fsck").arg("-fn").arg(path))?;
+    let (code, text) = run_tool(Command::new("e2fsck").arg("-fn").arg(path))?;
     if code == 0 {
         Ok(())
     } else {
@@ -322,7 +363,7 @@ pub struct Repairs {
 /// block torn (its checksum fails): it then replays only the transactions before it, and
 /// says so.
 pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<Repairs, String> {
-    let (code, text) = run(Command::new("e2fsck").arg("-fy").arg(path))?;
+    let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
     if code > 1 {
         return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));
     }
@@ -415,4 +456,61 @@ fn after_dropped_commit(line: &str) -> bool {
 /// Whether e2fsck is installed.
 pub fn have_e2fsck() -> bool {
     Command::new("e2fsck").arg("-V").output().is_ok_and(|o| o.status.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::pattern;
+
+    fn file(data: Vec<u8>) -> Node {
+        let size = data.len() as u64;
+        Node { ino: 12, kind: 'f', perm: 0o644, size, nlink: 1, data, xattrs: BTreeMap::new() }
+    }
+
+    fn version(data: Vec<u8>) -> Inode {
+        Inode {
+            kind: Kind::File,
+            perm: 0o644,
+            data,
+            xattrs: BTreeMap::new(),
+            created: 0,
+            changed: 0,
+        }
+    }
+
+    /// An extending write not yet acknowledged, as ext4 data=ordered leaves it on a crash: the
+    /// size journalled with the page written into the old last block (4096), ahead of that
+    /// block's data (zeros past the old end of file).
+    #[test]
+    fn ext4_ordered_allows_a_size_between_versions_and_zeros_past_the_old_end() {
+        let old = pattern(1, 0, 2670);
+        let mut new = old.clone();
+        new[2294..].copy_from_slice(&pattern(2, 2294, 2670 - 2294));
+        new.extend(pattern(2, 2670, 5508 - 2670));
+        let versions = [version(old.clone()), version(new.clone())];
+        let mut shown = old.clone();
+        shown.resize(4096, 0);
+        for unacknowledged in [Unacknowledged::WholeVersions, Unacknowledged::Ext4Ordered] {
+            let got = check_data("bar", &file(shown.clone()), &versions, 0, unacknowledged);
+            assert_eq!(got.is_ok(), unacknowledged == Unacknowledged::Ext4Ordered, "{got:?}");
+        }
+        // Neither allows stale data, nor a size past the largest version's, nor zeros where
+        // every version has data.
+        let mut stale = shown.clone();
+        stale[3000] = 0x5a;
+        let mut long = new.clone();
+        long.push(0);
+        let mut hole = new.clone();
+        hole[100] = 0;
+        for bad in [stale, long, hole] {
+            assert!(
+                check_data("bar", &file(bad), &versions, 0, Unacknowledged::Ext4Ordered).is_err()
+            );
+        }
+        // One version (the write acknowledged): only it.
+        let one = [version(new.clone())];
+        assert!(check_data("bar", &file(shown), &one, 1, Unacknowledged::Ext4Ordered).is_err());
+        assert!(check_data("bar", &file(new), &one, 1, Unacknowledged::Ext4Ordered).is_ok());
+    }
 }

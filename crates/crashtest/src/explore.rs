@@ -13,7 +13,9 @@ use fs::{Filesystem, MountOptions};
 use ondisk::ext4;
 use parking_lot::Mutex;
 
-use crate::check::{check_acknowledged, e2fsck_clean, e2fsck_repairs};
+use crate::check::{
+    check_acknowledged, e2fsck_clean, e2fsck_repairs, Unacknowledged::WholeVersions,
+};
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
 use crate::workload::{ace, threaded, Config, Workload};
@@ -87,10 +89,14 @@ pub fn default_configs() -> Vec<Config> {
     out
 }
 
-/// Workload `k` of a run seeded `seed`.
+/// The seed of workload `k` of a run seeded `seed`.
+pub fn workload_seed(seed: u64, k: usize) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
+/// Workload `k` of a run seeded `opts.seed`.
 pub fn workload(opts: &Options, k: usize) -> Workload {
-    let seed = opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        ^ (k as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    let seed = workload_seed(opts.seed, k);
     let config = opts.configs[k % opts.configs.len()].clone();
     if opts.threaded_every > 0 && k % opts.threaded_every == opts.threaded_every - 1 {
         threaded(seed, opts.threads, opts.threaded_length, config)
@@ -144,12 +150,17 @@ pub struct Totals {
     pub passed: BTreeMap<&'static str, u64>,
     /// Crash states left out because they tear the primary superblock (see [`explore_workload`]).
     pub torn_superblock_skipped: u64,
+    /// Outcomes that are neither passes nor failures, by name (crate::kernel_fc's refusals
+    /// and e2fsck's differing replays), and a line about each.
+    pub noted: BTreeMap<&'static str, u64>,
+    pub notes: Vec<String>,
     pub failures: Vec<Failure>,
     pub seconds: f64,
 }
 
 impl Totals {
-    fn add(&mut self, other: Totals) {
+    /// Adds `other`'s counts, notes and failures (not its time).
+    pub fn add(&mut self, other: Totals) {
         self.workloads += other.workloads;
         self.threaded_workloads += other.threaded_workloads;
         self.operations += other.operations;
@@ -161,6 +172,10 @@ impl Totals {
             *self.passed.entry(k).or_default() += v;
         }
         self.torn_superblock_skipped += other.torn_superblock_skipped;
+        for (k, v) in other.noted {
+            *self.noted.entry(k).or_default() += v;
+        }
+        self.notes.extend(other.notes);
         self.failures.extend(other.failures);
     }
 
@@ -171,9 +186,15 @@ impl Totals {
     pub fn summary(&self) -> String {
         let kinds: Vec<String> = self.kinds.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let passed: Vec<String> = self.passed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let noted: Vec<String> = self.noted.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let noted = if noted.is_empty() {
+            String::new()
+        } else {
+            format!("; noted ({})", noted.join(", "))
+        };
         format!(
             "{} workloads ({} threaded), {} operations; {} crash images ({}); {} checks passed \
-             ({}); {} failed; {:.1} s ({} states with a torn primary superblock left out)",
+             ({}){noted}; {} failed; {:.1} s ({} states with a torn primary superblock left out)",
             self.workloads,
             self.threaded_workloads,
             self.operations,
@@ -326,7 +347,7 @@ pub fn check_state(
         .map_err(|e| ("quill-recovers", format!("quill cannot open the crash image: {e}")))?;
     let tree = read_tree(&fs).map_err(|e| ("quill-recovers", e))?;
     pass("quill-recovers");
-    let acknowledged = check_acknowledged(w, rec, &state.marks, &tree);
+    let acknowledged = check_acknowledged(w, &rec.expected, &state.marks, &tree, WholeVersions);
     let unmounted = fs.unmount();
     acknowledged.map_err(|e| ("acknowledged", e))?;
     pass("acknowledged");
@@ -358,7 +379,7 @@ pub fn check_state(
     // e2fsck's recovery must keep what was acknowledged too, unless it dropped a torn commit
     // and, finding errors, left the orphans to its full check (see check::e2fsck_repairs).
     if !repairs.dropped_torn_commit {
-        check_acknowledged(w, rec, &state.marks, &their_tree)
+        check_acknowledged(w, &rec.expected, &state.marks, &their_tree, WholeVersions)
             .map_err(|e| ("same-tree", format!("e2fsck's recovery: {e}")))?;
     }
     match tree_difference(&tree, &their_tree) {
@@ -376,7 +397,8 @@ pub fn check_state(
     Ok(())
 }
 
-fn read_only_tree(image: Vec<u8>, mount: &MountOptions) -> Result<crate::tree::Tree, String> {
+/// The tree of `image` read by quill read-only.
+pub fn read_only_tree(image: Vec<u8>, mount: &MountOptions) -> Result<crate::tree::Tree, String> {
     let options = MountOptions { read_only: true, ..mount.clone() };
     let fs = Filesystem::open(Arc::new(MemDevice::from_bytes(image)), options)
         .map_err(|e| format!("quill cannot open the image e2fsck repaired: {e}"))?;

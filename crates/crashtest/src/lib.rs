@@ -12,10 +12,13 @@
 //!   `e2fsck -fy` reaches the same tree);
 //! - [`explore`]: the driver: crash states (every flush prefix; subsets of the writes in flight,
 //!   all of them for small epochs, plus in-order prefixes and one-dropped orderings; torn
-//!   sectors), counts, minimal reproducers and `--replay`.
+//!   sectors), counts, minimal reproducers and `--replay`;
+//! - [`kernel_fc`]: workloads run on a kernel loop mount with fast commits, the backing file
+//!   copied at every acknowledgement, each copy recovered by quill and checked the same way.
 
 pub mod check;
 pub mod explore;
+pub mod kernel_fc;
 pub mod model;
 pub mod run;
 pub mod tree;

@@ -98,14 +98,30 @@ fn formatted() -> &'static [u8] {
     })
 }
 
-/// A workload run on the recording device, with the model's states for every thread.
-pub struct Recording {
-    pub device: Arc<RecordingDevice>,
-    pub mount: MountOptions,
+/// What the model says a workload's tree may be: what a crash image is checked against,
+/// whichever file system ran the workload.
+pub struct Expected {
     /// `states[t][k]`: thread `t`'s subtree after its first `k` operations.
     pub states: Vec<Vec<Model>>,
     pub namespaces: Vec<Vec<Namespace>>,
     pub roots: Vec<String>,
+}
+
+impl Expected {
+    /// The model's states for every thread of `w`, or why the workload is invalid.
+    pub fn of(w: &Workload) -> Result<Expected, String> {
+        let states = model_states(w)?;
+        let namespaces = states.iter().map(|s| s.iter().map(Model::namespace).collect()).collect();
+        let roots = (0..w.threads.len()).map(|t| w.root(t)).collect();
+        Ok(Expected { states, namespaces, roots })
+    }
+}
+
+/// A workload run on the recording device, with the model's states for every thread.
+pub struct Recording {
+    pub device: Arc<RecordingDevice>,
+    pub mount: MountOptions,
+    pub expected: Expected,
     /// Operations that failed although the model says they are valid (each a bug).
     pub failures: Vec<String>,
 }
@@ -215,9 +231,9 @@ pub fn model_states(w: &Workload) -> Result<Vec<Vec<Model>>, String> {
 
 /// Runs `w`: setup on a fresh image, then the threads on the recording device, then a crash.
 pub fn record(w: &Workload) -> Result<Recording, String> {
-    let states = model_states(w)?;
+    let expected = Expected::of(w)?;
     let mount = mount_options(&w.config)?;
-    let roots: Vec<String> = (0..w.threads.len()).map(|t| w.root(t)).collect();
+    let roots = &expected.roots;
     let initial = {
         let dev = Arc::new(MemDevice::from_bytes(formatted().to_vec()));
         let fs = Filesystem::open(dev.clone(), mount.clone()).map_err(|e| format!("open: {e}"))?;
@@ -252,6 +268,5 @@ pub fn record(w: &Workload) -> Result<Recording, String> {
         })
     };
     fs.crash();
-    let namespaces = states.iter().map(|s| s.iter().map(Model::namespace).collect()).collect();
-    Ok(Recording { device, mount, states, namespaces, roots, failures })
+    Ok(Recording { device, mount, expected, failures })
 }

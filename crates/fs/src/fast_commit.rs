@@ -11,7 +11,7 @@
 //!
 //! | record    | replay                                                                          |
 //! |-----------|---------------------------------------------------------------------------------|
-//! | INODE     | free the blocks of the inode on disk (if in use), copy the record over it except `i_block` (an empty extent root when it has none, or when the generation changed: a reused inode), mark the inode used |
+//! | INODE     | copy the record over the inode except `i_block` (an empty extent root when it has none, or when the generation changed: a reused inode, whose old blocks are freed), mark the inode used |
 //! | ADD_RANGE | map the range (in use inodes only): holes are mapped, parts mapped elsewhere or written where the record says unwritten are mapped again, unwritten parts the record says are written are converted |
 //! | DEL_RANGE | unmap the range and free its blocks (in use inodes only)                         |
 //! | CREAT     | mark the inode used, a directory gets a fresh "." / ".." block, add the name to the parent (already there is fine), 1 link (a directory 2, and its parent one more) |
@@ -38,6 +38,7 @@
 //! | case                                   | kernel                         | quill                        |
 //! |----------------------------------------|--------------------------------|------------------------------|
 //! | INODE of a reused inode (new generation) | keeps the old file's extents | starts from an empty tree    |
+//! | INODE of an inode in use               | frees its blocks until the end | keeps them used (a CREAT's directory block cannot take one) |
 //! | CREAT of a directory                   | 1 link, parent unchanged       | 2 links, parent one more     |
 //! | UNLINK of an empty directory           | one link fewer                 | removed, parent one fewer    |
 //! | an inode left without links            | left in place by the replay    | deleted                      |
@@ -242,7 +243,13 @@ impl Replay {
         let held_file =
             self.unlinked.contains(&ino) && ext4::inode_checksum_ok(&self.sb, ino, &old);
         let reused = held_file && le32(&old, I_GENERATION) != le32(fc_raw, I_GENERATION);
-        if self.in_use(ino, &old) || reused {
+        // The kernel frees the blocks of every inode in use here and marks what the inode
+        // maps used again at the end; quill keeps the mapping on disk (the record's i_block
+        // is not copied), so only a reused inode's blocks are free. Freeing the others too
+        // would let a later record's allocation (a CREAT's directory block) take a block
+        // the file still maps, one no ADD_RANGE carries (allocated before the last full
+        // commit).
+        if reused {
             self.set_inode_blocks_bits(ino, &old, false)?;
         }
         self.note_modified(ino);

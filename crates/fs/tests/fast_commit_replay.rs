@@ -364,6 +364,30 @@ at_both_block_sizes!(
     directories_made_and_removed_replay_like_the_kernel_4k
 );
 
+/// A file synced with a partly filled last block, appended to and fsynced (a fast commit whose
+/// ADD_RANGE leaves out the block already allocated), then a directory made and a file in it
+/// fsynced (a second fast commit, whose CREAT of the directory allocates its first block): the
+/// file's first block must not be handed to the directory. Found by `quill crashtest
+/// --kernel-fast-commit` (the file's first bytes read as the new directory's "." entry).
+fn work_append_then_mkdir(dir: &Path) {
+    std::fs::create_dir(dir.join("B")).unwrap();
+    std::fs::write(dir.join("bar"), vec![0x61; 3433]).unwrap();
+    sync_file_system(dir);
+    let mut file = std::fs::OpenOptions::new().append(true).open(dir.join("bar")).unwrap();
+    file.write_all(&vec![0x62; 8954]).unwrap();
+    file.sync_all().unwrap();
+    std::fs::create_dir(dir.join("B/C")).unwrap();
+    create_fsynced(&dir.join("foo"), b"after the mkdir");
+}
+
+at_both_block_sizes!(
+    fast_commits_replay_like_the_kernel,
+    false,
+    work_append_then_mkdir,
+    a_directory_made_after_an_append_takes_no_block_of_the_file_1k,
+    a_directory_made_after_an_append_takes_no_block_of_the_file_4k
+);
+
 /// fallocate, punch and a keep-size preallocation: the kernel writes them as fast commits
 /// (unwritten ADD_RANGE, DEL_RANGE) here, or as full commits where it deems a range operation
 /// ineligible; the replay must match either way. Needs util-linux `fallocate`.

@@ -115,20 +115,10 @@ impl Drop for Mount {
     }
 }
 
-/// `tool` (mount or umount) run under a machine-wide lock (util-linux `flock`, when
-/// installed): loop mounts made at once by several test processes were seen to show one
-/// test's image at another's mount point, so loop devices are set up and torn down one at a
-/// time.
+/// `tool` (mount or umount) under the machine-wide loop-device lock (shared with the crash
+/// explorer's kernel images).
 fn loop_device_command(tool: &str) -> Command {
-    let lock = std::env::temp_dir().join("quill-loop-mount.lock");
-    let flock = Command::new("sh").args(["-c", "command -v flock"]).output();
-    if flock.is_ok_and(|o| o.status.success()) {
-        let mut command = Command::new("flock");
-        command.arg(lock).arg(tool);
-        command
-    } else {
-        Command::new(tool)
-    }
+    crashtest::kernel_fc::loop_device_command(tool)
 }
 
 /// Makes an ext4 image of `size` (mkfs.ext4 syntax) with extra mkfs options.
