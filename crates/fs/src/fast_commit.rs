@@ -27,7 +27,7 @@
 //! Cases the kernel handles but this code does not yet are refused with one line naming them
 //! ("fast-commit record X ... is not replayed yet"): a LINK to a directory; an UNLINK of a
 //! directory that is not empty; an inode without extents (block-mapped, inline, fast symlink,
-//! device); a huge_file inode; a bitmap of an uninitialized group. Every change is staged in
+//! device); a huge_file inode. Every change is staged in
 //! memory and written only when the whole replay succeeded, so a refusal or an error leaves
 //! the fast commits unreplayed and the journal still needing recovery (the full commits,
 //! already replayed, replay again idempotently).
@@ -797,12 +797,26 @@ impl Replay {
         Ok(true)
     }
 
-    /// Refuses a group whose bitmap of `kind` is not initialized on disk.
-    fn group_bitmap(&self, group: u32, uninit_flag: u16, kind: &str) -> Result<()> {
-        if self.geo.uninit_flags && self.descs[group as usize].flags & uninit_flag != 0 {
-            return Err(not_replayed(format!(
-                "fast-commit replay into group {group}, whose {kind} bitmap is uninitialized,"
-            )));
+    /// Builds group `group`'s bitmap of `kind` when it was never written (BLOCK_UNINIT /
+    /// INODE_UNINIT), as `ext4_mark_inode_used` and the block bitmap read do during the
+    /// kernel's replay: the image an uninitialized group has, staged, and the flag cleared. A
+    /// new directory often lands in such a group (the Orlov allocator spreads directories).
+    fn group_bitmap(&mut self, group: u32, uninit_flag: u16, _kind: &str) -> Result<()> {
+        let g = group as usize;
+        if !self.geo.uninit_flags || self.descs[g].flags & uninit_flag == 0 {
+            return Ok(());
+        }
+        let (block, image) = if uninit_flag == ext4::BG_INODE_UNINIT {
+            (self.descs[g].inode_bitmap, self.groups.uninit_inode_bitmap())
+        } else {
+            (self.descs[g].block_bitmap, self.groups.uninit_block_bitmap(group))
+        };
+        self.write_meta(block, &image)?;
+        self.descs[g].flags &= !uninit_flag;
+        self.touch(group);
+        if uninit_flag == ext4::BG_INODE_UNINIT {
+            // ext4_mark_inode_used builds the group's block bitmap too, if it was never built.
+            self.group_bitmap(group, ext4::BG_BLOCK_UNINIT, "block")?;
         }
         Ok(())
     }

@@ -725,11 +725,7 @@ impl Groups {
             let buffer = journal.new_buffer(block);
             let image = match kind {
                 BitmapKind::Block => self.uninit_block_bitmap(group),
-                BitmapKind::Inode => {
-                    let mut image = vec![0u8; self.geo.block_size as usize];
-                    mark_bitmap_end(&mut image, self.geo.inodes_per_group);
-                    image
-                }
+                BitmapKind::Inode => self.uninit_inode_bitmap(),
             };
             buffer.init_if_zero(&image);
             return Ok(buffer);
@@ -759,10 +755,17 @@ impl Groups {
         ext4::bitmap_checksum(&self.sb, &bits[..(per_group / 8) as usize])
     }
 
+    /// `ext4_init_inode_bitmap`: no inode used, the bits past the group's inodes set.
+    pub(crate) fn uninit_inode_bitmap(&self) -> Vec<u8> {
+        let mut image = vec![0u8; self.geo.block_size as usize];
+        mark_bitmap_end(&mut image, self.geo.inodes_per_group);
+        image
+    }
+
     /// `ext4_init_block_bitmap`: the group's own superblock backup and descriptor blocks, every
     /// group's bitmaps and inode table that live inside this group (flex_bg packs them), and the
     /// bits past the end of a short last group.
-    fn uninit_block_bitmap(&self, group: u32) -> Vec<u8> {
+    pub(crate) fn uninit_block_bitmap(&self, group: u32) -> Vec<u8> {
         let geo = &self.geo;
         let mut bits = vec![0u8; geo.block_size as usize];
         let first = geo.group_first_block(group);

@@ -584,6 +584,28 @@ fn fast_commits_superseded_by_a_full_commit_do_not_block_open() {
     assert_fsck_clean(&crash);
 }
 
+/// A directory made after an append, each fsynced, on a file system with lazily initialized
+/// groups: at 1 KiB blocks the kernel puts the directory in a group never used before, whose
+/// inode bitmap (BG_INODE_UNINIT) the replay must build, as `ext4_mark_inode_used` does.
+fn work_directory_in_a_fresh_group(dir: &Path) {
+    let bytes: Vec<u8> = (0..40_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(dir.join("first"), &bytes).unwrap();
+    sync_file_system(dir);
+    let mut file = std::fs::OpenOptions::new().append(true).open(dir.join("first")).unwrap();
+    file.write_all(b"appended").unwrap();
+    file.sync_all().unwrap();
+    std::fs::create_dir(dir.join("made")).unwrap();
+    create_fsynced(&dir.join("made/inside"), b"in a directory of a fresh group");
+}
+
+at_both_block_sizes!(
+    fast_commits_replay_like_the_kernel,
+    false,
+    work_directory_in_a_fresh_group,
+    a_directory_in_a_never_used_group_replays_1k,
+    a_directory_in_a_never_used_group_replays_4k
+);
+
 /// A replay cut short while its blocks are being written (the device fails a flush) leaves
 /// ERROR_FS in the superblock with the fast commits still to replay: the next open refuses by
 /// name instead of replaying over a half-written replay, and e2fsck -fy (which replays and
