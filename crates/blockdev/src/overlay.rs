@@ -43,14 +43,13 @@ impl BlockDevice for OverlayDevice {
         check_range(Op::Read, offset, buf.len(), self.size_bytes())?;
         let sectors = self.sectors.read();
         let first = offset / SECTOR_SIZE;
-        let covered: Vec<bool> =
-            (0..buf.len() / SECTOR).map(|i| sectors.contains_key(&(first + i as u64))).collect();
-        if !covered.iter().all(|&c| c) {
+        let count = (buf.len() / SECTOR) as u64;
+        if (first..first + count).any(|sector| !sectors.contains_key(&sector)) {
             self.base.read_at(offset, buf)?;
         }
-        for (i, chunk) in buf.chunks_exact_mut(SECTOR).enumerate() {
-            if covered[i] {
-                chunk.copy_from_slice(&sectors[&(first + i as u64)][..]);
+        for (sector, chunk) in (first..).zip(buf.chunks_exact_mut(SECTOR)) {
+            if let Some(written) = sectors.get(&sector) {
+                chunk.copy_from_slice(&written[..]);
             }
         }
         Ok(())

@@ -37,6 +37,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
+use crate::dump::civil_from_days;
+
 /// The syslog socket: present and listening where a syslog daemon (or journald) runs.
 const SYSLOG_SOCKET: &str = "/dev/log";
 
@@ -216,12 +218,7 @@ fn syslog_lines(level: Level, message: &str) {
 fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
     let thread = std::thread::current();
     let name = thread.name().unwrap_or("unnamed");
-    let message = info
-        .payload()
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message");
+    let message = journal::panic_message(info.payload()).unwrap_or("a panic without a message");
     let place = info.location().map(|l| l.to_string()).unwrap_or_else(|| "unknown place".into());
     let backtrace = std::backtrace::Backtrace::force_capture();
     log::error!("panic in thread '{name}' at {place}: {message}\nbacktrace:\n{backtrace}");
@@ -275,21 +272,6 @@ fn utc_timestamp(t: SystemTime) -> String {
         day_secs % 60,
         since.subsec_millis()
     )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
-    let mp = (5 * doy + 2) / 153; // [0, 11]
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    assert!((1..=12).contains(&month) && (1..=31).contains(&day));
-    (year, month, day)
 }
 
 #[cfg(test)]

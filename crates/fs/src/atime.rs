@@ -42,26 +42,26 @@ impl AtimeMode {
 }
 
 impl Filesystem {
-    /// The access time of `ino` after a read of its data (`is_dir`: a directory listing), as
-    /// the mount's [`AtimeMode`] says. Called with no inode locked; a read-only file system, or
-    /// a directory under `nodiratime`, is left alone.
+    /// Whether an access of `inode` now updates its access time under this mount: never on a
+    /// read-only file system or, under `nodiratime`, for a directory. Called by readers with
+    /// the inode locked, so the common case (no update due) costs no second lock.
+    pub(crate) fn atime_due(&self, inode: &Inode, is_dir: bool) -> bool {
+        let exempt = self.is_read_only() || (is_dir && self.options.no_dir_atime);
+        !exempt && self.options.atime.needs_update(inode, now())
+    }
+
+    /// Updates the access time of `ino` after a read of its data (`is_dir`: a directory
+    /// listing) that found it [`Filesystem::atime_due`]; checked again under the lock, since
+    /// another reader may have updated it meanwhile. Called with no inode locked.
     pub(crate) fn touch_atime(&self, ino: u32, is_dir: bool) -> Result<()> {
-        if self.is_read_only() || (is_dir && self.options.no_dir_atime) {
-            return Ok(());
-        }
-        let mode = self.options.atime;
-        if mode == AtimeMode::Never {
-            return Ok(());
-        }
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
-        let t = now();
-        if !mode.needs_update(&data.inode, t) {
+        if !self.atime_due(&data.inode, is_dir) {
             return Ok(());
         }
         let mut txn = self.begin(1, 0)?;
-        data.inode.atime = t;
+        data.inode.atime = now();
         self.finish(txn_write_inode(self, &mut txn, ino, data, false), txn)
     }
 }

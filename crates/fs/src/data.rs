@@ -61,21 +61,24 @@ impl Filesystem {
 
     /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at or past EOF).
     pub fn read(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let read = self.read_file(ino, offset, buf)?;
-        if !buf.is_empty() {
+        let (read, atime_due) = self.read_file(ino, offset, buf)?;
+        if atime_due {
             // As the kernel's file_accessed: a failed access-time update fails no read.
             let _ = self.touch_atime(ino, false);
         }
         Ok(read)
     }
 
-    fn read_file(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    /// The read itself; also whether it is due to update the access time, decided under the
+    /// same lock.
+    fn read_file(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<(usize, bool)> {
         let slot = self.inodes.slot(ino);
         let guard = self.lock_file(&slot)?;
         let data = guard.as_ref().expect("loaded");
+        let atime_due = !buf.is_empty() && self.atime_due(&data.inode, false);
         let size = data.size();
         if offset >= size || buf.is_empty() {
-            return Ok(0);
+            return Ok((0, atime_due));
         }
         let len = buf.len().min((size - offset) as usize);
         let bs = u64::from(self.block_size());
@@ -115,7 +118,7 @@ impl Filesystem {
             }
             done += run_bytes;
         }
-        Ok(len)
+        Ok((len, atime_due))
     }
 
     /// File data must lie inside the file system and outside its own metadata (superblock and

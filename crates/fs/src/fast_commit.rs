@@ -479,9 +479,10 @@ impl Replay {
     /// ([`FastCommitReplay::check`]).
     fn write_staged(&mut self) -> Result<()> {
         let block_size = u64::from(self.geo.block_size);
-        let sb_block = ext4::SUPERBLOCK_OFFSET / block_size;
+        let sb_block = self.sb.superblock_block();
         let sb_offset = (ext4::SUPERBLOCK_OFFSET % block_size) as usize;
-        let mut marked = Ext4Image::open(self.dev.clone())?.superblock().clone();
+        // Nothing wrote the device since `Replay::new` read the superblock.
+        let mut marked = self.sb.clone();
         let final_sb_block = match self.staged.remove(&sb_block) {
             Some(bytes) => bytes,
             None => {
@@ -559,13 +560,12 @@ impl Replay {
         }
         // The kernel keeps the superblock's counts only roughly up to date and sums the
         // descriptors at mount; e2fsck wants them exact, so they are the descriptors' sums.
-        let mut sb = Ext4Image::open(self.dev.clone())?.superblock().clone();
+        let mut sb = self.sb.clone();
         sb.free_blocks_count = self.descs.iter().map(|d| u64::from(d.free_blocks)).sum();
         sb.free_inodes_count = self.descs.iter().map(|d| d.free_inodes).sum();
         let bytes = sb.encode();
-        let block_size = u64::from(self.geo.block_size);
-        let block = ext4::SUPERBLOCK_OFFSET / block_size;
-        let offset = (ext4::SUPERBLOCK_OFFSET % block_size) as usize;
+        let block = self.sb.superblock_block();
+        let offset = (ext4::SUPERBLOCK_OFFSET % u64::from(self.geo.block_size)) as usize;
         let mut staged = self.read_meta(block)?;
         staged[offset..offset + bytes.len()].copy_from_slice(&bytes);
         self.write_meta(block, &staged)
@@ -767,7 +767,7 @@ impl Replay {
             let group_end =
                 self.geo.group_first_block(group) + u64::from(self.geo.blocks_in_group(group));
             let run_end = end.min(group_end);
-            self.group_bitmap(group, ext4::BG_BLOCK_UNINIT, "block")?;
+            self.group_bitmap(group, ext4::BG_BLOCK_UNINIT)?;
             self.touch(group);
             let bitmap_block = self.descs[group as usize].block_bitmap;
             let mut bitmap = self.read_meta(bitmap_block)?;
@@ -784,7 +784,7 @@ impl Replay {
     /// Sets or clears inode `ino`'s bit; whether it changed.
     fn set_inode_bit(&mut self, ino: u32, used: bool) -> Result<bool> {
         let group = self.geo.group_of_inode(ino);
-        self.group_bitmap(group, ext4::BG_INODE_UNINIT, "inode")?;
+        self.group_bitmap(group, ext4::BG_INODE_UNINIT)?;
         let bitmap_block = self.descs[group as usize].inode_bitmap;
         let mut bitmap = self.read_meta(bitmap_block)?;
         let bit = (ino - 1) % self.geo.inodes_per_group;
@@ -801,7 +801,7 @@ impl Replay {
     /// INODE_UNINIT), as `ext4_mark_inode_used` and the block bitmap read do during the
     /// kernel's replay: the image an uninitialized group has, staged, and the flag cleared. A
     /// new directory often lands in such a group (the Orlov allocator spreads directories).
-    fn group_bitmap(&mut self, group: u32, uninit_flag: u16, _kind: &str) -> Result<()> {
+    fn group_bitmap(&mut self, group: u32, uninit_flag: u16) -> Result<()> {
         let g = group as usize;
         if !self.geo.uninit_flags || self.descs[g].flags & uninit_flag == 0 {
             return Ok(());
@@ -816,7 +816,7 @@ impl Replay {
         self.touch(group);
         if uninit_flag == ext4::BG_INODE_UNINIT {
             // ext4_mark_inode_used builds the group's block bitmap too, if it was never built.
-            self.group_bitmap(group, ext4::BG_BLOCK_UNINIT, "block")?;
+            self.group_bitmap(group, ext4::BG_BLOCK_UNINIT)?;
         }
         Ok(())
     }

@@ -204,9 +204,12 @@ impl Filesystem {
                 next_cookie: e.next_cookie,
             })
             .collect();
+        let atime_due = self.atime_due(&data.inode, true);
         drop(guard);
-        // As iterate_dir's file_accessed; a failed update fails no listing.
-        let _ = self.touch_atime(ino, true);
+        if atime_due {
+            // As iterate_dir's file_accessed; a failed update fails no listing.
+            let _ = self.touch_atime(ino, true);
+        }
         Ok(entries)
     }
 
@@ -236,10 +239,6 @@ impl Filesystem {
         let len = data.size() as usize;
         if data.inode.flags & ext4::EXTENTS_FL == 0 && len < ext4::INODE_BLOCK_SIZE {
             // A fast symlink: the target lives in i_block.
-            if len > ext4::INODE_BLOCK_SIZE {
-                let err = FsError::corrupted(0, format!("fast symlink {ino} of {len} bytes"));
-                return Err(self.check_fs_error(ino, err));
-            }
             return Ok(data.inode.block[..len].to_vec());
         }
         if len > self.block_size() as usize {

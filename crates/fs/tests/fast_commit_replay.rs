@@ -69,6 +69,13 @@ fn create_fsynced(path: &Path, bytes: &[u8]) {
     file.sync_all().unwrap();
 }
 
+/// Appends `bytes` to file `path` and fsyncs it.
+fn append_fsynced(path: &Path, bytes: &[u8]) {
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(bytes).unwrap();
+    file.sync_all().unwrap();
+}
+
 /// Runs `e2fsck -fy` on `image` (journal replay included) and asserts it ends with a
 /// consistent file system (exit 0 or 1).
 fn e2fsck_replay(image: &Path) {
@@ -234,9 +241,7 @@ fn work_creates(dir: &Path) {
 fn work_appends_and_overwrites(dir: &Path) {
     synced_base(dir);
     for round in 0..5u8 {
-        let mut file = std::fs::OpenOptions::new().append(true).open(dir.join("a")).unwrap();
-        file.write_all(&vec![round; 5000]).unwrap();
-        file.sync_all().unwrap();
+        append_fsynced(&dir.join("a"), &vec![round; 5000]);
     }
     let mut file = std::fs::OpenOptions::new().write(true).open(dir.join("b")).unwrap();
     use std::io::{Seek, SeekFrom};
@@ -373,9 +378,7 @@ fn work_append_then_mkdir(dir: &Path) {
     std::fs::create_dir(dir.join("B")).unwrap();
     std::fs::write(dir.join("bar"), vec![0x61; 3433]).unwrap();
     sync_file_system(dir);
-    let mut file = std::fs::OpenOptions::new().append(true).open(dir.join("bar")).unwrap();
-    file.write_all(&vec![0x62; 8954]).unwrap();
-    file.sync_all().unwrap();
+    append_fsynced(&dir.join("bar"), &vec![0x62; 8954]);
     std::fs::create_dir(dir.join("B/C")).unwrap();
     create_fsynced(&dir.join("foo"), b"after the mkdir");
 }
@@ -591,9 +594,7 @@ fn work_directory_in_a_fresh_group(dir: &Path) {
     let bytes: Vec<u8> = (0..40_000u32).map(|i| (i * 13 % 251) as u8).collect();
     std::fs::write(dir.join("first"), &bytes).unwrap();
     sync_file_system(dir);
-    let mut file = std::fs::OpenOptions::new().append(true).open(dir.join("first")).unwrap();
-    file.write_all(b"appended").unwrap();
-    file.sync_all().unwrap();
+    append_fsynced(&dir.join("first"), b"appended");
     std::fs::create_dir(dir.join("made")).unwrap();
     create_fsynced(&dir.join("made/inside"), b"in a directory of a fresh group");
 }

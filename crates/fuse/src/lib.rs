@@ -72,7 +72,7 @@ const READDIR_BATCH: usize = 128;
 const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
 
 /// How to mount (the FUSE side; the file system's own options are `fs::MountOptions`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct MountConfig {
     /// Threads serving requests.
     pub threads: usize,
@@ -104,14 +104,6 @@ impl std::fmt::Debug for LookupTrigger {
         f.debug_struct("LookupTrigger").field("name", &OsStr::from_bytes(&self.name)).finish()
     }
 }
-
-impl PartialEq for LookupTrigger {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && Arc::ptr_eq(&self.action, &other.action)
-    }
-}
-
-impl Eq for LookupTrigger {}
 
 impl Default for MountConfig {
     fn default() -> Self {
@@ -215,11 +207,7 @@ const REQUEST_ERRORS_LOGGED_MAX: u64 = 64;
 
 /// The text of a panic's payload (`panic!` with a message gives a `&str` or a `String`).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
+    journal::panic_message(payload).unwrap_or("a panic without a message")
 }
 
 /// The FUSE file system: the adapter between fuser's requests and [`fs::Filesystem`].

@@ -522,11 +522,7 @@ impl Journal {
                 let outcome =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage(&shared)));
                 if let Err(payload) = outcome {
-                    let what = payload
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| payload.downcast_ref::<&str>().copied())
-                        .unwrap_or("unknown panic");
+                    let what = panic_message(&*payload).unwrap_or("unknown panic");
                     shared.abort(format!("the {name} stage panicked: {what}"), EIO);
                 }
             })
@@ -663,4 +659,14 @@ pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
         shared.changed.wait(&mut st);
     }
     Ok(())
+}
+
+/// The message a panic carried (`panic!("...")` gives a `&str` or a `String` payload); `None`
+/// for any other payload. The journal's stages and the FUSE adapter's request threads report
+/// panics with it.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
 }

@@ -49,7 +49,7 @@ pub use config::JournalConfig;
 pub use error::{JournalError, Result};
 pub use fast_commit::{FastCommitArea, FastCommitReplay, FastCommitReport, RefuseFastCommits};
 pub use handle::Handle;
-pub use journal::Journal;
+pub use journal::{panic_message, Journal};
 pub use location::{JournalLocation, LocationError, LocationExtent};
 pub use ordered::{OrderedData, OrderedWrite};
 pub use recovery::{
