@@ -18,10 +18,12 @@
 //! - `revoked_durable`: the newest transaction whose revoke of this block is durable (set by
 //!   the flush stage once the commit block is durable, never by a revoke still in flight).
 //!
-//! Lock order: the journal state lock may be held while taking a buffer lock, never the
-//! reverse; a buffer lock may be held while taking a cache shard lock (`evict_clean` only
-//! tries buffer locks under a shard lock). No buffer lock is held across I/O.
+//! Lock order (see journal.rs): `j_state_lock` may be held while taking a buffer lock, never
+//! the reverse; a buffer lock may be held while taking `j_list_lock` (filing the buffer on a
+//! list, as JBD2 does) or a cache shard lock (`evict_clean` only tries buffer locks under a
+//! shard lock). No buffer lock is held across I/O.
 
+use crate::locks::{LockCounters, LockId, TimedMutex};
 use ondisk::Tid;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
@@ -31,10 +33,14 @@ use std::sync::Arc;
 pub(crate) type BlockData = Arc<Vec<u8>>;
 
 pub struct Buffer {
+    /// [immutable]
     block: u64,
-    pub(crate) inner: Mutex<BufferInner>,
+    /// The buffer's state lock (JBD2's `b_state_lock`).
+    inner: TimedMutex<BufferInner>,
     /// Signalled when `shadow` or `checkpoint_writing` clears.
     pub(crate) io_done: Condvar,
+    /// [immutable] Where waits for `inner` are counted (the journal's lock statistics).
+    locks: Arc<LockCounters>,
 }
 
 pub(crate) struct BufferInner {
@@ -49,19 +55,23 @@ pub(crate) struct BufferInner {
 }
 
 impl Buffer {
-    pub(crate) fn new(block: u64, data: Vec<u8>) -> Self {
+    pub(crate) fn new(block: u64, data: Vec<u8>, locks: Arc<LockCounters>) -> Self {
         Buffer {
             block,
-            inner: Mutex::new(BufferInner {
-                data: Arc::new(data),
-                access: None,
-                listed: None,
-                versions: Vec::new(),
-                shadow: false,
-                checkpoint: None,
-                checkpoint_writing: false,
-                revoked_durable: None,
-            }),
+            locks,
+            inner: TimedMutex::new(
+                LockId::Buffer,
+                BufferInner {
+                    data: Arc::new(data),
+                    access: None,
+                    listed: None,
+                    versions: Vec::new(),
+                    shadow: false,
+                    checkpoint: None,
+                    checkpoint_writing: false,
+                    revoked_durable: None,
+                },
+            ),
             io_done: Condvar::new(),
         }
     }
@@ -73,7 +83,7 @@ impl Buffer {
 
     /// Reads the current contents.
     pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         f(&inner.data)
     }
 
@@ -86,7 +96,7 @@ impl Buffer {
     /// computed in memory (a lazily initialized bitmap the file system builds instead of
     /// reading). Returns whether it did; a buffer already in use keeps its contents.
     pub fn init_if_zero(&self, image: &[u8]) -> bool {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let untouched = inner.access.is_none()
             && inner.listed.is_none()
             && inner.versions.is_empty()
@@ -100,13 +110,13 @@ impl Buffer {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, BufferInner> {
-        self.inner.lock()
+        self.inner.lock(&self.locks)
     }
 
     /// Modifies the contents on behalf of the running transaction `tid`, which must have been
     /// granted write access. Copies the block first if an in-flight version shares it.
     pub(crate) fn modify<R>(&self, tid: Tid, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         assert_eq!(
             inner.access,
             Some(tid),
@@ -172,13 +182,16 @@ pub(crate) struct BufferCache {
     /// was modified, checkpointed and evicted would insert a copy older than the disk: a fill
     /// during which this changed reads again.
     evictions: AtomicU64,
+    /// Handed to every buffer for its lock statistics.
+    locks: Arc<LockCounters>,
 }
 
 const CACHE_SHARDS: usize = 64;
 
 impl BufferCache {
-    pub fn new() -> Self {
+    pub fn new(locks: Arc<LockCounters>) -> Self {
         BufferCache {
+            locks,
             shards: (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             len: AtomicUsize::new(0),
             limit: AtomicUsize::new(0),
@@ -230,7 +243,7 @@ impl BufferCache {
                 continue;
             }
             self.len.fetch_add(1, Ordering::AcqRel);
-            let buffer = Arc::new(Buffer::new(block, data));
+            let buffer = Arc::new(Buffer::new(block, data, self.locks.clone()));
             shard.insert(block, buffer.clone());
             break buffer;
         };

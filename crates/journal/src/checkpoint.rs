@@ -26,9 +26,9 @@
 
 use crate::buffer::{BlockData, Buffer, IoFlagGuard};
 use crate::error::Result;
-use crate::journal::{Shared, State};
+use crate::journal::Shared;
 use crate::stats;
-use crate::transaction::{Transaction, TxnState};
+use crate::transaction::{TxnEntry, TxnState};
 use blockdev::Write;
 use ondisk::Tid;
 use std::sync::Arc;
@@ -37,18 +37,18 @@ use std::time::Instant;
 /// Checkpoints the oldest durable transaction (and frees every transaction it leaves with
 /// nothing to write). Returns `false` when no transaction is durable.
 pub(crate) fn checkpoint_oldest(shared: &Shared) -> Result<bool> {
-    let _one_at_a_time = shared.checkpoint_lock.lock();
+    let _one_at_a_time = shared.checkpoint_mutex.lock(&shared.locks);
     let started = Instant::now();
-    let (tid, buffers) = {
-        let st = shared.state.lock();
+    let (tid, frozen) = {
+        let st = shared.state.read(&shared.locks);
         st.aborted()?;
-        match st.txns.front() {
-            Some(t) if t.state == TxnState::Durable => (t.tid, t.buffers.clone()),
+        match st.txns().front() {
+            Some(e) if e.state() == TxnState::Durable => (e.tid(), e.frozen.clone()),
             _ => return Ok(false),
         }
     };
 
-    let pending = checkpoint_collect(tid, &buffers);
+    let pending = checkpoint_collect(tid, &frozen.buffers);
     {
         // Marked by checkpoint_collect under each buffer's lock; cleared however the write ends.
         let _writing = IoFlagGuard::new(
@@ -67,47 +67,37 @@ pub(crate) fn checkpoint_oldest(shared: &Shared) -> Result<bool> {
 
     // Home locations are durable: move the tail past every finished transaction, durably,
     // then free their log.
-    let (done, tail_tid, tail_block, freed) = {
-        let st = shared.state.lock();
+    let (done, tail_tid, tail_block) = {
+        let st = shared.state.read(&shared.locks);
         let done = st
-            .txns
+            .txns()
             .iter()
-            .take_while(|t| t.state == TxnState::Durable && checkpoint_done(t))
+            .take_while(|e| e.state() == TxnState::Durable && checkpoint_done(e))
             .count();
         assert!(done >= 1, "{tid:?} still owns pending versions after its checkpoint");
-        let freed: u32 = st.txns.iter().take(done).map(|t| t.log_blocks).sum();
-        let (tail_tid, tail_block) = tail_after(&st, done);
-        (done, tail_tid, tail_block, freed)
+        let (tail_tid, tail_block) = st.tail_after(done);
+        (done, tail_tid, tail_block)
     };
     shared.write_tail(tail_tid, tail_block)?;
-    let mut st = shared.state.lock();
-    let first = st.txns.front().expect("the checkpointed transaction is still first").tid;
+    let mut st = shared.state.write(&shared.locks);
+    let first = st.txns().front().expect("the checkpointed transaction is still first").tid();
     assert_eq!(first, tid, "checkpointed out of order");
-    st.txns.drain(..done);
-    st.log.release(freed);
+    st.retire(done);
     drop(st);
     stats::add(&shared.counters.checkpoints, done as u64);
     stats::add(&shared.counters.checkpoint_blocks, pending.len() as u64);
     stats::add_time(&shared.counters.ns_checkpoint, started.elapsed());
-    shared.changed.notify_all();
+    shared.changed.wake_all();
     Ok(true)
 }
 
-/// The superblock tail once the first `done` transactions are gone: the next transaction's
-/// first block (or the head, where the next one will be allocated).
-fn tail_after(st: &State, done: usize) -> (Tid, u32) {
-    match st.txns.get(done) {
-        Some(next) => (next.tid, next.log_start.unwrap_or(st.log.head())),
-        None => (st.next_tid, st.log.head()),
-    }
-}
-
-/// Whether `txn` owns no pending home write (its blocks are home or superseded).
-fn checkpoint_done(txn: &Transaction) -> bool {
-    txn.buffers.iter().all(|buffer| {
+/// Whether `entry` owns no pending home write (its blocks are home or superseded).
+fn checkpoint_done(entry: &TxnEntry) -> bool {
+    let tid = entry.tid();
+    entry.frozen.buffers.iter().all(|buffer| {
         let mut inner = buffer.lock();
         match &inner.checkpoint {
-            Some((version_tid, _)) if *version_tid == txn.tid => {
+            Some((version_tid, _)) if *version_tid == tid => {
                 if revoked_durably(inner.revoked_durable, *version_tid) {
                     inner.checkpoint = None;
                     true

@@ -16,23 +16,25 @@
 use crate::buffer::{BlockData, Buffer, IoFlagGuard};
 use crate::error::{JournalError, Result};
 use crate::flush;
-use crate::journal::{Shared, State};
+use crate::journal::Shared;
+use crate::state::State;
 use crate::stats;
-use crate::transaction::TxnState;
+use crate::transaction::{Frozen, Transaction, TxnState};
 use blockdev::Write;
 use ondisk::jbd2::{encode_revoke_blocks, ChecksumVersion, DescriptorBuilder, JBD2_MAGIC};
 use ondisk::Tid;
-use parking_lot::MutexGuard;
 use std::sync::Arc;
 use std::time::Instant;
 
 /// The commit thread's loop. Exits when the journal aborts or is told to stop.
 pub(crate) fn commit_stage(shared: &Arc<Shared>) {
     loop {
-        let st = shared.state.lock();
-        let Some((st, tid)) = wait_for_commit_work(shared, st) else { return };
-        let Some(st) = commit_lock_up(shared, st, tid) else { continue };
-        let committing = commit_freeze(shared, st, tid);
+        let Some(txn) = wait_for_commit_work(shared) else { return };
+        let tid = txn.tid;
+        if !commit_lock_up(shared, &txn) {
+            continue;
+        }
+        let committing = commit_freeze(shared, &txn);
         if let Err(e) = commit_write(shared, tid, committing) {
             // The transaction's blocks may be half written: nothing more may be committed.
             shared.abort(format!("commit of {tid:?} failed: {e}"), e.errno());
@@ -44,81 +46,92 @@ pub(crate) fn commit_stage(shared: &Arc<Shared>) {
                 return;
             }
         } else {
-            shared.flush_wake.notify_all();
+            shared.flush_wake.wake_all();
         }
     }
 }
 
 /// Waits until the running transaction should be committed and a committing slot is free.
-fn wait_for_commit_work<'a>(
-    shared: &'a Shared,
-    mut st: MutexGuard<'a, State>,
-) -> Option<(MutexGuard<'a, State>, Tid)> {
+fn wait_for_commit_work(shared: &Shared) -> Option<Arc<Transaction>> {
     loop {
-        if st.abort.is_some() || st.stop_threads {
+        let ticket = shared.commit_wake.ticket();
+        let st = shared.state.read(&shared.locks);
+        if st.stopping() {
             return None;
         }
         let mut timeout = None;
         let candidate = st
-            .txns
+            .txns()
             .back()
-            .filter(|t| t.state == TxnState::Running && t.handles > 0)
-            .map(|t| (t.tid, t.started_at.elapsed()));
-        if let Some((tid, age)) = candidate {
-            let requested = st.commit_request.is_some_and(|r| r.is_at_or_after(tid));
+            .filter(|e| e.state() == TxnState::Running && e.txn.handles() > 0)
+            .map(|e| (e.txn.clone(), e.txn.started_at.elapsed()));
+        if let Some((txn, age)) = candidate {
+            let requested = st.commit_request().is_some_and(|r| r.is_at_or_after(txn.tid));
             let expired = age >= shared.config.commit_interval;
-            let slot_free = st.in_flight() < shared.config.committing_max;
+            let slot_free = st.txns().in_flight() < shared.config.committing_max;
             if (requested || expired) && slot_free {
-                return Some((st, tid));
+                return Some(txn);
             }
             if !expired {
                 timeout = Some(shared.config.commit_interval - age);
             }
         }
+        drop(st);
         match timeout {
-            Some(t) => {
-                shared.commit_wake.wait_for(&mut st, t);
-            }
-            None => shared.commit_wake.wait(&mut st),
+            Some(t) => shared.commit_wake.wait_for(ticket, t),
+            None => shared.commit_wake.wait(ticket),
         }
     }
 }
 
-/// Locks transaction `tid` and waits for its handles (and conflicts). Returns `None` when the
-/// transaction went back to Running (coalescing) or the journal is stopping.
-fn commit_lock_up<'a>(
-    shared: &'a Shared,
-    mut st: MutexGuard<'a, State>,
-    tid: Tid,
-) -> Option<MutexGuard<'a, State>> {
+/// Locks `txn` (no new handles join) and waits for its handles (and conflicts): JBD2's
+/// T_LOCKED and `jbd2_journal_wait_updates`. Returns `false` when the transaction went back to
+/// Running (coalescing) or the journal is stopping.
+fn commit_lock_up(shared: &Shared, txn: &Transaction) -> bool {
+    let tid = txn.tid;
     let versions_max = shared.config.versions_max;
     let coalescing = shared.config.coalescing;
-    let txn = st.txn_mut(tid).expect("the running transaction exists");
-    if coalescing && txn.conflicts_pending(versions_max) {
+    if coalescing && txn.conflicts_pending(&shared.lists, versions_max) {
         // CJFS opportunistic coalescing: stay Running until the conflicts drain.
         stats::add(&shared.counters.coalesce_rounds, 1);
-        shared.commit_wake.wait(&mut st);
-        return None;
+        let ticket = shared.commit_wake.ticket();
+        if txn.conflicts_pending(&shared.lists, versions_max) {
+            shared.commit_wake.wait(ticket);
+        }
+        return false;
     }
-    txn.transition(TxnState::Locked);
+    {
+        // Under the write lock no handle is between its Running check and its updates
+        // increment (both happen under the read lock), so from here `updates` only falls.
+        let mut st = shared.state.write(&shared.locks);
+        st.txns_mut()
+            .get_mut(tid)
+            .expect("the running transaction exists")
+            .transition(TxnState::Locked);
+    }
     loop {
-        if st.abort.is_some() || st.stop_threads {
-            return None;
+        let ticket = shared.commit_wake.ticket();
+        if shared.state.read(&shared.locks).stopping() {
+            return false;
         }
-        let txn = st.txn_mut(tid).expect("the locked transaction exists");
-        let conflicts = txn.conflicts_pending(versions_max);
-        if txn.updates == 0 && !conflicts {
-            return Some(st);
+        if txn.updates() == 0 {
+            let conflicts = txn.conflicts_pending(&shared.lists, versions_max);
+            if !conflicts {
+                return true;
+            }
+            if coalescing {
+                // Handles that were open while locked touched in-flight buffers: reopen.
+                let mut st = shared.state.write(&shared.locks);
+                let entry = st.txns_mut().get_mut(tid).expect("the locked transaction exists");
+                entry.transition(TxnState::Running);
+                drop(st);
+                stats::add(&shared.counters.coalesce_rounds, 1);
+                shared.changed.wake_all();
+                shared.commit_wake.wait(ticket);
+                return false;
+            }
         }
-        if txn.updates == 0 && conflicts && coalescing {
-            // Handles that were open while locked touched in-flight buffers: reopen.
-            txn.transition(TxnState::Running);
-            stats::add(&shared.counters.coalesce_rounds, 1);
-            shared.changed.notify_all();
-            shared.commit_wake.wait(&mut st);
-            return None;
-        }
-        shared.commit_wake.wait(&mut st);
+        shared.commit_wake.wait(ticket);
     }
 }
 
@@ -131,16 +144,20 @@ pub(crate) struct Committing {
     log_blocks: u32,
 }
 
-/// Freezes every buffer's version for `tid` and lets the next transaction start.
-fn commit_freeze(shared: &Shared, mut st: MutexGuard<'_, State>, tid: Tid) -> Committing {
-    let txn = st.txn_mut(tid).expect("the locked transaction exists");
-    let mut buffers = Vec::with_capacity(txn.buffers.len());
-    for buffer in &txn.buffers {
+/// Freezes every buffer's version for the locked transaction `txn` (no handle is open, so
+/// nothing else touches its lists), then makes it Committing so the next one may start.
+fn commit_freeze(shared: &Shared, txn: &Transaction) -> Committing {
+    let tid = txn.tid;
+    assert_eq!(txn.updates(), 0, "{tid:?} frozen with open handles");
+    let listed = txn.buffers.take(&shared.lists);
+    let mut buffers = Vec::with_capacity(listed.len());
+    for buffer in &listed {
         let mut inner = buffer.lock();
         assert!(
             inner.versions.len() < shared.config.versions_max,
             "{buffer:?}: freezing a version beyond versions_max"
         );
+        assert_eq!(inner.listed, Some(tid), "{buffer:?} on {tid:?}'s list but not listed there");
         let version = inner.data.clone();
         inner.versions.push((tid, version.clone()));
         inner.listed = None;
@@ -149,19 +166,22 @@ fn commit_freeze(shared: &Shared, mut st: MutexGuard<'_, State>, tid: Tid) -> Co
         }
         buffers.push((buffer.clone(), version));
     }
-    let mut revokes: Vec<u64> = txn.revokes.iter().copied().collect();
+    let mut revokes: Vec<u64> = txn.revokes.lock(&shared.locks).iter().copied().collect();
     revokes.sort_unstable();
-    let ordered = std::mem::take(&mut txn.ordered);
+    let ordered = txn.ordered.take(&shared.lists);
+    txn.conflicts.take(&shared.lists);
     let log_blocks = shared.log_blocks_exact(buffers.len(), revokes.len());
-    txn.log_reserved = log_blocks;
-    txn.blocks_logged = buffers.len() as u32;
-    txn.conflicts.clear();
-    txn.transition(TxnState::Committing);
-    let locked_at = txn.locked_at.expect("locked before committing");
+    let frozen = Arc::new(Frozen { buffers: listed, revokes: revokes.clone() });
+    let mut st = shared.state.write(&shared.locks);
+    st.shrink_reservation(tid, log_blocks);
+    let entry = st.txns_mut().get_mut(tid).expect("the locked transaction exists");
+    entry.frozen = frozen;
+    entry.transition(TxnState::Committing);
+    let locked_at = entry.locked_at.expect("locked before committing");
+    drop(st);
     stats::add_time(&shared.counters.ns_running, locked_at - txn.started_at);
     stats::add_time(&shared.counters.ns_locked, locked_at.elapsed());
-    drop(st);
-    shared.changed.notify_all();
+    shared.changed.wake_all();
     Committing { buffers, revokes, ordered, log_blocks }
 }
 
@@ -174,30 +194,26 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
     // Allocate, and map the transaction's log blocks (all but the commit block) to device
     // offsets while the log geometry is at hand.
     let offsets: Vec<u64> = {
-        let mut st = shared.state.lock();
+        let mut st = shared.state.write(&shared.locks);
         st.aborted()?;
-        let start = st.log.allocate(committing.log_blocks);
-        let txn = st.txn_mut(tid).expect("the committing transaction exists");
-        txn.log_start = Some(start);
-        txn.log_blocks = committing.log_blocks;
-        txn.log_reserved = 0;
+        let start = st.allocate_log(tid, committing.log_blocks);
         (0..committing.log_blocks - 1)
-            .map(|i| shared.log_offset(st.log.advance(start, i)))
+            .map(|i| shared.log_offset(st.log().advance(start, i)))
             .collect()
     };
-    if shared.superblock_unwritten.swap(false, std::sync::atomic::Ordering::AcqRel) {
+    if shared.superblock.take_first_write() {
         // The first commit since the journal was attached: the superblock names the log start
         // and this transaction's tid as the tail before any log block can be replayed.
         shared.update_superblock(|_| {})?;
     }
     let (blocks, v1_crc) = commit_build_log_blocks(shared, tid, &committing);
     assert_eq!(blocks.len(), offsets.len(), "{tid:?}: log size mismatch");
-    let result = commit_write_log_blocks(shared, &committing, &offsets, &blocks);
-    let mut st = shared.state.lock();
-    result?;
-    let txn = st.txn_mut(tid).expect("the committing transaction exists");
-    txn.v1_crc = v1_crc;
-    txn.transition(TxnState::Written);
+    commit_write_log_blocks(shared, &committing, &offsets, &blocks)?;
+    let mut st = shared.state.write(&shared.locks);
+    let entry = st.txns_mut().get_mut(tid).expect("the committing transaction exists");
+    entry.v1_crc = v1_crc;
+    entry.transition(TxnState::Written);
+    drop(st);
     stats::add_time(&shared.counters.ns_writing, started.elapsed());
     stats::add(&shared.counters.log_blocks_written, blocks.len() as u64);
     stats::add(&shared.counters.blocks_logged, committing.buffers.len() as u64);
@@ -271,7 +287,7 @@ fn commit_write_log_blocks(
 
 /// The log block holding `tid`'s commit block.
 pub(crate) fn commit_block_position(st: &State, tid: Tid) -> u32 {
-    let txn = st.txn(tid).expect("the transaction exists");
-    let start = txn.log_start.expect("allocated before its commit block is written");
-    st.log.advance(start, txn.log_blocks - 1)
+    let entry = st.txns().get(tid).expect("the transaction exists");
+    let start = entry.log_start.expect("allocated before its commit block is written");
+    st.log().advance(start, entry.log_blocks - 1)
 }

@@ -29,6 +29,19 @@ pub struct JournalConfig {
     /// A running transaction older than this is committed even without an fsync (JBD2's
     /// commit interval, 5 s by default).
     pub commit_interval: Duration,
+    /// How a transaction's buffer, ordered-data and conflict lists are guarded: JBD2's
+    /// `j_list_lock`, or lock-free lists (FAST'18 S1).
+    pub lists: Lists,
+}
+
+/// The `lists` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lists {
+    /// One `j_list_lock` per journal guards every transaction's lists (JBD2).
+    Locked,
+    /// Insert with a CAS, removal marked and unlinked once the transaction is gone (FAST'18).
+    LockFree,
 }
 
 /// Names accepted by [`JournalConfig::preset`].
@@ -45,7 +58,13 @@ impl JournalConfig {
             coalescing: false,
             recovery_threads: 1,
             commit_interval: Duration::from_secs(5),
+            lists: Lists::Locked,
         }
+    }
+
+    /// Whether transactions keep lock-free lists.
+    pub fn lock_free_lists(&self) -> bool {
+        self.lists == Lists::LockFree
     }
 
     /// Dual-thread journaling alone (BarrierFS-style commit/flush split, one version).
@@ -63,6 +82,7 @@ impl JournalConfig {
             coalescing: true,
             recovery_threads: 2,
             commit_interval: Duration::from_secs(5),
+            lists: Lists::Locked,
         }
     }
 
@@ -103,6 +123,13 @@ impl JournalConfig {
                     "on" | "true" | "1" => true,
                     "off" | "false" | "0" => false,
                     _ => return Err(format!("coalescing={value}: expected on or off")),
+                }
+            }
+            "lists" => {
+                self.lists = match value {
+                    "locked" => Lists::Locked,
+                    "lockfree" => Lists::LockFree,
+                    _ => return Err(format!("lists={value}: expected locked or lockfree")),
                 }
             }
             "commit_interval_ms" => {

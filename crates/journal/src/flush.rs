@@ -15,37 +15,37 @@ use crate::commit::commit_block_position;
 use crate::error::Result;
 use crate::journal::Shared;
 use crate::stats;
-use crate::transaction::TxnState;
+use crate::transaction::{Frozen, TxnState};
 use ondisk::jbd2::encode_commit_block;
 use ondisk::Tid;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The flush thread's loop (only with `committing_max > 1`).
 pub(crate) fn flush_stage(shared: &Arc<Shared>) {
     loop {
-        let group: Vec<Tid> = {
-            let mut st = shared.state.lock();
-            loop {
-                if st.abort.is_some() {
-                    return;
-                }
-                let group: Vec<Tid> = st
-                    .txns
-                    .iter()
-                    .skip_while(|t| t.state == TxnState::Durable)
-                    .take_while(|t| t.state == TxnState::Written)
-                    .take(shared.config.flush_batch_max)
-                    .map(|t| t.tid)
-                    .collect();
-                if !group.is_empty() {
-                    break group;
-                }
-                if st.stop_threads {
-                    return;
-                }
-                shared.flush_wake.wait(&mut st);
+        let group: Vec<Tid> = loop {
+            let ticket = shared.flush_wake.ticket();
+            let st = shared.state.read(&shared.locks);
+            if st.aborted().is_err() {
+                return;
             }
+            let group: Vec<Tid> = st
+                .txns()
+                .iter()
+                .skip_while(|e| e.state() == TxnState::Durable)
+                .take_while(|e| e.state() == TxnState::Written)
+                .take(shared.config.flush_batch_max)
+                .map(|e| e.tid())
+                .collect();
+            if !group.is_empty() {
+                break group;
+            }
+            if st.stopping() {
+                return;
+            }
+            drop(st);
+            shared.flush_wake.wait(ticket);
         };
         if make_durable(shared, &group).is_err() {
             return;
@@ -56,21 +56,26 @@ pub(crate) fn flush_stage(shared: &Arc<Shared>) {
 /// Makes the consecutive Written transactions `group` durable. On error the journal aborts.
 pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     assert!(!group.is_empty() && group.len() <= shared.config.flush_batch_max);
+    let flush_started = Instant::now();
     shared.dev.flush().map_err(|e| shared.abort_on("flushing log blocks", e))?;
     stats::add(&shared.counters.flushes, 1);
+    stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
 
     let (sec, nsec) = commit_time();
-    let commits: Vec<(u64, Vec<u8>)> = {
-        let st = shared.state.lock();
+    // Each commit block with its device offset, and what each transaction froze.
+    type Commits = (Vec<(u64, Vec<u8>)>, Vec<(Tid, Arc<Frozen>)>);
+    let (commits, frozen): Commits = {
+        let st = shared.state.read(&shared.locks);
         group
             .iter()
             .map(|&tid| {
-                let txn = st.txn(tid).expect("a written transaction exists");
-                assert_eq!(txn.state, TxnState::Written, "{tid:?} flushed out of order");
-                let block = encode_commit_block(&shared.format, tid, sec, nsec, txn.v1_crc);
-                (shared.log_offset(commit_block_position(&st, tid)), block)
+                let entry = st.txns().get(tid).expect("a written transaction exists");
+                assert_eq!(entry.state(), TxnState::Written, "{tid:?} flushed out of order");
+                let block = encode_commit_block(&shared.format, tid, sec, nsec, entry.v1_crc);
+                let offset = shared.log_offset(commit_block_position(&st, tid));
+                ((offset, block), (tid, entry.frozen.clone()))
             })
-            .collect()
+            .unzip()
     };
     // FUA, in tid order, one after the other: a commit block is written only once every
     // earlier one is durable. So no crash leaves a valid commit block past the end recovery
@@ -85,56 +90,53 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     }
     stats::add(&shared.counters.fua_writes, commits.len() as u64);
     stats::add(&shared.counters.log_blocks_written, commits.len() as u64);
-    publish_durable_revokes(shared, group);
+    publish_durable_revokes(shared, &frozen);
 
-    let mut st = shared.state.lock();
-    for &tid in group {
-        let txn = st.txn_mut(tid).expect("a written transaction exists");
-        txn.transition(TxnState::Durable);
-        let written_at = txn.written_at.expect("written before durable");
-        stats::add_time(&shared.counters.ns_flushing, written_at.elapsed());
-        stats::add(&shared.counters.transactions, 1);
-        stats::add(&shared.counters.handles, txn.handles as u64);
-        for buffer in &txn.buffers {
+    // The versions become what checkpoints write home before the transactions are marked
+    // Durable, so a checkpoint never sees a Durable transaction whose versions are in flight.
+    for (tid, frozen) in &frozen {
+        for buffer in &frozen.buffers {
             let mut inner = buffer.lock();
             let at = inner
                 .versions
                 .iter()
-                .position(|(t, _)| *t == tid)
+                .position(|(t, _)| t == tid)
                 .expect("a committed buffer holds its transaction's version");
             let (_, version) = inner.versions.remove(at);
             // The newest durable version is what a checkpoint writes home.
-            inner.checkpoint = Some((tid, version));
+            inner.checkpoint = Some((*tid, version));
         }
-        st.last_durable = tid;
+    }
+    let mut st = shared.state.write(&shared.locks);
+    for &tid in group {
+        st.txns_mut().mark_durable(tid);
+        let entry = st.txns().get(tid).expect("just made durable");
+        let written_at = entry.written_at.expect("written before durable");
+        stats::add_time(&shared.counters.ns_flushing, written_at.elapsed());
+        stats::add(&shared.counters.transactions, 1);
+        stats::add(&shared.counters.handles, entry.txn.handles() as u64);
     }
     drop(st);
-    shared.changed.notify_all();
+    shared.changed.wake_all();
     // Durable versions free conflicts and committing slots.
-    shared.commit_wake.notify_all();
+    shared.commit_wake.wake_all();
     Ok(())
 }
 
 /// The group's revokes are durable: record it on the revoked buffers, so no checkpoint writes
 /// an older version home from now on. A checkpoint already writing one is waited out first,
 /// because once the revoking fsync returns the caller may reuse the block.
-fn publish_durable_revokes(shared: &Shared, group: &[Tid]) {
-    let revoked: Vec<(Tid, u64)> = {
-        let st = shared.state.lock();
-        group
-            .iter()
-            .filter_map(|&tid| st.txn(tid).map(|t| (tid, t)))
-            .flat_map(|(tid, t)| t.revokes.iter().map(move |&block| (tid, block)))
-            .collect()
-    };
-    for (tid, block) in revoked {
-        if let Some(buffer) = shared.cache.get(block) {
-            let mut inner = buffer.lock();
-            while inner.checkpoint_writing {
-                buffer.io_done.wait(&mut inner);
-            }
-            if inner.revoked_durable.is_none_or(|r| tid.is_after(r)) {
-                inner.revoked_durable = Some(tid);
+fn publish_durable_revokes(shared: &Shared, group: &[(Tid, Arc<Frozen>)]) {
+    for (tid, frozen) in group {
+        for &block in &frozen.revokes {
+            if let Some(buffer) = shared.cache.get(block) {
+                let mut inner = buffer.lock();
+                while inner.checkpoint_writing {
+                    buffer.io_done.wait(&mut inner);
+                }
+                if inner.revoked_durable.is_none_or(|r| tid.is_after(r)) {
+                    inner.revoked_durable = Some(*tid);
+                }
             }
         }
     }

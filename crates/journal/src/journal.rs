@@ -1,135 +1,92 @@
-//! The journal: shared state, handle admission, fsync, open and shutdown.
+//! The journal: its shared state and locks, the public API, and the stage threads.
 //!
 //! Threads: a commit stage (`commit.rs`) that locks the running transaction, freezes its
 //! versions and writes its log blocks; a flush stage (`flush.rs`) that makes groups of written
 //! transactions durable (flush, then commit blocks). With `committing_max == 1` there is no
 //! separate flush thread: the commit thread makes each transaction durable itself before it
 //! takes the next one, exactly as JBD2's kjournald2 does. Checkpointing (`checkpoint.rs`) runs
-//! in whichever thread needs log space, one at a time under the checkpoint mutex.
+//! in whichever thread needs log space. Handle admission is in `handle.rs`, superblock writes
+//! in `superblock.rs`, aborting in `abort.rs`.
 //!
-//! Lock order (outermost first): `checkpoint_lock` → `state` → a buffer's mutex → a cache shard;
-//! `state` → `superblock`, a leaf. No lock is held across device I/O except `checkpoint_lock`
-//! and `superblock`, which is held across its own write so that superblock writes land in the
-//! order their contents were made; an abort takes it to record its errno, so no code may abort
-//! while holding it.
+//! ## Locks (JBD2's structure; each field below names its guard)
 //!
-//! Invariants kept under `state`:
-//! - `txns` is ordered by tid, oldest first, with states non-increasing from front to back:
-//!   Durable (awaiting checkpoint) ... Written ... Committing ... Locked/Running (at most one,
-//!   at the back);
-//! - `log.used() + Σ txn.log_reserved <= log.capacity()`: every transaction can always be
-//!   written once it has been admitted;
-//! - `last_durable` is the newest tid whose commit block is durable; every older tid is
-//!   durable too.
+//! Lock order, outermost first, as jbd2.h ranks them:
+//!
+//! `j_checkpoint_mutex` → `j_state_lock` (rw) → a buffer's state lock → `j_list_lock` /
+//! `j_revoke_lock` → a cache shard; the superblock lock is a leaf.
+//!
+//! - `j_state_lock` ([`crate::state::State`]): the transaction queue and each transaction's
+//!   state, the log area, tid counters, the commit request and the mode. Handle admission takes
+//!   it to read; state changes take it to write.
+//! - `j_list_lock` ([`crate::transaction::ListLock`]): the running transaction's buffer,
+//!   ordered-data and conflict lists (lock-free instead with `lists = lockfree`).
+//! - buffer state lock (`Buffer::lock`): a buffer's versions and journal bookkeeping.
+//! - `j_revoke_lock`: a transaction's revoke table.
+//! - `j_checkpoint_mutex`: one checkpointer at a time.
+//! - transaction counters (`t_updates`, credits, handles, log reservation) are atomics.
+//!
+//! No lock is held across device I/O except the checkpoint mutex and the superblock lock
+//! (held across its own write, so superblock writes land in the order their contents were
+//! made). Every wait happens on a [`WaitQueue`] with no lock held. Every lock's contended
+//! waits are timed ([`crate::locks`]) and reported in [`JournalStats::locks`].
 
 use crate::buffer::{Buffer, BufferCache};
 use crate::checkpoint;
 use crate::config::JournalConfig;
 use crate::error::{JournalError, Result};
-use crate::handle::Handle;
+use crate::handle::{start_handle, Handle};
 use crate::location::JournalLocation;
+use crate::locks::{LockCounters, LockId, TimedMutex, TimedRwLock, WaitQueue};
 use crate::log_space::LogSpace;
 use crate::recovery::{self, RecoveryReport};
-use crate::stats::{self, Counters, JournalStats};
-use crate::superblock::{read_superblock, write_superblock};
-use crate::transaction::{Transaction, TxnState};
+use crate::state::State;
+use crate::stats::{Counters, JournalStats};
+use crate::superblock::{read_superblock, SuperblockWriter};
+use crate::transaction::{ListLock, TxnState};
 use crate::{commit, flush};
 use blockdev::BlockDevice;
-use ondisk::jbd2::{feature, JournalSuperblock, LogFormat};
+use ondisk::jbd2::{feature, LogFormat};
 use ondisk::Tid;
-use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
-
-/// errno reported when a stage thread panics: the journal can no longer promise durability.
-const EIO: i32 = 5;
-
-pub(crate) struct State {
-    pub txns: VecDeque<Transaction>,
-    pub next_tid: Tid,
-    pub log: LogSpace,
-    pub last_durable: Tid,
-    /// The newest tid somebody asked to commit (fsync, full transaction, shutdown).
-    pub commit_request: Option<Tid>,
-    pub abort: Option<(String, i32)>,
-    /// No new handles (shutdown in progress).
-    pub closing: bool,
-    /// Background threads must exit.
-    pub stop_threads: bool,
-}
-
-impl State {
-    pub fn txn(&self, tid: Tid) -> Option<&Transaction> {
-        let front = self.txns.front()?;
-        if !tid.is_at_or_after(front.tid) {
-            return None;
-        }
-        self.txns.get(tid.distance_from(front.tid) as usize)
-    }
-
-    pub fn txn_mut(&mut self, tid: Tid) -> Option<&mut Transaction> {
-        let front = self.txns.front()?;
-        if !tid.is_at_or_after(front.tid) {
-            return None;
-        }
-        self.txns.get_mut(tid.distance_from(front.tid) as usize)
-    }
-
-    /// Transactions between Locked and Written (they hold a committing slot).
-    pub fn in_flight(&self) -> usize {
-        self.txns
-            .iter()
-            .filter(|t| {
-                matches!(t.state, TxnState::Locked | TxnState::Committing | TxnState::Written)
-            })
-            .count()
-    }
-
-    /// Log blocks written or promised: used plus every reservation.
-    pub fn log_committed(&self) -> u64 {
-        self.log.used() as u64 + self.txns.iter().map(|t| t.log_reserved as u64).sum::<u64>()
-    }
-
-    pub fn aborted(&self) -> Result<()> {
-        match &self.abort {
-            Some((cause, errno)) => {
-                Err(JournalError::Aborted { cause: cause.clone(), errno: *errno })
-            }
-            None => Ok(()),
-        }
-    }
-}
 
 pub(crate) struct Shared {
+    /// [immutable] (this and the next six fields)
     pub dev: Arc<dyn BlockDevice>,
     pub location: JournalLocation,
     pub format: LogFormat,
     pub config: JournalConfig,
-    pub state: Mutex<State>,
-    /// Transaction states, durability, log space or abort changed (handles, fsync waiters).
-    pub changed: Condvar,
-    /// Work for the commit stage: a commit request, a handle stop, a durable transaction.
-    pub commit_wake: Condvar,
-    /// Work for the flush stage: a transaction became Written.
-    pub flush_wake: Condvar,
-    pub checkpoint_lock: Mutex<()>,
-    /// The superblock as last written; tail updates rewrite it.
-    pub superblock: Mutex<JournalSuperblock>,
-    pub cache: BufferCache,
-    pub counters: Counters,
     /// Most credits one transaction may hold (JBD2: a quarter of the journal).
     pub max_txn_credits: u32,
     /// Opened with [`Journal::open_read_only`]: no handles, no threads, nothing written.
     pub read_only: bool,
-    /// `state.abort` is set: readable without the state lock (the file system checks it on
-    /// every change).
+    /// `j_state_lock`.
+    pub state: TimedRwLock<State>,
+    /// `j_list_lock`.
+    pub lists: ListLock,
+    /// `j_checkpoint_mutex`: held by the one thread checkpointing.
+    pub checkpoint_mutex: TimedMutex<()>,
+    /// [superblock lock, a leaf] The superblock as last written.
+    pub superblock: SuperblockWriter,
+    /// [shard locks, buffer locks] The metadata buffer cache.
+    pub cache: BufferCache,
+    /// [atomic] Engine statistics.
+    pub counters: Counters,
+    /// [atomic] Lock-wait statistics of every lock above.
+    pub locks: Arc<LockCounters>,
+    /// [atomic] The mode is Aborted: readable without the state lock (the file system checks
+    /// it on every change).
     pub aborted: AtomicBool,
-    /// The superblock naming the new log start is not written yet: the first commit writes it
-    /// before its log blocks (see `attach`).
-    pub superblock_unwritten: AtomicBool,
+    /// Transaction states, durability, log space, credits or the mode changed (handles
+    /// waiting to start, fsync waiters, shutdown): JBD2's `j_wait_transaction_locked` and
+    /// `j_wait_done_commit` together.
+    pub changed: WaitQueue,
+    /// Work for the commit stage: a commit request, a handle stop, a durable transaction
+    /// (`j_wait_commit` and `j_wait_updates`).
+    pub commit_wake: WaitQueue,
+    /// Work for the flush stage: a transaction became Written.
+    pub flush_wake: WaitQueue,
 }
 
 impl Shared {
@@ -147,12 +104,16 @@ impl Shared {
         block * self.location.block_size() as u64
     }
 
-    /// Worst-case log blocks for a transaction holding `credits` credits (each credit is one
-    /// buffer or one revoke record): the blocks, their descriptors, a revoke block's rounding,
-    /// and the commit block.
-    pub fn log_blocks_bound(&self, credits: u32) -> u32 {
-        let per_descriptor = self.format.tags_per_descriptor() as u32;
-        credits + credits.div_ceil(per_descriptor) + 2
+    /// Log blocks a handle of `credits` credits reserves: its blocks (each credit is one buffer
+    /// or one revoke record) and their descriptors. The sum over a transaction's handles plus
+    /// `state::TXN_LOG_OVERHEAD` (commit block, revoke rounding) is at least the exact size of
+    /// the transaction, since rounding up is subadditive and a revoke block holds many records.
+    pub fn handle_log_blocks(&self, credits: u32) -> u32 {
+        credits + self.descriptors_bound(credits)
+    }
+
+    fn descriptors_bound(&self, credits: u32) -> u32 {
+        credits.div_ceil(self.format.tags_per_descriptor() as u32)
     }
 
     /// Exact log blocks of a transaction with `buffers` tags and `revokes` records.
@@ -160,53 +121,6 @@ impl Shared {
         let descriptors = buffers.div_ceil(self.format.tags_per_descriptor());
         let revoke_blocks = revokes.div_ceil(self.format.revoke_records_per_block());
         (buffers + descriptors + revoke_blocks + 1) as u32
-    }
-
-    /// Records the first fatal error, wakes everybody, records the errno in the on-disk
-    /// superblock, and returns the sticky error. The caller must not hold the superblock lock.
-    pub fn abort(&self, cause: String, errno: i32) -> JournalError {
-        let mut st = self.state.lock();
-        let first = st.abort.is_none();
-        if first {
-            st.abort = Some((cause, errno));
-            self.aborted.store(true, Ordering::Release);
-        }
-        let err = st.aborted().unwrap_err();
-        drop(st);
-        self.changed.notify_all();
-        self.commit_wake.notify_all();
-        self.flush_wake.notify_all();
-        if first {
-            self.record_errno(errno);
-        }
-        err
-    }
-
-    /// jbd2_journal_update_sb_errno: the abort's errno goes into `s_errno` (negated, as Linux
-    /// stores it) with a FUA write, so the next mount (quill's, the kernel's `ext4_clear_
-    /// journal_err`) or e2fsck marks the file system as having errors and checks it in full.
-    /// Best effort: the device that failed may refuse this write too, and the abort stands
-    /// either way.
-    fn record_errno(&self, errno: i32) {
-        if self.read_only {
-            return;
-        }
-        let mut sb = self.superblock.lock();
-        sb.errno = if errno > 0 { -errno } else { -EIO };
-        let mut on_disk = sb.clone();
-        if self.superblock_unwritten.load(Ordering::Acquire) {
-            // Nothing was committed since attach: the device still has the clean superblock
-            // (no log start; the previous tail tid), and it keeps saying so.
-            on_disk.start = 0;
-            on_disk.sequence = on_disk.sequence.prev();
-        }
-        let _ = write_superblock(&*self.dev, &self.location, &on_disk);
-    }
-
-    /// Aborts on a device error and returns the sticky journal error.
-    pub fn abort_on(&self, what: &str, err: blockdev::DeviceError) -> JournalError {
-        let errno = err.errno();
-        self.abort(format!("{what}: {err}"), errno)
     }
 
     /// Writes the superblock with a new tail (`tail_tid` at `tail_block`; `tail_block == 0`
@@ -218,23 +132,27 @@ impl Shared {
         })
     }
 
-    /// Applies `change` to the superblock and writes it (FUA) under the superblock mutex, so
-    /// writes land in the order their contents were made; a failed write aborts the journal,
-    /// after the mutex is released (the abort records its errno through it).
-    pub fn update_superblock(&self, change: impl FnOnce(&mut JournalSuperblock)) -> Result<()> {
-        let mut sb = self.superblock.lock();
-        change(&mut sb);
-        let written = write_superblock(&*self.dev, &self.location, &sb);
-        drop(sb);
+    /// Applies `change` to the superblock and writes it (FUA); a failed write aborts the
+    /// journal after the superblock lock is released (the abort records its errno through it).
+    pub fn update_superblock(
+        &self,
+        change: impl FnOnce(&mut ondisk::jbd2::JournalSuperblock),
+    ) -> Result<()> {
+        let written = self.superblock.update(&*self.dev, &self.location, &self.locks, change);
         written.map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
     }
 
     /// Asks the commit stage to commit up to `tid`.
-    pub fn request_commit(&self, st: &mut MutexGuard<'_, State>, tid: Tid) {
-        if st.commit_request.is_none_or(|r| tid.is_after(r)) {
-            st.commit_request = Some(tid);
-        }
-        self.commit_wake.notify_all();
+    pub fn request_commit(&self, tid: Tid) {
+        self.state.write(&self.locks).request_commit(tid);
+        self.commit_wake.wake_all();
+    }
+
+    /// Wakes every wait queue (abort, stop).
+    pub fn wake_everybody(&self) {
+        self.changed.wake_all();
+        self.commit_wake.wake_all();
+        self.flush_wake.wake_all();
     }
 }
 
@@ -305,33 +223,26 @@ impl Journal {
             let per_descriptor = format.tags_per_descriptor() as u32;
             quarter.saturating_sub(quarter.div_ceil(per_descriptor) + 2).max(1)
         };
-        let state = State {
-            txns: VecDeque::new(),
-            next_tid,
-            log: LogSpace::new(sb.first, sb.log_end(), sb.first),
-            last_durable: next_tid.prev(),
-            commit_request: None,
-            abort: None,
-            closing: read_only,
-            stop_threads: false,
-        };
+        let log = LogSpace::new(sb.first, sb.log_end(), sb.first);
+        let locks = Arc::new(LockCounters::default());
         let shared = Arc::new(Shared {
             dev,
             location,
             format,
             config,
-            state: Mutex::new(state),
-            changed: Condvar::new(),
-            commit_wake: Condvar::new(),
-            flush_wake: Condvar::new(),
-            checkpoint_lock: Mutex::new(()),
-            superblock: Mutex::new(sb),
-            cache: BufferCache::new(),
-            counters: Counters::default(),
             max_txn_credits,
             read_only,
+            state: TimedRwLock::new(State::new(next_tid, log, read_only)),
+            lists: ListLock::new(locks.clone()),
+            checkpoint_mutex: TimedMutex::new(LockId::Checkpoint, ()),
+            superblock: SuperblockWriter::new(sb, !read_only),
+            cache: BufferCache::new(locks.clone()),
+            counters: Counters::default(),
+            locks,
             aborted: AtomicBool::new(false),
-            superblock_unwritten: AtomicBool::new(!read_only),
+            changed: WaitQueue::new(),
+            commit_wake: WaitQueue::new(),
+            flush_wake: WaitQueue::new(),
         });
         // A failed spawn drops `journal`, which stops the threads already running.
         let mut journal = Journal { shared, threads: Vec::new() };
@@ -391,9 +302,9 @@ impl Journal {
     /// Asks for everything started so far to be committed, and waits for it.
     pub fn commit_all(&self) -> Result<()> {
         let tid = {
-            let st = self.shared.state.lock();
-            match st.txns.back() {
-                Some(t) if t.handles > 0 || t.state != TxnState::Running => t.tid,
+            let st = self.shared.state.read(&self.shared.locks);
+            match st.txns().back() {
+                Some(e) if e.txn.handles() > 0 || e.state() != TxnState::Running => e.tid(),
                 _ => return st.aborted(),
             }
         };
@@ -408,7 +319,7 @@ impl Journal {
 
     /// The newest durable tid.
     pub fn last_durable(&self) -> Tid {
-        self.shared.state.lock().last_durable
+        self.shared.state.read(&self.shared.locks).txns().last_durable()
     }
 
     /// Aborts the journal on the file system's behalf (ext4_handle_error with errors=remount-ro):
@@ -425,11 +336,13 @@ impl Journal {
 
     /// The sticky error, if the journal aborted.
     pub fn check_aborted(&self) -> Result<()> {
-        self.shared.state.lock().aborted()
+        self.shared.check_aborted()
     }
 
     pub fn stats(&self) -> JournalStats {
-        self.shared.counters.snapshot()
+        let mut stats = self.shared.counters.snapshot();
+        stats.locks = self.shared.locks.snapshot();
+        stats
     }
 
     pub fn config(&self) -> &JournalConfig {
@@ -447,15 +360,14 @@ impl Journal {
 
     /// Log capacity in blocks and blocks in use.
     pub fn log_usage(&self) -> (u32, u32) {
-        let st = self.shared.state.lock();
-        (st.log.capacity(), st.log.used())
+        let st = self.shared.state.read(&self.shared.locks);
+        (st.log().capacity(), st.log().used())
     }
 
     /// Where the next transaction's log blocks go, and the log area `[first, end)`.
     pub fn log_head(&self) -> (u32, std::ops::Range<u32>) {
-        let st = self.shared.state.lock();
-        let sb = self.shared.superblock.lock();
-        (st.log.head(), sb.first..sb.log_end())
+        let head = self.shared.state.read(&self.shared.locks).log().head();
+        (head, self.shared.superblock.log_area(&self.shared.locks))
     }
 
     /// Drops cached buffers the journal no longer needs; returns how many.
@@ -482,24 +394,35 @@ impl Journal {
         if shared.read_only {
             return Ok(());
         }
-        {
-            let mut st = shared.state.lock();
-            st.closing = true;
+        let last = {
+            let mut st = shared.state.write(&shared.locks);
+            st.set_closing();
             // A transaction nobody joined has nothing to commit.
-            if st.txns.back().is_some_and(|t| t.state == TxnState::Running && t.handles == 0) {
-                st.txns.pop_back();
+            st.txns_mut().drop_unused_running();
+            let last = st.txns().back().map(|e| e.tid());
+            if let Some(last) = last {
+                st.request_commit(last);
             }
-            if let Some(last) = st.txns.back().map(|t| t.tid) {
-                shared.request_commit(&mut st, last);
-                while st.abort.is_none() && st.txns.iter().any(|t| t.state != TxnState::Durable) {
-                    shared.changed.wait(&mut st);
+            last
+        };
+        shared.changed.wake_all(); // handles waiting to start see the journal closing
+        if last.is_some() {
+            shared.commit_wake.wake_all();
+            loop {
+                let ticket = shared.changed.ticket();
+                let st = shared.state.read(&shared.locks);
+                st.aborted()?;
+                if st.txns().all_durable() {
+                    break;
                 }
+                drop(st);
+                shared.changed.wait(ticket);
             }
-            st.aborted()?;
         }
+        shared.check_aborted()?;
         self.stop_threads();
         while checkpoint::checkpoint_oldest(&shared)? {}
-        let next_tid = shared.state.lock().next_tid;
+        let next_tid = shared.state.read(&shared.locks).txns().next_tid();
         // jbd2_mark_journal_empty: the tail tid is the next tid, s_start = 0 means clean.
         shared.dev.flush().map_err(|e| shared.abort_on("flushing before unmount", e))?;
         shared.write_tail(next_tid, 0)?;
@@ -523,7 +446,7 @@ impl Journal {
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage(&shared)));
                 if let Err(payload) = outcome {
                     let what = panic_message(&*payload).unwrap_or("unknown panic");
-                    shared.abort(format!("the {name} stage panicked: {what}"), EIO);
+                    shared.abort(format!("the {name} stage panicked: {what}"), crate::abort::EIO);
                 }
             })
             .map_err(|e| JournalError::Invalid(format!("spawning the {name} thread: {e}")))?;
@@ -532,10 +455,8 @@ impl Journal {
     }
 
     fn stop_threads(&mut self) {
-        self.shared.state.lock().stop_threads = true;
-        self.shared.commit_wake.notify_all();
-        self.shared.flush_wake.notify_all();
-        self.shared.changed.notify_all();
+        self.shared.state.write(&self.shared.locks).set_stopping();
+        self.shared.wake_everybody();
         for t in self.threads.drain(..) {
             // Stages catch their own panics (and abort the journal), so join cannot fail.
             let _ = t.join();
@@ -550,115 +471,33 @@ impl Drop for Journal {
     }
 }
 
-/// Handle admission: join the running transaction, creating it if needed, once it is not
-/// locked, has room for `credits`, and the log can hold it.
-pub(crate) fn start_handle(shared: &Arc<Shared>, credits: u32) -> Result<Handle> {
-    if credits == 0 || credits > shared.max_txn_credits {
-        return Err(JournalError::TooManyCredits {
-            requested: credits,
-            max: shared.max_txn_credits,
-        });
-    }
-    let started = Instant::now();
-    let mut waited = false;
-    let mut st = shared.state.lock();
-    loop {
-        st.aborted()?;
-        if st.closing || st.stop_threads {
-            return Err(JournalError::ShutDown);
-        }
-        match st.txns.back().map(|t| t.state) {
-            Some(TxnState::Locked) => {
-                // JBD2: new handles wait while the transaction is locked.
-                waited = true;
-                shared.changed.wait(&mut st);
-                continue;
-            }
-            Some(TxnState::Running) => {}
-            _ => {
-                let tid = st.next_tid;
-                st.next_tid = tid.next();
-                st.txns.push_back(Transaction::new(tid));
-            }
-        }
-        let running = st.txns.back().expect("running transaction exists");
-        let tid = running.tid;
-        if running.credits + credits > shared.max_txn_credits {
-            // Full: commit it and join the next one.
-            waited = true;
-            shared.request_commit(&mut st, tid);
-            shared.changed.wait(&mut st);
-            continue;
-        }
-        let reserved_now = running.log_reserved;
-        let reserved_new = shared.log_blocks_bound(running.credits + credits);
-        let needed = st.log_committed() - reserved_now as u64 + reserved_new as u64;
-        if needed > st.log.capacity() as u64 {
-            waited = true;
-            stats::add(&shared.counters.space_waits, 1);
-            st = wait_for_log_space(shared, st, tid)?;
-            continue;
-        }
-        let running = st.txns.back_mut().expect("running transaction exists");
-        running.credits += credits;
-        running.log_reserved = reserved_new;
-        running.updates += 1;
-        running.handles += 1;
-        drop(st);
-        if waited {
-            stats::add(&shared.counters.handle_start_waits, 1);
-            stats::add_time(&shared.counters.ns_handle_start_wait, started.elapsed());
-        }
-        return Ok(Handle::new(shared.clone(), tid, credits));
-    }
-}
-
-/// Makes log space: checkpoint the oldest durable transaction if there is one, else get the
-/// running transaction committed and wait for something to become durable.
-fn wait_for_log_space<'a>(
-    shared: &'a Arc<Shared>,
-    mut st: MutexGuard<'a, State>,
-    running: Tid,
-) -> Result<MutexGuard<'a, State>> {
-    let checkpointable = st.txns.front().is_some_and(|t| t.state == TxnState::Durable);
-    if checkpointable {
-        drop(st);
-        checkpoint::checkpoint_oldest(shared)?;
-        return Ok(shared.state.lock());
-    }
-    let running_has_work = st.txn(running).is_some_and(|t| t.credits > 0);
-    let in_flight = st.in_flight() > 0;
-    if !running_has_work && !in_flight {
-        return Err(JournalError::Invalid(format!(
-            "log of {} blocks cannot hold one transaction",
-            st.log.capacity()
-        )));
-    }
-    if running_has_work {
-        shared.request_commit(&mut st, running);
-    }
-    shared.changed.wait(&mut st);
-    Ok(st)
-}
-
+/// fsync: asks for `tid` to be committed and waits until it is durable.
 pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
-    let mut st = shared.state.lock();
-    if st.last_durable.is_at_or_after(tid) {
-        return Ok(());
-    }
-    st.aborted()?;
-    if tid.is_at_or_after(st.next_tid) {
-        return Err(JournalError::UnknownTid { tid, next: st.next_tid });
-    }
-    shared.request_commit(&mut st, tid);
-    while !st.last_durable.is_at_or_after(tid) {
+    {
+        let st = shared.state.read(&shared.locks);
+        if st.txns().last_durable().is_at_or_after(tid) {
+            return Ok(());
+        }
         st.aborted()?;
-        if st.stop_threads {
+        let next = st.txns().next_tid();
+        if tid.is_at_or_after(next) {
+            return Err(JournalError::UnknownTid { tid, next });
+        }
+    }
+    shared.request_commit(tid);
+    loop {
+        let ticket = shared.changed.ticket();
+        let st = shared.state.read(&shared.locks);
+        if st.txns().last_durable().is_at_or_after(tid) {
+            return Ok(());
+        }
+        st.aborted()?;
+        if st.stopping() {
             return Err(JournalError::ShutDown);
         }
-        shared.changed.wait(&mut st);
+        drop(st);
+        shared.changed.wait(ticket);
     }
-    Ok(())
 }
 
 /// The message a panic carried (`panic!("...")` gives a `&str` or a `String` payload); `None`

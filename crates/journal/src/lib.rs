@@ -26,6 +26,7 @@
 //! journal.shutdown().unwrap(); // checkpointed, journal clean
 //! ```
 
+mod abort;
 pub mod buffer;
 mod checkpoint;
 mod commit;
@@ -36,10 +37,12 @@ mod flush;
 pub mod handle;
 mod journal;
 pub mod location;
+mod locks;
 pub mod log_space;
 pub mod ordered;
 pub mod recovery;
 pub mod revoke;
+mod state;
 pub mod stats;
 pub mod superblock;
 pub mod transaction;
@@ -55,4 +58,4 @@ pub use ordered::{OrderedData, OrderedWrite};
 pub use recovery::{
     recover, recover_with_fast_commits, recover_with_progress, scan_log, LogScan, RecoveryReport,
 };
-pub use stats::JournalStats;
+pub use stats::{JournalStats, LockWait, LockWaits};

@@ -3,6 +3,7 @@
 //! issued; waits of handles. Counters are relaxed atomics: they are statistics, not
 //! synchronization, and a snapshot may be a few events out of step between fields.
 
+pub use crate::locks::{LockWait, LockWaits};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ pub(crate) struct Counters {
     pub ns_checkpoint: AtomicU64,
     pub ns_shadow_wait: AtomicU64,
     pub ns_handle_start_wait: AtomicU64,
+    pub ns_device_flush: AtomicU64,
 }
 
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
@@ -79,6 +81,11 @@ pub struct JournalStats {
     pub ms_checkpoint: f64,
     pub ms_shadow_wait: f64,
     pub ms_handle_start_wait: f64,
+    /// Time in the device flushes that precede commit blocks (the flush stage's own I/O,
+    /// without its commit-block writes).
+    pub ms_device_flush: f64,
+    /// Waits for each of the engine's locks (filled by `Journal::stats`).
+    pub locks: LockWaits,
 }
 
 impl JournalStats {
@@ -127,6 +134,8 @@ impl Counters {
             ms_checkpoint: ms(&self.ns_checkpoint),
             ms_shadow_wait: ms(&self.ns_shadow_wait),
             ms_handle_start_wait: ms(&self.ns_handle_start_wait),
+            ms_device_flush: ms(&self.ns_device_flush),
+            locks: LockWaits::default(),
         }
     }
 }

@@ -2,8 +2,10 @@
 
 use crate::error::{JournalError, Result};
 use crate::location::JournalLocation;
+use crate::locks::{LockCounters, LockId, TimedMutex};
 use blockdev::BlockDevice;
 use ondisk::jbd2::{feature, ChecksumVersion, JournalSuperblock, JBD2_SUPERBLOCK_SIZE};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) fn superblock_offset(location: &JournalLocation) -> u64 {
     location.device_offset(0).expect("a journal location has at least one block")
@@ -124,4 +126,75 @@ pub fn format(
     write_superblock(dev, location, &sb)?;
     dev.flush()?;
     Ok(())
+}
+
+/// The journal superblock as last written, and how it is rewritten while the journal runs.
+///
+/// Its lock is a leaf held across its own FUA write, so superblock writes land in the order
+/// their contents were made. An abort records its errno through it, so no code may abort while
+/// holding it: [`SuperblockWriter::update`] returns the device error and the caller aborts.
+pub(crate) struct SuperblockWriter {
+    /// [superblock lock]
+    sb: TimedMutex<JournalSuperblock>,
+    /// [atomic] The superblock naming the new log start is not written yet: the first commit
+    /// writes it before its log blocks (JBD2's JBD2_FLUSHED; see `Journal::attach`).
+    unwritten: AtomicBool,
+}
+
+impl SuperblockWriter {
+    pub fn new(sb: JournalSuperblock, unwritten: bool) -> Self {
+        SuperblockWriter {
+            sb: TimedMutex::new(LockId::Superblock, sb),
+            unwritten: AtomicBool::new(unwritten),
+        }
+    }
+
+    /// The log area `[first, end)`.
+    pub fn log_area(&self, locks: &LockCounters) -> std::ops::Range<u32> {
+        let sb = self.sb.lock(locks);
+        sb.first..sb.log_end()
+    }
+
+    /// Applies `change` and writes the superblock (FUA) under its lock.
+    pub fn update(
+        &self,
+        dev: &dyn BlockDevice,
+        location: &JournalLocation,
+        locks: &LockCounters,
+        change: impl FnOnce(&mut JournalSuperblock),
+    ) -> Result<()> {
+        let mut sb = self.sb.lock(locks);
+        change(&mut sb);
+        self.unwritten.store(false, Ordering::Release);
+        write_superblock(dev, location, &sb)
+    }
+
+    /// Whether this call is the first commit since attach, which must write the superblock
+    /// naming the log start before its log blocks (and does so with [`Self::update`]).
+    pub fn take_first_write(&self) -> bool {
+        self.unwritten.swap(false, Ordering::AcqRel)
+    }
+
+    /// jbd2_journal_update_sb_errno: the abort's errno goes into `s_errno` (negated, as Linux
+    /// stores it) with a FUA write, so the next mount (quill's, the kernel's
+    /// `ext4_clear_journal_err`) or e2fsck marks the file system as having errors and checks it
+    /// in full. Best effort: the device that failed may refuse this write too.
+    pub fn record_errno(
+        &self,
+        dev: &dyn BlockDevice,
+        location: &JournalLocation,
+        locks: &LockCounters,
+        errno: i32,
+    ) {
+        let mut sb = self.sb.lock(locks);
+        sb.errno = -errno;
+        let mut on_disk = sb.clone();
+        if self.unwritten.load(Ordering::Acquire) {
+            // Nothing was committed since attach: the device still has the clean superblock
+            // (no log start; the previous tail tid), and it keeps saying so.
+            on_disk.start = 0;
+            on_disk.sequence = on_disk.sequence.prev();
+        }
+        let _ = write_superblock(dev, location, &on_disk);
+    }
 }

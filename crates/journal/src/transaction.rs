@@ -10,13 +10,21 @@
 //! | Written | log blocks complete, commit block not yet durable | flush stage |
 //! | Durable | a flush covered its log blocks and its commit block is durable: fsync returns | checkpoint |
 //!
-//! Every transition asserts the state it leaves. All fields are guarded by the journal's state
-//! lock; the buffer list is moved out to the commit stage once the transaction is Committing.
+//! A transaction is split by what guards it, as JBD2's `transaction_t` is:
+//! - [`Transaction`] (shared by its handles through an `Arc`): what handles change without
+//!   `j_state_lock`: the counters (atomics, JBD2's `t_updates`, `t_outstanding_credits`,
+//!   `t_handle_count`), the buffer, ordered-data and conflict lists (`j_list_lock`, or
+//!   lock-free with `lists = lockfree`) and the revoke table (`j_revoke_lock`);
+//! - [`TxnEntry`] (in the journal state's queue): what only `j_state_lock` guards: the state,
+//!   log placement, and what the commit froze.
 
 use crate::buffer::Buffer;
+use crate::locks::{LockCounters, LockId, TimedMutex};
 use crate::ordered::OrderedData;
 use ondisk::Tid;
+use parking_lot::Mutex;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,58 +37,192 @@ pub enum TxnState {
     Durable,
 }
 
+/// `j_list_lock`: one lock for the lists of every transaction of a journal (JBD2 has one
+/// spinlock per journal for them). The per-list mutexes of [`TxnList::Locked`] are taken only
+/// under it, so they are never contended; they exist so the lists are safe Rust.
+pub(crate) struct ListLock {
+    lock: TimedMutex<()>,
+    counters: Arc<LockCounters>,
+}
+
+impl ListLock {
+    pub fn new(counters: Arc<LockCounters>) -> Self {
+        ListLock { lock: TimedMutex::new(LockId::List, ()), counters }
+    }
+
+    fn hold(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.lock.lock(&self.counters)
+    }
+}
+
+/// One of a transaction's lists: under `j_list_lock` (JBD2, `lists = locked`) or lock-free
+/// (FAST'18 S1, `lists = lockfree`: insert with a CAS, removal marked and unlinked when the
+/// transaction is dropped).
+pub(crate) enum TxnList<T> {
+    /// [j_list_lock]
+    Locked(Mutex<Vec<T>>),
+}
+
+impl<T: Clone + Send + Sync> TxnList<T> {
+    pub fn new(lock_free: bool) -> Self {
+        assert!(!lock_free, "lock-free lists are not wired yet");
+        TxnList::Locked(Mutex::new(Vec::new()))
+    }
+
+    pub fn push(&self, lists: &ListLock, value: T) {
+        match self {
+            TxnList::Locked(list) => {
+                let _j_list_lock = lists.hold();
+                list.lock().push(value);
+            }
+        }
+    }
+
+    /// Removes the first element `matches` accepts (JBD2's forget); whether one was removed.
+    pub fn remove_first(&self, lists: &ListLock, matches: impl Fn(&T) -> bool) -> bool {
+        match self {
+            TxnList::Locked(list) => {
+                let _j_list_lock = lists.hold();
+                let mut list = list.lock();
+                match list.iter().position(matches) {
+                    Some(at) => {
+                        list.swap_remove(at);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
+    /// A copy of the live elements (the caller then takes buffer locks without `j_list_lock`,
+    /// which JBD2's order puts inside the buffer lock).
+    pub fn snapshot(&self, lists: &ListLock) -> Vec<T> {
+        match self {
+            TxnList::Locked(list) => {
+                let _j_list_lock = lists.hold();
+                list.lock().clone()
+            }
+        }
+    }
+
+    /// Moves every element out (the commit, once no handle can add any).
+    pub fn take(&self, lists: &ListLock) -> Vec<T> {
+        match self {
+            TxnList::Locked(list) => {
+                let _j_list_lock = lists.hold();
+                std::mem::take(&mut *list.lock())
+            }
+        }
+    }
+}
+
+/// What a transaction's handles share (see the module documentation for the guards).
 pub(crate) struct Transaction {
+    /// [immutable]
     pub tid: Tid,
-    pub state: TxnState,
-    /// Handles started and not yet stopped.
-    pub updates: u32,
-    /// Credits reserved by open handles plus credits used by stopped ones.
-    pub credits: u32,
-    pub handles: u32,
-    pub buffers: Vec<Arc<Buffer>>,
-    pub revokes: HashSet<u64>,
-    pub ordered: Vec<Arc<dyn OrderedData>>,
-    /// Buffers that had `versions_max` in-flight versions when this transaction took them:
-    /// it cannot freeze its own version of them until an older one becomes durable.
-    pub conflicts: Vec<Arc<Buffer>>,
-    /// Log blocks reserved for this transaction before it was allocated (its worst case while
-    /// Running, its exact size once Committing), 0 once allocated.
-    pub log_reserved: u32,
+    /// [immutable]
+    pub started_at: Instant,
+    /// [atomic] Handles started and not yet stopped (`t_updates`). Raised only under
+    /// `j_state_lock` (read) while the transaction is Running, so once the commit stage has
+    /// locked it (under the write lock) it only falls.
+    pub updates: AtomicU32,
+    /// [atomic] Credits reserved by open handles plus those used by stopped ones
+    /// (`t_outstanding_credits`); never above the journal's per-transaction maximum once a
+    /// handle holds them.
+    pub credits: AtomicU32,
+    /// [atomic] Handles that joined (`t_handle_count`): the coalescing degree.
+    pub handles: AtomicU32,
+    /// [atomic; raised under `j_state_lock` read, set under write] Log blocks reserved while
+    /// Running/Locked: at least the worst case of its credits (see `State::reserve_log`).
+    pub log_reserved: AtomicU32,
+    /// [j_list_lock | lock-free] Buffers filed by `dirty_metadata` (`t_buffers`).
+    pub buffers: TxnList<Arc<Buffer>>,
+    /// [j_list_lock | lock-free] Data to write before the commit block (`t_inode_list`).
+    pub ordered: TxnList<Arc<dyn OrderedData>>,
+    /// [j_list_lock | lock-free] Buffers that had `versions_max` in-flight versions when a
+    /// handle of this transaction took them: it cannot freeze its own version of them until an
+    /// older one becomes durable.
+    pub conflicts: TxnList<Arc<Buffer>>,
+    /// [j_revoke_lock] Blocks revoked by this transaction.
+    pub revokes: TimedMutex<HashSet<u64>>,
+}
+
+impl Transaction {
+    pub fn new(tid: Tid, lock_free_lists: bool) -> Self {
+        Transaction {
+            tid,
+            started_at: Instant::now(),
+            updates: AtomicU32::new(0),
+            credits: AtomicU32::new(0),
+            handles: AtomicU32::new(0),
+            log_reserved: AtomicU32::new(0),
+            buffers: TxnList::new(lock_free_lists),
+            ordered: TxnList::new(lock_free_lists),
+            conflicts: TxnList::new(lock_free_lists),
+            revokes: TimedMutex::new(LockId::Revoke, HashSet::new()),
+        }
+    }
+
+    pub fn handles(&self) -> u32 {
+        self.handles.load(Ordering::Acquire)
+    }
+
+    pub fn updates(&self) -> u32 {
+        self.updates.load(Ordering::Acquire)
+    }
+
+    /// Conflicting buffers that still have `versions_max` in-flight versions.
+    pub fn conflicts_pending(&self, lists: &ListLock, versions_max: usize) -> bool {
+        self.conflicts.snapshot(lists).iter().any(|b| b.lock().versions.len() >= versions_max)
+    }
+}
+
+/// A transaction as the journal state's queue holds it. All fields: [j_state_lock].
+pub(crate) struct TxnEntry {
+    pub txn: Arc<Transaction>,
+    state: TxnState,
     /// First log block and block count, once allocated.
     pub log_start: Option<u32>,
     pub log_blocks: u32,
-    /// Number of metadata blocks it logged (kept after `buffers` moves to checkpointing).
-    pub blocks_logged: u32,
+    /// The buffers the commit froze (the transaction's checkpoint list once Durable) and its
+    /// revoked blocks, sorted.
+    pub frozen: Arc<Frozen>,
     /// Compat-CHECKSUM (v1) crc of the descriptor and data blocks, for the commit block.
     pub v1_crc: Option<u32>,
-    pub started_at: Instant,
     pub locked_at: Option<Instant>,
     pub committing_at: Option<Instant>,
     pub written_at: Option<Instant>,
 }
 
-impl Transaction {
-    pub fn new(tid: Tid) -> Self {
-        Transaction {
-            tid,
+/// What a commit froze of a transaction: fixed from Committing on.
+#[derive(Default)]
+pub(crate) struct Frozen {
+    pub buffers: Vec<Arc<Buffer>>,
+    pub revokes: Vec<u64>,
+}
+
+impl TxnEntry {
+    pub fn new(txn: Arc<Transaction>) -> Self {
+        TxnEntry {
+            txn,
             state: TxnState::Running,
-            updates: 0,
-            credits: 0,
-            handles: 0,
-            buffers: Vec::new(),
-            revokes: HashSet::new(),
-            ordered: Vec::new(),
-            conflicts: Vec::new(),
-            log_reserved: 0,
             log_start: None,
             log_blocks: 0,
-            blocks_logged: 0,
+            frozen: Arc::new(Frozen::default()),
             v1_crc: None,
-            started_at: Instant::now(),
             locked_at: None,
             committing_at: None,
             written_at: None,
         }
+    }
+
+    pub fn tid(&self) -> Tid {
+        self.txn.tid
+    }
+
+    pub fn state(&self) -> TxnState {
+        self.state
     }
 
     /// Moves to `to`, asserting the transaction is in the only state `to` may follow.
@@ -93,20 +235,21 @@ impl Transaction {
             Written => self.state == Committing,
             Durable => self.state == Written,
         };
-        assert!(from_ok, "{:?}: illegal transition {:?} -> {to:?}", self.tid, self.state);
+        assert!(from_ok, "{:?}: illegal transition {:?} -> {to:?}", self.tid(), self.state);
+        if to == Committing {
+            assert_eq!(self.txn.updates(), 0, "{:?} committing with open handles", self.tid());
+        }
         let now = Instant::now();
         match to {
             Locked => self.locked_at = Some(now),
             Committing => self.committing_at = Some(now),
-            Written => self.written_at = Some(now),
+            Written => {
+                assert!(self.log_start.is_some(), "{:?} written before allocation", self.tid());
+                self.written_at = Some(now);
+            }
             Running | Durable => {}
         }
         self.state = to;
-    }
-
-    /// Conflicting buffers that still have `versions_max` in-flight versions.
-    pub fn conflicts_pending(&self, versions_max: usize) -> bool {
-        self.conflicts.iter().any(|b| b.lock().versions.len() >= versions_max)
     }
 }
 
@@ -114,27 +257,61 @@ impl Transaction {
 mod tests {
     use super::*;
 
+    fn entry(tid: u32) -> TxnEntry {
+        TxnEntry::new(Arc::new(Transaction::new(Tid(tid), false)))
+    }
+
     #[test]
     fn transaction_walks_the_whole_life_cycle() {
-        let mut t = Transaction::new(Tid(7));
-        for to in [TxnState::Locked, TxnState::Committing, TxnState::Written, TxnState::Durable] {
-            t.transition(to);
-        }
-        assert_eq!(t.state, TxnState::Durable);
+        let mut t = entry(7);
+        t.transition(TxnState::Locked);
+        t.transition(TxnState::Committing);
+        t.log_start = Some(1);
+        t.transition(TxnState::Written);
+        t.transition(TxnState::Durable);
+        assert_eq!(t.state(), TxnState::Durable);
     }
 
     #[test]
     fn coalescing_may_reopen_a_locked_transaction() {
-        let mut t = Transaction::new(Tid(1));
+        let mut t = entry(1);
         t.transition(TxnState::Locked);
         t.transition(TxnState::Running);
-        assert_eq!(t.state, TxnState::Running);
+        assert_eq!(t.state(), TxnState::Running);
     }
 
     #[test]
     #[should_panic(expected = "illegal transition")]
     fn skipping_a_state_is_a_bug() {
-        let mut t = Transaction::new(Tid(1));
+        entry(1).transition(TxnState::Committing);
+    }
+
+    #[test]
+    #[should_panic(expected = "with open handles")]
+    fn committing_with_an_open_handle_is_a_bug() {
+        let mut t = entry(1);
+        t.txn.updates.fetch_add(1, Ordering::AcqRel);
+        t.transition(TxnState::Locked);
         t.transition(TxnState::Committing);
+    }
+
+    #[test]
+    fn both_list_kinds_push_forget_and_take_alike() {
+        let lists = ListLock::new(Arc::new(LockCounters::default()));
+        for lock_free in [false] {
+            let list = TxnList::new(lock_free);
+            for v in 0..10u32 {
+                list.push(&lists, v);
+            }
+            assert!(list.remove_first(&lists, |v| *v == 3));
+            assert!(!list.remove_first(&lists, |v| *v == 3));
+            let mut seen = list.snapshot(&lists);
+            seen.sort_unstable();
+            assert_eq!(seen, [0, 1, 2, 4, 5, 6, 7, 8, 9]);
+            let mut taken = list.take(&lists);
+            taken.sort_unstable();
+            assert_eq!(taken, seen);
+            assert!(list.snapshot(&lists).is_empty(), "lock_free={lock_free}");
+        }
     }
 }
