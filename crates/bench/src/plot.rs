@@ -5,6 +5,7 @@
 //!   count only; `recovery` is then drawn as the bar chart `recovery`).
 //! - `fsync-cdf-WORKLOAD`: the fsync latency CDF of the median run at the largest thread count.
 //! - `engine-WORKLOAD`: handles, conflicts and flushes per journal transaction against threads.
+//! - `locks-WORKLOAD`: milliseconds waited for each journal lock against threads (quill targets).
 //!
 //! Every piece of text is placed by this module with an anchor, never measured by plotters, so
 //! the SVGs (whose `<text>` elements the viewer lays out) need no font. The PNGs rasterize their
@@ -21,7 +22,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle, FontTransform};
 
-use crate::results::{Report, Summary};
+use crate::results::{EngineFigures, Report, Summary};
 
 /// Files written by [`write_plots`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -422,7 +423,7 @@ fn figures(report: &Report) -> Vec<Figure> {
         if !with_engine.is_empty() {
             let threads = thread_counts(&with_engine);
             let eng_targets = first_seen(&with_engine, |s| s.target.as_str());
-            type Metric = fn(&crate::results::EngineFigures) -> f64;
+            type Metric = fn(&EngineFigures) -> f64;
             let metrics: [(&str, &str, Metric); 3] = [
                 ("handles per transaction", "handles / transaction", |e| e.handles_per_transaction),
                 ("conflicts per transaction", "conflicts / transaction", |e| {
@@ -430,9 +431,8 @@ fn figures(report: &Report) -> Vec<Figure> {
                 }),
                 ("flushes per transaction", "flushes / transaction", |e| e.flushes_per_transaction),
             ];
-            let panels = metrics
-                .iter()
-                .map(|&(title, y_label, metric)| Panel {
+            let panel =
+                |title: &str, y_label: &str, metric: &dyn Fn(&EngineFigures) -> f64| Panel {
                     title: Some(title.to_string()),
                     x: XAxis::Categories(threads.iter().map(|n| n.to_string()).collect()),
                     x_label: "threads".to_string(),
@@ -460,8 +460,35 @@ fn figures(report: &Report) -> Vec<Figure> {
                                 .collect(),
                         })
                         .collect(),
-                })
+                };
+            let panels = metrics
+                .iter()
+                .map(|&(title, y_label, metric)| panel(title, y_label, &metric))
                 .collect();
+            // 4. The lock-contention breakdown (FAST'18): ms waited per lock against threads.
+            let lock_names: Vec<String> = with_engine
+                .iter()
+                .filter_map(|s| s.median_run.engine.as_ref())
+                .flat_map(|e| e.lock_wait_ms.iter().map(|(n, _)| n.clone()))
+                .fold(Vec::new(), |mut seen, n| {
+                    if !seen.contains(&n) {
+                        seen.push(n);
+                    }
+                    seen
+                });
+            if !lock_names.is_empty() {
+                let lock_panels = lock_names
+                    .iter()
+                    .map(|name| panel(name, "ms waited", &|e: &EngineFigures| e.lock_wait(name)))
+                    .collect();
+                figures.push(Figure {
+                    name: names.claim(format!("locks-{}", slug(workload))),
+                    title: format!("{workload}: lock waits"),
+                    size: ENGINE_SIZE,
+                    legend: eng_targets.iter().map(|t| (colour(t), t.to_string())).collect(),
+                    panels: lock_panels,
+                });
+            }
             figures.push(Figure {
                 name: names.claim(format!("engine-{}", slug(workload))),
                 title: format!("{workload}: journal engine"),
@@ -881,6 +908,10 @@ mod tests {
                                 handles_per_transaction: 3.0 * n as f64 + ti as f64,
                                 conflicts_per_transaction: 0.1 * n as f64,
                                 flushes_per_transaction: 1.0 / (ti + 1) as f64,
+                                lock_wait_ms: vec![
+                                    ("j_state_lock(read)".into(), n as f64),
+                                    ("j_list_lock".into(), 2.0 * n as f64),
+                                ],
                                 ..Default::default()
                             });
                         }
@@ -893,18 +924,22 @@ mod tests {
         Report { command: "quill bench (test)".into(), runs, summaries, ..Default::default() }
     }
 
-    const EXPECTED: [&str; 8] = [
+    const EXPECTED: [&str; 11] = [
         "throughput-varmail-shared",
         "fsync-cdf-varmail-shared",
         "engine-varmail-shared",
+        "locks-varmail-shared",
         "throughput-tokubench",
         "engine-tokubench",
+        "locks-tokubench",
         "throughput-fsync-under-load",
         "fsync-cdf-fsync-under-load",
         "engine-fsync-under-load",
+        "locks-fsync-under-load",
     ];
     // recovery: one thread count, so a bar chart; it has CDFs and engine figures too.
-    const EXPECTED_RECOVERY: [&str; 3] = ["recovery", "fsync-cdf-recovery", "engine-recovery"];
+    const EXPECTED_RECOVERY: [&str; 4] =
+        ["recovery", "fsync-cdf-recovery", "engine-recovery", "locks-recovery"];
 
     fn file_names(files: &[PathBuf]) -> Vec<String> {
         let mut names: Vec<String> =
@@ -955,14 +990,18 @@ mod tests {
                 .find(|w| name.ends_with(w))
                 .unwrap();
             assert!(svg.contains(&format!(">\n{workload}")) || svg.contains(workload), "{name}");
-            let targets: &[&str] =
-                if name.starts_with("engine-") { &TARGETS[..2] } else { &TARGETS[..] };
+            let engine_only = name.starts_with("engine-") || name.starts_with("locks-");
+            let targets: &[&str] = if engine_only { &TARGETS[..2] } else { &TARGETS[..] };
             for t in targets {
                 assert!(svg.contains(&format!(">\n{t}\n<")), "{name} lacks {t}");
             }
             if name.starts_with("engine-") {
                 assert!(!svg.contains(">\nkernel-ext4\n<"), "{name}: kernel-ext4 has no engine");
                 assert!(svg.contains("conflicts per transaction"), "{name}");
+            }
+            if name.starts_with("locks-") {
+                assert!(!svg.contains(">\nkernel-ext4\n<"), "{name}: kernel-ext4 has no locks");
+                assert!(svg.contains("j_list_lock"), "{name}");
             }
         }
         let cdf = std::fs::read_to_string(tmp.0.join("fsync-cdf-varmail-shared.svg")).unwrap();

@@ -25,13 +25,14 @@ pub fn format_table(report: &Report) -> String {
             );
             let _ = writeln!(
                 out,
-                "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>5} {:>5}",
+                "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}",
                 "target", "thr", "median", "min..max", "ratio", "MB/s", "fs p50", "fs p99", "fs p99.9",
-                "%lim", "hdl/tx", "cfl/tx", "qd", "fsck"
+                "%lim", "hdl/tx", "cfl/tx", "flms/tx", "qd", "fsck"
             );
         }
         let _ = writeln!(out, "{}", row(s, limit));
     }
+    lock_wait_table(&mut out, report);
     let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
     if !failed.is_empty() {
         let _ = writeln!(out, "\nFAILED RUNS");
@@ -50,16 +51,52 @@ pub fn format_table(report: &Report) -> String {
     out
 }
 
+/// Milliseconds waited for each engine lock in the median run of every quill target (the
+/// FAST'18 paper's lock-contention breakdown).
+fn lock_wait_table(out: &mut String, report: &Report) {
+    let with_locks: Vec<&Summary> = report
+        .summaries
+        .iter()
+        .filter(|s| s.median_run.engine.as_ref().is_some_and(|e| !e.lock_wait_ms.is_empty()))
+        .collect();
+    let Some(first) = with_locks.first() else { return };
+    let names: Vec<&str> = first
+        .median_run
+        .engine
+        .as_ref()
+        .map_or(Vec::new(), |e| e.lock_wait_ms.iter().map(|(n, _)| n.as_str()).collect());
+    let _ = writeln!(out, "\nlock waits, ms over the median run (per lock, JBD2's names)");
+    let mut header = format!("{:<20} {:<28} {:>4}", "workload", "target", "thr");
+    for name in &names {
+        let _ = write!(header, " {:>10}", truncate(name, 10));
+    }
+    let _ = writeln!(out, "{header}");
+    for s in with_locks {
+        let e = s.median_run.engine.as_ref().expect("filtered");
+        let mut line = format!(
+            "{:<20} {:<28} {:>4}",
+            truncate(&s.workload, 20),
+            truncate(&s.target, 28),
+            s.threads
+        );
+        for name in &names {
+            let _ = write!(line, " {:>10.1}", e.lock_wait(name));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+}
+
 fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
     let r = &s.median_run;
     let ratio = s.vs_baseline.map_or("-".to_string(), |v| format!("{v:.2}x"));
-    let (hdl, cfl, qd) = match &r.engine {
+    let (hdl, cfl, flush, qd) = match &r.engine {
         Some(e) => (
             format!("{:.1}", e.handles_per_transaction),
             format!("{:.2}", e.conflicts_per_transaction),
+            format!("{:.3}", e.flush_ms_per_transaction()),
             format!("{:.1}", e.queue_depth_mean),
         ),
-        None => ("-".into(), "-".into(), "-".into()),
+        None => ("-".into(), "-".into(), "-".into(), "-".into()),
     };
     // fsyncs per second as a share of what one thread's write+fdatasync gets from the disk.
     let share = match fsync_limit {
@@ -75,7 +112,7 @@ fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
     };
     let latency = |v: u64| if r.fsyncs == 0 { "-".to_string() } else { v.to_string() };
     format!(
-        "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8.1} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>5} {:>5}",
+        "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8.1} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}",
         truncate(&s.target, 28),
         s.threads,
         number(s.median),
@@ -88,6 +125,7 @@ fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
         share,
         hdl,
         cfl,
+        flush,
         qd,
         fsck
     )
@@ -129,13 +167,13 @@ const RUN_COLUMNS: &str = "workload,target,threads,round,seconds,ops,ops_per_sec
 bytes_written,mb_per_sec,files_created,files_per_sec,fsyncs,fsync_us_p50,fsync_us_p99,\
 fsync_us_p999,transactions,handles_per_transaction,conflicts_per_transaction,\
 flushes_per_transaction,ms_locked,ms_writing,ms_flushing,queue_depth_mean,queue_depth_max,\
-fsck_clean,error,note";
+ms_device_flush,lock_wait_ms_total,fsck_clean,error,note";
 
 fn run_csv_row(r: &RunResult) -> String {
     let e = r.engine.clone().unwrap_or_default();
     let engine = if r.engine.is_some() {
         format!(
-            "{},{:.3},{:.3},{:.3},{:.1},{:.1},{:.1},{:.3},{}",
+            "{},{:.3},{:.3},{:.3},{:.1},{:.1},{:.1},{:.3},{},{:.1},{:.1}",
             e.transactions,
             e.handles_per_transaction,
             e.conflicts_per_transaction,
@@ -144,10 +182,12 @@ fn run_csv_row(r: &RunResult) -> String {
             e.ms_writing,
             e.ms_flushing,
             e.queue_depth_mean,
-            e.queue_depth_max
+            e.queue_depth_max,
+            e.ms_device_flush,
+            e.lock_wait_ms.iter().map(|(_, ms)| ms).sum::<f64>()
         )
     } else {
-        ",,,,,,,,".to_string()
+        ",,,,,,,,,,".to_string()
     };
     format!(
         "{},{},{},{},{:.3},{},{:.1},{},{},{:.3},{},{:.1},{},{},{},{},{},{},{},{}",

@@ -24,6 +24,30 @@ pub struct EngineFigures {
     /// Device operations outstanding, averaged over submissions, and the most ever seen.
     pub queue_depth_mean: f64,
     pub queue_depth_max: u64,
+    /// Milliseconds in the device flushes that precede commit blocks, summed over
+    /// transactions (the part of `ms_flushing` that is the device's own flush).
+    #[serde(default)]
+    pub ms_device_flush: f64,
+    /// Milliseconds threads waited for each of the engine's locks, by JBD2's name
+    /// (`j_state_lock(read)`, `j_list_lock`, ...), over the run.
+    #[serde(default)]
+    pub lock_wait_ms: Vec<(String, f64)>,
+}
+
+impl EngineFigures {
+    /// Flush-stage time per transaction (flush + commit block), in milliseconds.
+    pub fn flush_ms_per_transaction(&self) -> f64 {
+        if self.transactions == 0 {
+            0.0
+        } else {
+            self.ms_flushing / self.transactions as f64
+        }
+    }
+
+    /// Milliseconds waited for the lock named `name` (0 when not recorded).
+    pub fn lock_wait(&self, name: &str) -> f64 {
+        self.lock_wait_ms.iter().find(|(n, _)| n == name).map_or(0.0, |(_, ms)| *ms)
+    }
 }
 
 /// One run of one workload on one target at one thread count.

@@ -497,6 +497,14 @@ impl Prepared {
             ms_flushing: a.ms_flushing - b.ms_flushing,
             queue_depth_mean,
             queue_depth_max,
+            ms_device_flush: a.ms_device_flush - b.ms_device_flush,
+            lock_wait_ms: a
+                .locks
+                .named()
+                .iter()
+                .zip(b.locks.named())
+                .map(|((name, now), (_, then))| (name.to_string(), now.ms - then.ms))
+                .collect(),
         })
     }
 

@@ -97,6 +97,9 @@ impl JournalConfig {
 
     /// Checks the settings are usable; every `*_max` must be at least 1.
     pub fn validate(&self) -> Result<(), String> {
+        if self.lists == Lists::LockFree {
+            return Err("lists=lockfree is not built in this version".to_string());
+        }
         for (name, value) in [
             ("committing_max", self.committing_max),
             ("flush_batch_max", self.flush_batch_max),
