@@ -46,8 +46,9 @@ use blockdev::memory::MemDevice;
 use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordingDevice};
 use blockdev::{BlockDevice, DeviceError, Write};
 use common::{
-    create_fsynced, dumpe2fs_field, dumpe2fs_header, e2fsck, e2fsck_fix, env_count, have, head,
-    mkfs, read_all, run_watched, seed, superblock_state, unexpected_fsck_lines, Rng, Scratch,
+    bytes_from, create_fsynced, dumpe2fs_field, dumpe2fs_header, e2fsck, e2fsck_fix, env_count,
+    have, head, mkfs, read_all, run_watched, seed, superblock_state, unexpected_fsck_lines, Rng,
+    Scratch,
 };
 use fs::error::errno;
 use fs::{ErrorPolicy, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
@@ -435,24 +436,6 @@ fn fault_workload(
         }
     }
     log
-}
-
-/// Whether `got` is what a file whose candidate versions are `candidates` (oldest first, sizes
-/// non-decreasing) may hold after a crash: a size from the oldest candidate's to the newest's,
-/// and every byte one that some candidate long enough has there (later writes may have landed
-/// in part, torn at any sector, but no byte is stale, zero or invented).
-fn bytes_from(got: &[u8], candidates: &[Vec<u8>]) -> Result<(), String> {
-    let min = candidates.first().map_or(0, |c| c.len());
-    let max = candidates.iter().map(|c| c.len()).max().unwrap_or(0);
-    if got.len() < min || got.len() > max {
-        return Err(format!("size {} outside {min}..={max}", got.len()));
-    }
-    for (i, b) in got.iter().enumerate() {
-        if !candidates.iter().any(|c| c.get(i) == Some(b)) {
-            return Err(format!("byte {i} of {} is {b:#x}, which no version has there", got.len()));
-        }
-    }
-    Ok(())
 }
 
 /// Checks one recovered file system against the threads' logs; `marks` are the
