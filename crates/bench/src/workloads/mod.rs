@@ -2,6 +2,16 @@
 //! target. Each module documents what it does and which reference tool it follows; this one
 //! holds the multi-threaded driver they share and the per-thread counters.
 //!
+//! - [`varmail`]: filebench varmail (shared and per-thread directories), metadata and fsync.
+//! - [`dbench`]: the dbench program on mounted targets.
+//! - [`oltp`]: redo-log appends with fdatasync and table growth.
+//! - [`tokubench`]: small-file creates over a wide tree, no fsync.
+//! - [`randwrite`]: sysbench's random overwrites with an fsync each.
+//! - [`fileserver`]: filebench fileserver, FAST'18's data-intensive workload: whole-file
+//!   writes, appends, whole-file reads, deletes and stats, no fsync; file count and mean size
+//!   are [`fileserver::Shape`] (1,000 files of mean 128 KiB by default).
+//! - [`fsync_load`]: fsync latency against a background writer.
+//!
 //! Timing covers only the measured phase: each workload prepares its files first (timed
 //! separately, excluded), syncs, and then runs its threads until the budget is spent.
 
@@ -17,6 +27,7 @@ use rand::SeedableRng;
 use crate::fsapi::{FsApi, OpenFile};
 
 pub mod dbench;
+pub mod fileserver;
 pub mod fsync_load;
 pub mod oltp;
 pub mod randwrite;
@@ -32,19 +43,21 @@ pub enum Workload {
     OltpInsert,
     Tokubench,
     RandwriteFsync,
+    Fileserver,
     FsyncUnderLoad,
     /// Fill the journal, crash, time the replay (see `recovery.rs`; not an [`FsApi`] workload).
     Recovery,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 8] = [
+    pub const ALL: [Workload; 9] = [
         Workload::VarmailShared,
         Workload::VarmailSplit,
         Workload::Dbench,
         Workload::OltpInsert,
         Workload::Tokubench,
         Workload::RandwriteFsync,
+        Workload::Fileserver,
         Workload::FsyncUnderLoad,
         Workload::Recovery,
     ];
@@ -57,6 +70,7 @@ impl Workload {
             Workload::OltpInsert => "oltp-insert",
             Workload::Tokubench => "tokubench",
             Workload::RandwriteFsync => "randwrite-fsync",
+            Workload::Fileserver => "fileserver",
             Workload::FsyncUnderLoad => "fsync-under-load",
             Workload::Recovery => "recovery",
         }
@@ -105,6 +119,8 @@ pub struct WorkloadParams {
     pub seed: u64,
     /// fsync-under-load: the background writers' total rate in MB/s (10^6 bytes).
     pub background_mb_per_sec: f64,
+    /// fileserver: the file count and mean size (`None`: the size's default).
+    pub fileserver: fileserver::Shape,
     /// Called once the workload's files are prepared, just before its threads start: the
     /// target's engine figures count from here.
     pub on_start: StartHook,
@@ -129,6 +145,7 @@ impl WorkloadParams {
             size,
             seed: 0x5157_494c_4c42_454e, // "QUILLBEN"
             background_mb_per_sec: 50.0,
+            fileserver: fileserver::Shape::default(),
             on_start: StartHook::default(),
         }
     }
@@ -278,6 +295,7 @@ pub fn run(
         Workload::OltpInsert => oltp::run(api, params),
         Workload::Tokubench => tokubench::run(api, params),
         Workload::RandwriteFsync => randwrite::run(api, params),
+        Workload::Fileserver => fileserver::run(api, params),
         Workload::FsyncUnderLoad => fsync_load::run(api, params),
         Workload::Recovery => Err(io::Error::new(
             io::ErrorKind::Unsupported,
