@@ -283,46 +283,42 @@ fn unmount_and_check(fs: Filesystem, dev: &MemDevice, scratch: &Scratch) {
     assert_fsck_clean(&image);
 }
 
-#[test]
-fn sixty_four_threads_with_a_small_journal_keep_every_fsync_and_unmount_clean_under_every_preset() {
-    let name = "stress_unmount";
+/// Runs `body(preset, fresh image, seed, scratch)` for every preset in PRESETS, printing how
+/// long each took; skips (with a line saying so) without mkfs.ext4 or e2fsck.
+fn for_every_preset(name: &str, body: impl Fn(&str, &[u8], u64, &Scratch)) {
     if !have("mkfs.ext4", name) || !have("e2fsck", name) {
         return;
     }
     let seed = seed(name);
-    let scratch = Scratch::new("stress-unmount");
+    let scratch = Scratch::new(name);
     let image = formatted(&scratch);
     for preset in PRESETS {
         let started = Instant::now();
-        let dev = Arc::new(MemDevice::from_bytes(image.clone()));
-        let options =
-            MountOptions { journal: JournalConfig::preset(preset).unwrap(), ..Default::default() };
-        let (fs, logs, figures) = run_stress(dev.clone(), &options, seed, Arc::new(|_| {}));
-        unmount_and_check(fs, &dev, &scratch);
-        let fs = Filesystem::open(dev.clone(), options.clone()).unwrap();
-        let checked =
-            check_tree(&fs, &logs, None).unwrap_or_else(|e| panic!("{preset}, seed {seed}: {e}"));
-        unmount_and_check(fs, &dev, &scratch);
-        println!(
-            "{preset}: {figures}; {checked} acknowledged files checked after the remount, in \
-             {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
+        body(preset, &image, seed, &scratch);
+        println!("{preset}: {name} took {:.1} s", started.elapsed().as_secs_f64());
     }
 }
 
 #[test]
+fn sixty_four_threads_with_a_small_journal_keep_every_fsync_and_unmount_clean_under_every_preset() {
+    for_every_preset("stress_unmount", |preset, image, seed, scratch| {
+        let dev = Arc::new(MemDevice::from_bytes(image.to_vec()));
+        let options =
+            MountOptions { journal: JournalConfig::preset(preset).unwrap(), ..Default::default() };
+        let (fs, logs, figures) = run_stress(dev.clone(), &options, seed, Arc::new(|_| {}));
+        unmount_and_check(fs, &dev, scratch);
+        let fs = Filesystem::open(dev.clone(), options.clone()).unwrap();
+        let checked =
+            check_tree(&fs, &logs, None).unwrap_or_else(|e| panic!("{preset}, seed {seed}: {e}"));
+        unmount_and_check(fs, &dev, scratch);
+        println!("{preset}: {figures}; {checked} acknowledged files checked after the remount");
+    });
+}
+
+#[test]
 fn sixty_four_threads_with_a_small_journal_keep_every_fsync_across_a_crash_under_every_preset() {
-    let name = "stress_crash";
-    if !have("mkfs.ext4", name) || !have("e2fsck", name) {
-        return;
-    }
-    let seed = seed(name);
-    let scratch = Scratch::new("stress-crash");
-    let image = formatted(&scratch);
-    for preset in PRESETS {
-        let started = Instant::now();
-        let recording = Arc::new(RecordingDevice::new(image.clone()));
+    for_every_preset("stress_crash", |preset, image, seed, scratch| {
+        let recording = Arc::new(RecordingDevice::new(image.to_vec()));
         let options = MountOptions {
             journal: JournalConfig::preset(preset).unwrap(),
             data: DataMode::Journal,
@@ -355,13 +351,9 @@ fn sixty_four_threads_with_a_small_journal_keep_every_fsync_across_a_crash_under
                 .unwrap_or_else(|e| panic!("{preset}, {what}: recovery failed: {e}"));
             let n = check_tree(&fs, &logs, Some(&marks))
                 .unwrap_or_else(|e| panic!("{preset}, {what}, seed {seed}: {e}"));
-            unmount_and_check(fs, &dev, &scratch);
+            unmount_and_check(fs, &dev, scratch);
             checked.push(format!("{what}: {n} acknowledged files checked"));
         }
-        println!(
-            "{preset} (data=journal): {figures}; recovered {}, in {:.1} s",
-            checked.join(", "),
-            started.elapsed().as_secs_f64()
-        );
-    }
+        println!("{preset} (data=journal): {figures}; recovered {}", checked.join(", "));
+    });
 }

@@ -304,6 +304,29 @@ pub fn run(
     }
 }
 
+/// Takes an entry of a filebench-style file set that `wanted` accepts, as filebench marks a
+/// file entry busy: starts at a random entry, skips busy ones (locked by another thread), and
+/// waits while every candidate is busy. Returns its index, locked.
+pub fn take_entry<'a, E>(
+    entries: &'a [parking_lot::Mutex<E>],
+    rng: &mut SmallRng,
+    wanted: impl Fn(&E) -> bool,
+) -> (usize, parking_lot::MutexGuard<'a, E>) {
+    assert!(!entries.is_empty(), "a file set has entries");
+    loop {
+        let start = rand::Rng::gen_range(rng, 0..entries.len());
+        for k in 0..entries.len() {
+            let i = (start + k) % entries.len();
+            if let Some(entry) = entries[i].try_lock() {
+                if wanted(&entry) {
+                    return (i, entry);
+                }
+            }
+        }
+        std::thread::yield_now();
+    }
+}
+
 /// A buffer of `len` bytes of a recognizable, non-zero pattern.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     (0..len).map(|i| (seed as usize).wrapping_add(i.wrapping_mul(31)) as u8 | 1).collect()

@@ -21,7 +21,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-use super::{pattern, run_threads, Counters, Measured, Size, Step, WorkloadParams};
+use super::{pattern, run_threads, take_entry, Counters, Measured, Size, Step, WorkloadParams};
 use crate::fsapi::{read_whole, FsApi};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,21 +52,9 @@ impl FileSet {
         format!("{}/f{i}", self.dir)
     }
 
-    /// Takes a file that exists (or does not), starting at a random entry and skipping busy
-    /// ones; waits while every candidate is busy.
+    /// Takes a file that exists (or does not); see [`take_entry`].
     fn take(&self, rng: &mut SmallRng, exists: bool) -> (usize, MutexGuard<'_, Entry>) {
-        loop {
-            let start = rng.gen_range(0..self.entries.len());
-            for k in 0..self.entries.len() {
-                let i = (start + k) % self.entries.len();
-                if let Some(entry) = self.entries[i].try_lock() {
-                    if entry.exists == exists {
-                        return (i, entry);
-                    }
-                }
-            }
-            std::thread::yield_now();
-        }
+        take_entry(&self.entries, rng, |e| e.exists == exists)
     }
 }
 
