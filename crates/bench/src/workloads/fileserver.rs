@@ -33,7 +33,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-use super::{pattern, run_threads, take_entry, Counters, Measured, Size, Step, WorkloadParams};
+use super::{pattern, run_flowop_threads, take_entry, Counters, Measured, Size, WorkloadParams};
 use crate::fsapi::{read_whole, FsApi, OpenFile};
 
 /// Files per directory (FAST'18's width 10,000 for 1,000,000 files, scaled with the count).
@@ -145,13 +145,8 @@ fn prepare(api: &dyn FsApi, params: &WorkloadParams) -> io::Result<FileSet> {
 pub fn run(api: &dyn FsApi, params: &WorkloadParams) -> io::Result<Measured> {
     let set = prepare(api, params)?;
     let data = pattern(IO_CHUNK, params.seed + 1);
-    // Each thread's generator and read buffer (locked only by their own thread).
-    let locals: Vec<Mutex<(SmallRng, Vec<u8>)>> =
-        (0..params.threads).map(|t| Mutex::new((params.rng(t), vec![0u8; IO_CHUNK]))).collect();
-    run_threads(params, params.threads, |thread, _, c| {
-        let (rng, chunk) = &mut *locals[thread].lock();
-        iteration(api, &set, rng, &data, chunk, c)?;
-        Ok(Step::More)
+    run_flowop_threads(params, IO_CHUNK, |_, rng, chunk, c| {
+        iteration(api, &set, (rng, &data, chunk), c)
     })
 }
 
@@ -159,9 +154,7 @@ pub fn run(api: &dyn FsApi, params: &WorkloadParams) -> io::Result<Measured> {
 fn iteration(
     api: &dyn FsApi,
     set: &FileSet,
-    rng: &mut SmallRng,
-    data: &[u8],
-    chunk: &mut [u8],
+    (rng, data, chunk): (&mut SmallRng, &[u8], &mut [u8]),
     c: &mut Counters,
 ) -> io::Result<()> {
     // createfile, writewholefile, closefile

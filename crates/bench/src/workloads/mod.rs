@@ -304,6 +304,28 @@ pub fn run(
     }
 }
 
+/// [`run_threads`] for filebench personalities: `body(thread, rng, chunk, counters)` runs one
+/// loop of flowops with the thread's own generator and a read buffer of `chunk_bytes`, until
+/// the budget is spent.
+pub fn run_flowop_threads<F>(
+    params: &WorkloadParams,
+    chunk_bytes: usize,
+    body: F,
+) -> io::Result<Measured>
+where
+    F: Fn(usize, &mut SmallRng, &mut [u8], &mut Counters) -> io::Result<()> + Sync,
+{
+    // Each thread's generator and read buffer (locked only by their own thread).
+    let locals: Vec<parking_lot::Mutex<(SmallRng, Vec<u8>)>> = (0..params.threads)
+        .map(|t| parking_lot::Mutex::new((params.rng(t), vec![0u8; chunk_bytes])))
+        .collect();
+    run_threads(params, params.threads, |thread, _, c| {
+        let (rng, chunk) = &mut *locals[thread].lock();
+        body(thread, rng, chunk, c)?;
+        Ok(Step::More)
+    })
+}
+
 /// Takes an entry of a filebench-style file set that `wanted` accepts, as filebench marks a
 /// file entry busy: starts at a random entry, skips busy ones (locked by another thread), and
 /// waits while every candidate is busy. Returns its index, locked.

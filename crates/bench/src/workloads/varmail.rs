@@ -21,7 +21,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-use super::{pattern, run_threads, take_entry, Counters, Measured, Size, Step, WorkloadParams};
+use super::{pattern, run_flowop_threads, take_entry, Counters, Measured, Size, WorkloadParams};
 use crate::fsapi::{read_whole, FsApi};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,17 +106,12 @@ fn prepare(api: &dyn FsApi, params: &WorkloadParams, layout: Layout) -> io::Resu
 pub fn run(api: &dyn FsApi, params: &WorkloadParams, layout: Layout) -> io::Result<Measured> {
     let sets = prepare(api, params, layout)?;
     let data = pattern(APPEND_MAX, params.seed);
-    // Each thread's generator and read buffer (locked only by their own thread).
-    let locals: Vec<Mutex<(SmallRng, Vec<u8>)>> =
-        (0..params.threads).map(|t| Mutex::new((params.rng(t), vec![0u8; READ_CHUNK]))).collect();
-    run_threads(params, params.threads, |thread, _, c| {
+    run_flowop_threads(params, READ_CHUNK, |thread, rng, chunk, c| {
         let set = match layout {
             Layout::Shared => &sets[0],
             Layout::PerThread => &sets[thread],
         };
-        let (rng, chunk) = &mut *locals[thread].lock();
-        iteration(api, set, rng, &data, chunk, c)?;
-        Ok(Step::More)
+        iteration(api, set, (rng, &data, chunk), c)
     })
 }
 
@@ -124,9 +119,7 @@ pub fn run(api: &dyn FsApi, params: &WorkloadParams, layout: Layout) -> io::Resu
 fn iteration(
     api: &dyn FsApi,
     set: &FileSet,
-    rng: &mut SmallRng,
-    data: &[u8],
-    chunk: &mut [u8],
+    (rng, data, chunk): (&mut SmallRng, &[u8], &mut [u8]),
     c: &mut Counters,
 ) -> io::Result<()> {
     // deletefile
