@@ -21,6 +21,8 @@ pub trait FsApi: Send + Sync {
     /// Opens the existing file `path` read-write.
     fn open(&self, path: &str) -> io::Result<Box<dyn OpenFile>>;
     fn unlink(&self, path: &str) -> io::Result<()>;
+    /// stat(2) of `path`: its size in bytes.
+    fn stat(&self, path: &str) -> io::Result<u64>;
     /// Makes everything written so far durable (sync(2) scoped to this file system).
     fn sync(&self) -> io::Result<()>;
 }
@@ -107,6 +109,11 @@ impl FsApi for LibApi {
     fn unlink(&self, path: &str) -> io::Result<()> {
         let (parent, name) = self.parent_of(path)?;
         self.fs.unlink(parent, name).map_err(io_error)
+    }
+
+    fn stat(&self, path: &str) -> io::Result<u64> {
+        let ino = self.resolve(path)?;
+        Ok(self.fs.getattr(ino).map_err(io_error)?.size)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -206,6 +213,10 @@ impl FsApi for PosixApi {
         std::fs::remove_file(self.path(path))
     }
 
+    fn stat(&self, path: &str) -> io::Result<u64> {
+        Ok(std::fs::metadata(self.path(path))?.len())
+    }
+
     fn sync(&self) -> io::Result<()> {
         let dir = std::fs::File::open(&self.root)?;
         // SAFETY: syncfs on a descriptor we own.
@@ -260,7 +271,9 @@ mod tests {
         assert_eq!(read_whole(&mut *f, &mut chunk).unwrap(), 11);
         f.fdatasync().unwrap();
         drop(f);
+        assert_eq!(api.stat("d/f").unwrap(), 11);
         api.unlink("d/f").unwrap();
+        assert_eq!(api.stat("d/f").err().unwrap().kind(), io::ErrorKind::NotFound);
         assert_eq!(api.open("d/f").err().unwrap().kind(), io::ErrorKind::NotFound);
         api.sync().unwrap();
     }

@@ -27,6 +27,8 @@ pub struct Plan {
     /// The target ratios are taken against (by label).
     pub baseline: Option<String>,
     pub background_mb_per_sec: f64,
+    /// fileserver's file count and mean size.
+    pub fileserver: workloads::fileserver::Shape,
     pub seed: u64,
 }
 
@@ -203,6 +205,7 @@ fn run_workload(
     params.iterations = plan.iterations;
     params.seed = plan.seed;
     params.background_mb_per_sec = plan.background_mb_per_sec;
+    params.fileserver = plan.fileserver;
     params.on_start = prepared.measure_hook();
     let measured = workloads::run(job.workload, prepared.api(), prepared.mounted_dir(), &params);
     drop(params);

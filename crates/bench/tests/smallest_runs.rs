@@ -22,6 +22,7 @@ fn plan(targets: &[&str], workloads: &[Workload], threads: &[usize], scratch: &S
         env: Env { scratch: scratch.path.clone(), image_bytes: 256 << 20 },
         baseline: Some(targets[0].to_string()),
         background_mb_per_sec: 20.0,
+        fileserver: Default::default(),
         seed: 1,
     }
 }
@@ -60,6 +61,11 @@ fn check_sane(runs: &[RunResult], expect_fsck: bool) {
             "oltp-insert" => assert!(r.fsyncs >= r.ops),
             "tokubench" => assert_eq!(r.files_created, r.ops),
             "randwrite-fsync" => assert_eq!(r.fsyncs, r.ops),
+            "fileserver" => {
+                assert_eq!(r.ops % 11, 0, "11 flowops per iteration");
+                assert_eq!((r.fsyncs, r.files_created * 11), (0, r.ops), "no fsync, one create");
+                assert!(r.bytes_read > 0 && r.bytes_written > r.bytes_read / 2, "{r:?}");
+            }
             "fsync-under-load" => assert_eq!(r.fsyncs, r.ops),
             "dbench" => assert!(r.mb_per_sec > 0.0 && r.note.contains("dbench")),
             _ => {}
@@ -90,6 +96,17 @@ fn every_workload_runs_on_lib_at_its_smallest_size() {
     let runs = run(&plan(&["lib", "lib:preset=cjfs,data=journal"], &workloads, &[2], &scratch));
     // recovery needs cp to copy the image; everything else is in-process.
     assert_eq!(runs.len(), 2 * workloads.len());
+    check_sane(&runs, e2fsck_present());
+}
+
+#[test]
+fn fileserver_runs_on_lib_under_every_preset_with_data_journal_and_leaves_a_clean_image() {
+    let scratch = Scratch::new(&std::env::temp_dir()).unwrap();
+    let mut targets = vec!["lib".to_string()];
+    targets.extend(journal::config::PRESETS.iter().map(|p| format!("lib:preset={p},data=journal")));
+    let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+    let runs = run(&plan(&targets, &[Workload::Fileserver], &[1, 4], &scratch));
+    assert_eq!(runs.len(), 2 * targets.len());
     check_sane(&runs, e2fsck_present());
 }
 

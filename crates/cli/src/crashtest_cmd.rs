@@ -25,8 +25,8 @@ pub struct CrashtestArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Journal presets the workloads rotate through, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "classic,dual,cjfs")]
+    /// Journal presets the workloads rotate through, comma-separated (default: every preset).
+    #[arg(long, value_delimiter = ',')]
     presets: Vec<String>,
     /// Data modes the workloads rotate through, comma-separated (ordered, journal).
     #[arg(long, value_delimiter = ',', default_value = "ordered,journal")]
@@ -125,6 +125,11 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
             bail!("--presets: unknown preset {p} (expected one of {})", PRESETS.join(", "));
         }
     }
+    let presets: Vec<String> = if args.presets.is_empty() {
+        PRESETS.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.presets.clone()
+    };
     for d in &args.data {
         if d != "ordered" && d != "journal" {
             bail!("--data: {d} is not ordered or journal");
@@ -132,7 +137,7 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
     }
     opts.configs = default_configs()
         .into_iter()
-        .filter(|c| args.presets.contains(&c.preset) && args.data.contains(&c.data))
+        .filter(|c| presets.contains(&c.preset) && args.data.contains(&c.data))
         .collect();
     opts.out = args.out.clone();
     for config in &mut opts.configs {

@@ -22,6 +22,8 @@ Workloads:
   oltp-insert       4 KiB redo-log appends + fdatasync, 16 KiB table growth + fsync/8 (txn/s)
   tokubench         200-byte files created in a fan-out-128 tree, no fsync (files/s)
   randwrite-fsync   4 KiB random overwrites, fsync after each (ops/s); try data=journal targets
+  fileserver        filebench fileserver: create+write whole, append, read whole, delete, stat;
+                    1,000 gamma-sized files (mean 128 KiB), no fsync (ops/s); try data=journal
   fsync-under-load  80 KiB write+fsync against a background writer (fsync p99)
   recovery          fill the journal, crash, time the replay (seconds)
 
@@ -76,6 +78,12 @@ pub struct FsBenchArgs {
     /// fsync-under-load: background writers' total rate, MB/s.
     #[arg(long, default_value_t = 50.0)]
     background_mbps: f64,
+    /// fileserver: files in the set (default 1,000; 40 at --size smallest).
+    #[arg(long)]
+    fileserver_files: Option<usize>,
+    /// fileserver: mean file size in KiB (default 128; 16 at --size smallest).
+    #[arg(long)]
+    fileserver_mean_kib: Option<u64>,
     /// Seconds for the device probe (0 skips it).
     #[arg(long, default_value_t = 4.0)]
     probe_seconds: f64,
@@ -177,6 +185,10 @@ pub fn run(args: FsBenchArgs) -> Result<()> {
         env: Env { scratch: scratch.path.clone(), image_bytes: args.image_mib << 20 },
         baseline,
         background_mb_per_sec: args.background_mbps,
+        fileserver: bench::workloads::fileserver::Shape {
+            files: args.fileserver_files,
+            file_bytes_mean: args.fileserver_mean_kib.map(|kib| kib << 10),
+        },
         seed: args.seed,
     };
     let mut bar: Option<Progress> = None;

@@ -1,5 +1,5 @@
 //! `quill crashtest` end to end: a CI-sized exploration (at least 1,000 crash images, every
-//! check passed on every image), the negative control (a device that acknowledges flushes
+//! check passed on every image, every journal preset among them), the negative control (a device that acknowledges flushes
 //! without honouring them must fail the checks and leave reproducers), `--replay` of those
 //! reproducers and of a hand-written one, crash images the kernel makes with fast commits
 //! (`--kernel-fast-commit`) and their negative control, and bad arguments.
@@ -63,6 +63,15 @@ fn a_thousand_crash_images_pass_every_check() {
     for kind in ["FlushBoundary", "Subset", "Torn"] {
         assert!(after(&summary, kind) > 0, "{kind} states: {summary}");
     }
+    // Every preset takes its turn (a preset added to PRESETS joins without a change here).
+    let by_preset = &summary[summary.find("by preset: ").expect("images by preset")..];
+    let mut per_preset = 0;
+    for preset in journal::config::PRESETS {
+        let n = after(by_preset, preset);
+        assert!(n > 0, "{preset}: no crash images: {summary}");
+        per_preset += n;
+    }
+    assert_eq!(per_preset, images, "every image has its preset: {summary}");
     assert!(before(&summary, " threaded)") > 0, "threaded workloads ran: {summary}");
     assert!(!scratch.path("out").exists(), "no reproducers without failures");
 }

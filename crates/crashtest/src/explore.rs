@@ -69,8 +69,9 @@ impl Options {
     }
 }
 
-/// classic, dual and cjfs journals; ordered and journalled data; a page cache that holds the
-/// whole workload or one that writes back every few blocks.
+/// Every journal preset of `journal::config::PRESETS` (a preset added there joins the rotation
+/// on its own); ordered and journalled data; a page cache that holds the whole workload or one
+/// that writes back every few blocks.
 pub fn default_configs() -> Vec<Config> {
     let mut out = Vec::new();
     for dirty_kib in [64 * 1024, 16] {
@@ -94,11 +95,27 @@ pub fn workload_seed(seed: u64, k: usize) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
 }
 
+/// Whether workload `k` is a threaded one, and which configuration it takes. Single-threaded
+/// and threaded workloads each rotate through every configuration in turn: one rotation over
+/// `k` would give the threaded ones (every `threaded_every`-th) only the configurations
+/// `k mod len` reaches, and none of those to the others, when `len` is a multiple of it.
+pub fn rotation(opts: &Options, k: usize) -> (bool, usize) {
+    let every = opts.threaded_every;
+    let threaded = every > 0 && k % every == every - 1;
+    let turn = match (threaded, every) {
+        (true, _) => k / every,
+        (false, 0) => k,
+        (false, _) => k - k / every,
+    };
+    (threaded, turn % opts.configs.len())
+}
+
 /// Workload `k` of a run seeded `opts.seed`.
 pub fn workload(opts: &Options, k: usize) -> Workload {
     let seed = workload_seed(opts.seed, k);
-    let config = opts.configs[k % opts.configs.len()].clone();
-    if opts.threaded_every > 0 && k % opts.threaded_every == opts.threaded_every - 1 {
+    let (threaded_workload, config) = rotation(opts, k);
+    let config = opts.configs[config].clone();
+    if threaded_workload {
         threaded(seed, opts.threads, opts.threaded_length, config)
     } else {
         ace(seed, config)
@@ -145,6 +162,8 @@ pub struct Totals {
     pub threaded_workloads: u64,
     pub operations: u64,
     pub images: u64,
+    /// Crash images checked, by journal preset.
+    pub images_by_preset: BTreeMap<String, u64>,
     pub kinds: BTreeMap<String, u64>,
     /// Checks passed, by name.
     pub passed: BTreeMap<&'static str, u64>,
@@ -165,6 +184,9 @@ impl Totals {
         self.threaded_workloads += other.threaded_workloads;
         self.operations += other.operations;
         self.images += other.images;
+        for (k, v) in other.images_by_preset {
+            *self.images_by_preset.entry(k).or_default() += v;
+        }
         for (k, v) in other.kinds {
             *self.kinds.entry(k).or_default() += v;
         }
@@ -192,14 +214,18 @@ impl Totals {
         } else {
             format!("; noted ({})", noted.join(", "))
         };
+        let presets: Vec<String> =
+            self.images_by_preset.iter().map(|(k, v)| format!("{k} {v}")).collect();
         format!(
-            "{} workloads ({} threaded), {} operations; {} crash images ({}); {} checks passed \
-             ({}){noted}; {} failed; {:.1} s ({} states with a torn primary superblock left out)",
+            "{} workloads ({} threaded), {} operations; {} crash images ({}; by preset: {}); {} \
+             checks passed ({}){noted}; {} failed; {:.1} s ({} states with a torn primary \
+             superblock left out)",
             self.workloads,
             self.threaded_workloads,
             self.operations,
             self.images,
             kinds.join(", "),
+            presets.join(", "),
             self.checks(),
             passed.join(", "),
             self.failures.len(),
@@ -444,6 +470,7 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
     totals.torn_superblock_skipped = skipped;
     for state in states {
         totals.images += 1;
+        *totals.images_by_preset.entry(w.config.preset.clone()).or_default() += 1;
         *totals.kinds.entry(format!("{:?}", state.kind)).or_default() += 1;
         if let Err((check, message)) = check_state(w, &rec, &state, scratch, &mut totals.passed) {
             let message = format!("{}\n{message}", state.describe());

@@ -2,7 +2,9 @@
 //! crash-state lines (the checks themselves are exercised end to end by the CLI's tests,
 //! including a negative control that must fail them).
 
-use crashtest::explore::{parse_state_line, state_line, workload, Options};
+use crashtest::explore::{
+    default_configs, parse_state_line, rotation, state_line, workload, Options,
+};
 use crashtest::model::{Kind, Model};
 use crashtest::run::{model_states, record};
 use crashtest::workload::{ace, threaded, Config, Op, Workload};
@@ -139,5 +141,35 @@ fn crash_lines_round_trip_and_stale_ones_are_refused() {
         "crash at=2 kind=Sideways applied=".to_string(),
     ] {
         assert!(parse_state_line(&bad, &rec).is_err(), "{bad} must be refused");
+    }
+}
+
+#[test]
+fn single_and_threaded_workloads_each_rotate_through_every_preset_and_configuration() {
+    let mut opts = Options::standard(1);
+    let configs = default_configs();
+    for preset in journal::config::PRESETS {
+        for data in ["ordered", "journal"] {
+            let n = configs.iter().filter(|c| c.preset == *preset && c.data == data).count();
+            assert_eq!(n, 2, "{preset}, data={data}: one config per page-cache size");
+        }
+    }
+    // Today's list, and lists whose length is a multiple of threaded_every (as 6 presets
+    // make 24 configurations with threaded_every 8), where a single rotation over k would
+    // split the configurations between the two kinds of workload.
+    for len in [configs.len(), 16, 24, 7] {
+        opts.configs = (0..len).map(|i| configs[i % configs.len()].clone()).collect();
+        let mut seen = [vec![0usize; len], vec![0usize; len]];
+        let rounds = len * opts.threaded_every;
+        for k in 0..2 * rounds {
+            let (threaded, config) = rotation(&opts, k);
+            assert_eq!(threaded, workload(&opts, k).threads.len() > 1, "k {k}");
+            assert_eq!(workload(&opts, k).config, opts.configs[config], "k {k}");
+            seen[threaded as usize][config] += 1;
+        }
+        for (kind, counts) in ["single-threaded", "threaded"].iter().zip(&seen) {
+            let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            assert!(*min > 0 && max - min <= 1, "{len} configs, {kind}: {counts:?}");
+        }
     }
 }

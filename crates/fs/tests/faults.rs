@@ -12,13 +12,15 @@
 //!    recovered by quill, checked against every fsync that returned Ok (the file present, under
 //!    its name at that fsync or a later one, with the bytes acknowledged or bytes of later
 //!    writes to it), unmounted and found clean by `e2fsck -fn`; stock `e2fsck -fy` on the raw
-//!    crash image may only replay the journal, process orphans and fix free counts.
+//!    crash image may only replay the journal, process orphans and fix free counts. Every
+//!    case runs under every journal preset of `journal::config::PRESETS` (a preset added later
+//!    joins on its own), with fault positions placed from that preset's own run without faults.
 //! 2. A full file system under many threads: writers fill the blocks and creators the inodes;
 //!    every failure is ENOSPC, fsync of what was written still works, e2fsck is clean, and
 //!    deleting files makes room again.
 //! 3. A full journal under many threads: the smallest journal (1024 blocks) and metadata-heavy
 //!    work in shared and private directories, so the log wraps many times and handles wait
-//!    for checkpoints; for the classic and cjfs presets.
+//!    for checkpoints; for every preset.
 //! 4. An aborted journal records its errno in the journal superblock (`s_errno`), which
 //!    dumpe2fs shows and e2fsck and quill's next mount turn into the error state (ERROR_FS).
 //!
@@ -44,11 +46,14 @@ use blockdev::memory::MemDevice;
 use blockdev::recording::{CrashKind, CrashOptions, CrashState, RecordingDevice};
 use blockdev::{BlockDevice, DeviceError, Write};
 use common::{
-    create_fsynced, dumpe2fs_field, dumpe2fs_header, e2fsck, e2fsck_fix, env_count, have, head,
-    mkfs, read_all, run_watched, seed, superblock_state, unexpected_fsck_lines, Rng, Scratch,
+    bytes_from, create_fsynced, dumpe2fs_field, dumpe2fs_header, e2fsck, e2fsck_fix, env_count,
+    have, head, mkfs, read_all, run_watched, seed, superblock_state, unexpected_fsck_lines, Rng,
+    Scratch,
 };
 use fs::error::errno;
 use fs::{ErrorPolicy, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
+use journal::config::PRESETS;
+use journal::JournalConfig;
 use parking_lot::Mutex;
 
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -231,13 +236,14 @@ struct Formatted {
     image: Vec<u8>,
     /// Byte range of the journal on the device.
     journal: Range<u64>,
-    /// Matching ops of each kind in a run without faults.
-    counts: BTreeMap<&'static str, u64>,
+    /// Matching ops of each kind in a run without faults, per preset.
+    counts: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
 }
 
-fn fault_mount(policy: ErrorPolicy) -> MountOptions {
+fn fault_mount(policy: ErrorPolicy, preset: &str) -> MountOptions {
     MountOptions {
         errors: policy,
+        journal: JournalConfig::preset(preset).unwrap(),
         // Small caches, so metadata is read again during the run (read faults hit it).
         inode_cache_max: 32,
         metadata_cache_bytes: 64 * 4096,
@@ -249,8 +255,8 @@ fn ops_per_thread() -> usize {
     env_count("QUILL_FAULT_OPS", 80)
 }
 
-/// mkfs.ext4 once per test binary, the thread directories, and a run without faults whose op
-/// counts place the faults.
+/// mkfs.ext4 once per test binary, the thread directories, and a run without faults per preset
+/// whose op counts place the faults.
 fn formatted() -> &'static Formatted {
     static FORMATTED: OnceLock<Formatted> = OnceLock::new();
     FORMATTED.get_or_init(|| {
@@ -272,32 +278,36 @@ fn formatted() -> &'static Formatted {
         }
         fs.unmount().unwrap();
         let image = dev.snapshot();
-
-        let counting = Arc::new(CountingDevice {
-            inner: Arc::new(MemDevice::from_bytes(image.clone())),
-            journal: start..end,
-            counts: Mutex::new(BTreeMap::new()),
-        });
-        let fs = Arc::new(
-            Filesystem::open(counting.clone(), fault_mount(ErrorPolicy::RemountReadOnly)).unwrap(),
-        );
-        let before: BTreeMap<_, _> = counting.counts.lock().clone();
-        let dirs = thread_dirs(&fs);
-        let shared = fs.clone();
-        let logs = run_watched(THREADS, WATCHDOG, move |t| {
-            fault_workload(&shared, t, dirs[t], 1, ops_per_thread(), &[], &|_| {})
-        });
-        for log in &logs {
-            assert!(log.errors.is_empty(), "a run without faults failed: {:?}", log.errors);
-        }
-        let counts = ["journal", "home", "commit", "flush", "read", "any-write"]
-            .into_iter()
-            .map(|k| (k, counting.get(k) - before.get(k).copied().unwrap_or(0)))
-            .collect();
-        Arc::try_unwrap(fs).unwrap().unmount().unwrap();
-        println!("a run without faults: {counts:?}");
+        let counts = PRESETS.iter().map(|&p| (p, count_ops(&image, start..end, p))).collect();
         Formatted { image, journal: start..end, counts }
     })
+}
+
+/// The ops of each [`Target`] kind in a run of the workload without faults under `preset`.
+fn count_ops(image: &[u8], journal: Range<u64>, preset: &str) -> BTreeMap<&'static str, u64> {
+    let counting = Arc::new(CountingDevice {
+        inner: Arc::new(MemDevice::from_bytes(image.to_vec())),
+        journal,
+        counts: Mutex::new(BTreeMap::new()),
+    });
+    let options = fault_mount(ErrorPolicy::RemountReadOnly, preset);
+    let fs = Arc::new(Filesystem::open(counting.clone(), options).unwrap());
+    let before: BTreeMap<_, _> = counting.counts.lock().clone();
+    let dirs = thread_dirs(&fs);
+    let shared = fs.clone();
+    let logs = run_watched(THREADS, WATCHDOG, move |t| {
+        fault_workload(&shared, t, dirs[t], 1, ops_per_thread(), &[], &|_| {})
+    });
+    for log in &logs {
+        assert!(log.errors.is_empty(), "{preset}: a run without faults failed: {:?}", log.errors);
+    }
+    let counts = ["journal", "home", "commit", "flush", "read", "any-write"]
+        .into_iter()
+        .map(|k| (k, counting.get(k) - before.get(k).copied().unwrap_or(0)))
+        .collect();
+    Arc::try_unwrap(fs).unwrap().unmount().unwrap();
+    println!("{preset}: a run without faults: {counts:?}");
+    counts
 }
 
 fn thread_dirs(fs: &Filesystem) -> Vec<u32> {
@@ -428,24 +438,6 @@ fn fault_workload(
     log
 }
 
-/// Whether `got` is what a file whose candidate versions are `candidates` (oldest first, sizes
-/// non-decreasing) may hold after a crash: a size from the oldest candidate's to the newest's,
-/// and every byte one that some candidate long enough has there (later writes may have landed
-/// in part, torn at any sector, but no byte is stale, zero or invented).
-fn bytes_from(got: &[u8], candidates: &[Vec<u8>]) -> Result<(), String> {
-    let min = candidates.first().map_or(0, |c| c.len());
-    let max = candidates.iter().map(|c| c.len()).max().unwrap_or(0);
-    if got.len() < min || got.len() > max {
-        return Err(format!("size {} outside {min}..={max}", got.len()));
-    }
-    for (i, b) in got.iter().enumerate() {
-        if !candidates.iter().any(|c| c.get(i) == Some(b)) {
-            return Err(format!("byte {i} of {} is {b:#x}, which no version has there", got.len()));
-        }
-    }
-    Ok(())
-}
-
 /// Checks one recovered file system against the threads' logs; `marks` are the
 /// acknowledgements made before the crash (`None`: all of them).
 fn check_tree(
@@ -513,13 +505,13 @@ fn check_crash_image(
     image: Vec<u8>,
     logs: &[ThreadLog],
     marks: Option<&HashSet<u64>>,
-    policy: ErrorPolicy,
+    (policy, preset): (ErrorPolicy, &str),
     scratch: &Scratch,
 ) -> Result<usize, String> {
     let raw_path = scratch.path("raw.img");
     std::fs::write(&raw_path, &image).unwrap();
     let dev = Arc::new(MemDevice::from_bytes(image));
-    let fs = Filesystem::open(dev.clone(), fault_mount(policy))
+    let fs = Filesystem::open(dev.clone(), fault_mount(policy, preset))
         .map_err(|e| format!("quill cannot open the crash image: {e}"))?;
     let checked = check_tree(&fs, logs, marks);
     fs.unmount().map_err(|e| format!("unmount after recovery: {e}"))?;
@@ -593,15 +585,21 @@ struct Figures {
     files_checked: usize,
 }
 
-/// One fault run: inject `target` after `after` matching ops, run the workload, check the
-/// policy's promises, crash, and check the chosen crash states.
-fn fault_run(target: Target, after: u64, policy: ErrorPolicy, seed: u64, figures: &mut Figures) {
+/// One fault run: inject `target` after `after` matching ops, run the workload under
+/// `preset`, check the policy's promises, crash, and check the chosen crash states.
+fn fault_run(
+    (target, preset): (Target, &str),
+    after: u64,
+    policy: ErrorPolicy,
+    seed: u64,
+    figures: &mut Figures,
+) {
     let base = formatted();
-    let label = format!("{target:?} after {after} ({policy:?}, seed {seed})");
+    let label = format!("{preset}: {target:?} after {after} ({policy:?}, seed {seed})");
     let scratch = Scratch::new("faults-run");
     let recording = Arc::new(RecordingDevice::new(base.image.clone()));
     let faulty = Arc::new(FaultDevice::new(recording.clone()));
-    let fs = Arc::new(Filesystem::open(faulty.clone(), fault_mount(policy)).expect("open"));
+    let fs = Arc::new(Filesystem::open(faulty.clone(), fault_mount(policy, preset)).expect("open"));
     let dirs = thread_dirs(&fs);
     faulty.inject(target.fault(&base.journal, base.image.len() as u64).after(after));
     let allowed = vec![target.errno(), errno::EIO, errno::EROFS];
@@ -665,7 +663,8 @@ fn fault_run(target: Target, after: u64, policy: ErrorPolicy, seed: u64, figures
         // keeps it and the next e2fsck checks in full. errors=remount-ro: the journal's
         // s_errno carries it to the next mount.
         let dev = Arc::new(MemDevice::from_bytes(images[0].1.clone()));
-        let fs = Filesystem::open(dev.clone(), fault_mount(policy)).expect("open after the run");
+        let fs =
+            Filesystem::open(dev.clone(), fault_mount(policy, preset)).expect("open after the run");
         fs.unmount().unwrap();
         let state = superblock_state(dev);
         assert!(state & ondisk::ext4::STATE_ERROR_FS != 0, "{label}: s_state {state:#x}");
@@ -673,7 +672,7 @@ fn fault_run(target: Target, after: u64, policy: ErrorPolicy, seed: u64, figures
     let mut failures = Vec::new();
     for (what, image, marks) in images {
         figures.states += 1;
-        match check_crash_image(image, &logs, marks.as_ref(), policy, &scratch) {
+        match check_crash_image(image, &logs, marks.as_ref(), (policy, preset), &scratch) {
             Ok(n) => figures.files_checked += n,
             Err(e) => failures.push(format!("{what}: {e}")),
         }
@@ -695,30 +694,32 @@ fn dirs_first(fs: &Filesystem) -> u32 {
     fs.resolve("/t0").unwrap()
 }
 
-/// Runs `target` at `QUILL_FAULT_RUNS` positions spread over the matching ops of a run
-/// without faults, under `policy`.
+/// Runs `target` under every preset, at `QUILL_FAULT_RUNS` positions spread over the matching
+/// ops of the preset's run without faults, under `policy`.
 fn fault_case(name: &str, target: Target, policy: ErrorPolicy) {
     if !have_tools(name) {
         return;
     }
-    let started = Instant::now();
     let seed = seed(name);
     let base = formatted();
     let key = target.counter();
-    let total = base.counts[key];
-    assert!(total >= 4, "{name}: only {total} {key} ops in a run without faults");
     let runs = env_count("QUILL_FAULT_RUNS", 2) as u64;
     let mut rng = Rng::new(seed);
-    let mut figures = Figures::default();
-    for i in 0..runs {
-        // Spread over the first 70% of the ops (thread timing varies between runs), with a
-        // random offset inside each slice.
-        let slice = (total * 7 / 10).max(runs) / runs;
-        let after = i * slice + rng.below(slice.max(1));
-        fault_run(target, after, policy, seed.wrapping_add(i), &mut figures);
+    for preset in PRESETS {
+        let started = Instant::now();
+        let total = base.counts[preset][key];
+        assert!(total >= 4, "{name}, {preset}: only {total} {key} ops in a run without faults");
+        let mut figures = Figures::default();
+        for i in 0..runs {
+            // Spread over the first 70% of the ops (thread timing varies between runs), with
+            // a random offset inside each slice.
+            let slice = (total * 7 / 10).max(runs) / runs;
+            let after = i * slice + rng.below(slice.max(1));
+            fault_run((target, preset), after, policy, seed.wrapping_add(i), &mut figures);
+        }
+        println!("{name}, {preset}: {figures:?} in {:.1} s", started.elapsed().as_secs_f64());
+        assert!(figures.fired > 0, "{name}, {preset}: the fault never fired ({figures:?})");
     }
-    println!("{name}: {figures:?} in {:.1} s", started.elapsed().as_secs_f64());
-    assert!(figures.fired > 0, "{name}: the fault never fired ({figures:?})");
 }
 
 #[test]
@@ -1024,10 +1025,8 @@ fn full_journal(preset: &str) {
     // The smallest journal mke2fs makes: 1024 blocks of 1 KiB.
     mkfs(&path, "16M", &["-b", "1024", "-J", "size=1"]);
     let dev = Arc::new(MemDevice::from_bytes(std::fs::read(&path).unwrap()));
-    let options = MountOptions {
-        journal: journal::JournalConfig::preset(preset).unwrap(),
-        ..MountOptions::default()
-    };
+    let options =
+        MountOptions { journal: JournalConfig::preset(preset).unwrap(), ..MountOptions::default() };
     let fs = Filesystem::open(dev.clone(), options.clone()).unwrap();
     let (capacity, _) = fs.journal().log_usage();
     assert!(capacity <= 1024, "{name}: a log of {capacity} blocks");
@@ -1086,13 +1085,10 @@ fn full_journal(preset: &str) {
 }
 
 #[test]
-fn a_full_journal_under_many_threads_wraps_without_deadlock_classic() {
-    full_journal("classic");
-}
-
-#[test]
-fn a_full_journal_under_many_threads_wraps_without_deadlock_cjfs() {
-    full_journal("cjfs");
+fn a_full_journal_under_many_threads_wraps_without_deadlock_under_every_preset() {
+    for preset in PRESETS {
+        full_journal(preset);
+    }
 }
 
 /// An abort's errno reaches the journal superblock (JBD2's `s_errno`, which dumpe2fs shows

@@ -1,7 +1,9 @@
 //! Faults: an EIO injected into a log write, a commit write, a flush or a checkpoint write
 //! aborts the journal; the abort is sticky and reported to every later caller; recovery of
 //! what reached the device yields a committed prefix with every acknowledged transaction and
-//! no half-applied one.
+//! no half-applied one. Every case runs under every preset of `journal::config::PRESETS`, so a
+//! preset added later is covered the moment it exists, and recovery uses the preset's own
+//! replay threads.
 
 mod common;
 
@@ -9,6 +11,7 @@ use blockdev::fault::{Fault, FaultDevice, FaultOn};
 use blockdev::memory::MemDevice;
 use blockdev::BlockDevice;
 use common::*;
+use journal::config::PRESETS;
 use journal::superblock::read_superblock;
 use journal::{recover, JournalConfig, JournalError};
 use ondisk::jbd2::ChecksumVersion;
@@ -28,7 +31,8 @@ fn home_range() -> std::ops::Range<u64> {
 fn run_with_fault(preset: &str, fault: Fault, what: &str) {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let faulty = Arc::new(FaultDevice::new(mem.clone()));
-    let journal = open(faulty.clone(), &loc, JournalConfig::preset(preset).unwrap());
+    let config = JournalConfig::preset(preset).unwrap();
+    let journal = open(faulty.clone(), &loc, config.clone());
     faulty.inject(fault);
     let layout = StampLayout { threads: 4, shared_blocks: 4 };
     let acked = parking_lot::Mutex::new(Vec::<Tid>::new());
@@ -77,28 +81,45 @@ fn run_with_fault(preset: &str, fault: Fault, what: &str) {
             .collect();
         workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
+    let what = format!("{preset}, {what}");
     assert!(faulty.injected_failures() > 0, "{what}: the fault fired");
-    let err = journal.check_aborted().expect_err("the journal aborted");
-    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{what}: {err}");
-    // Sticky: every later call fails the same way.
-    assert!(matches!(journal.start(1), Err(JournalError::Aborted { .. })));
-    assert!(matches!(journal.commit_all(), Err(JournalError::Aborted { .. })));
+    assert_aborted_for_good(&journal, &what);
+    let all = journal.commit_all();
+    assert!(matches!(all, Err(JournalError::Aborted { errno: 5, .. })), "{what}: {all:?}");
     journal.abandon();
     // The superblock sits outside the faulted range: the abort's errno reached it.
     assert_eq!(read_superblock(&*mem, &loc).unwrap().errno, -5, "{what}: s_errno");
 
     let image = Arc::new(MemDevice::from_bytes(mem.snapshot()));
-    recover(&*image, &loc, 1).unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+    recover(&*image, &loc, config.recovery_threads)
+        .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     let history = StampHistory { tids };
     let reader = |b: u64| read_block(&*image as &dyn BlockDevice, b);
     history
         .check_prefix(&layout, history.first_tid(), &reader, &acked.lock())
-        .unwrap_or_else(|e| panic!("{preset}, {what}: {e}"));
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    println!("{what}: {} transactions acknowledged before the abort", acked.lock().len());
+}
+
+/// The journal aborted with EIO and stays aborted: every later start and checkpoint fails the
+/// same way. (A commit of a transaction that was durable before the abort still reports Ok.)
+fn assert_aborted_for_good(journal: &journal::Journal, what: &str) {
+    let err = journal.check_aborted().expect_err("the journal aborted");
+    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{what}: {err}");
+    for attempt in 0..2 {
+        let start = journal.start(1).map(drop);
+        assert!(matches!(start, Err(JournalError::Aborted { errno: 5, .. })), "{what}: {start:?}");
+        let checkpoint = journal.checkpoint_all();
+        assert!(
+            matches!(checkpoint, Err(JournalError::Aborted { errno: 5, .. })),
+            "{what}, attempt {attempt}: {checkpoint:?}"
+        );
+    }
 }
 
 #[test]
 fn eio_on_a_log_block_write_aborts_the_journal_and_loses_no_acknowledged_transaction() {
-    for preset in ["classic", "cjfs"] {
+    for preset in PRESETS {
         run_with_fault(
             preset,
             Fault::new(FaultOn::Write).in_range(log_range()).after(40),
@@ -109,26 +130,35 @@ fn eio_on_a_log_block_write_aborts_the_journal_and_loses_no_acknowledged_transac
 
 #[test]
 fn eio_on_a_commit_block_write_aborts_the_journal() {
-    // With one transaction per flush the commit block is the only FUA write.
-    run_with_fault(
-        "classic",
-        Fault::new(FaultOn::WriteFua).in_range(log_range()).after(15),
-        "commit write",
-    );
+    // Commit blocks are the only FUA writes into the log (a compound flush writes several).
+    for preset in PRESETS {
+        run_with_fault(
+            preset,
+            Fault::new(FaultOn::WriteFua).in_range(log_range()).after(15),
+            "commit write",
+        );
+    }
 }
 
 #[test]
 fn eio_on_a_flush_aborts_the_journal() {
-    for preset in ["classic", "cjfs"] {
+    for preset in PRESETS {
         run_with_fault(preset, Fault::new(FaultOn::Flush).after(25), "flush");
     }
 }
 
 #[test]
 fn eio_on_a_checkpoint_write_aborts_the_journal_and_recovery_still_has_every_transaction() {
+    for preset in PRESETS {
+        checkpoint_write_fault(preset);
+    }
+}
+
+fn checkpoint_write_fault(preset: &str) {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let faulty = Arc::new(FaultDevice::new(mem.clone()));
-    let journal = open(faulty.clone(), &loc, JournalConfig::classic());
+    let config = JournalConfig::preset(preset).unwrap();
+    let journal = open(faulty.clone(), &loc, config.clone());
     // Distinct blocks, so no later transaction supersedes them and the checkpoint must write.
     for block in 20..80u64 {
         let buffer = journal.read_buffer(block).unwrap();
@@ -139,15 +169,16 @@ fn eio_on_a_checkpoint_write_aborts_the_journal_and_recovery_still_has_every_tra
     }
     faulty.inject(Fault::new(FaultOn::Write).in_range(home_range()).after(3));
     let err = journal.checkpoint_all().expect_err("the checkpoint write fails");
-    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{err}");
-    assert!(matches!(journal.start(1), Err(JournalError::Aborted { .. })));
+    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{preset}: {err}");
+    assert_aborted_for_good(&journal, preset);
     journal.abandon();
     let image = Arc::new(MemDevice::from_bytes(mem.snapshot()));
-    recover(&*image, &loc, 1).unwrap();
+    recover(&*image, &loc, config.recovery_threads).unwrap();
     // Recovery keeps the error for the file system to take over (ext4_clear_journal_err).
-    assert_eq!(read_superblock(&*image, &loc).unwrap().errno, -5, "s_errno after recovery");
+    assert_eq!(read_superblock(&*image, &loc).unwrap().errno, -5, "{preset}: s_errno");
     for block in 20..80u64 {
-        assert_eq!(read_block(&*image, block), vec![block as u8; 1024], "block {block}");
+        let got = read_block(&*image, block);
+        assert_eq!(got, vec![block as u8; 1024], "{preset}: block {block}");
     }
 }
 

@@ -2,6 +2,16 @@
 //! target. Each module documents what it does and which reference tool it follows; this one
 //! holds the multi-threaded driver they share and the per-thread counters.
 //!
+//! - [`varmail`]: filebench varmail (shared and per-thread directories), metadata and fsync.
+//! - [`dbench`]: the dbench program on mounted targets.
+//! - [`oltp`]: redo-log appends with fdatasync and table growth.
+//! - [`tokubench`]: small-file creates over a wide tree, no fsync.
+//! - [`randwrite`]: sysbench's random overwrites with an fsync each.
+//! - [`fileserver`]: filebench fileserver, FAST'18's data-intensive workload: whole-file
+//!   writes, appends, whole-file reads, deletes and stats, no fsync; file count and mean size
+//!   are [`fileserver::Shape`] (1,000 files of mean 128 KiB by default).
+//! - [`fsync_load`]: fsync latency against a background writer.
+//!
 //! Timing covers only the measured phase: each workload prepares its files first (timed
 //! separately, excluded), syncs, and then runs its threads until the budget is spent.
 
@@ -17,6 +27,7 @@ use rand::SeedableRng;
 use crate::fsapi::{FsApi, OpenFile};
 
 pub mod dbench;
+pub mod fileserver;
 pub mod fsync_load;
 pub mod oltp;
 pub mod randwrite;
@@ -32,19 +43,21 @@ pub enum Workload {
     OltpInsert,
     Tokubench,
     RandwriteFsync,
+    Fileserver,
     FsyncUnderLoad,
     /// Fill the journal, crash, time the replay (see `recovery.rs`; not an [`FsApi`] workload).
     Recovery,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 8] = [
+    pub const ALL: [Workload; 9] = [
         Workload::VarmailShared,
         Workload::VarmailSplit,
         Workload::Dbench,
         Workload::OltpInsert,
         Workload::Tokubench,
         Workload::RandwriteFsync,
+        Workload::Fileserver,
         Workload::FsyncUnderLoad,
         Workload::Recovery,
     ];
@@ -57,6 +70,7 @@ impl Workload {
             Workload::OltpInsert => "oltp-insert",
             Workload::Tokubench => "tokubench",
             Workload::RandwriteFsync => "randwrite-fsync",
+            Workload::Fileserver => "fileserver",
             Workload::FsyncUnderLoad => "fsync-under-load",
             Workload::Recovery => "recovery",
         }
@@ -105,6 +119,8 @@ pub struct WorkloadParams {
     pub seed: u64,
     /// fsync-under-load: the background writers' total rate in MB/s (10^6 bytes).
     pub background_mb_per_sec: f64,
+    /// fileserver: the file count and mean size (`None`: the size's default).
+    pub fileserver: fileserver::Shape,
     /// Called once the workload's files are prepared, just before its threads start: the
     /// target's engine figures count from here.
     pub on_start: StartHook,
@@ -129,6 +145,7 @@ impl WorkloadParams {
             size,
             seed: 0x5157_494c_4c42_454e, // "QUILLBEN"
             background_mb_per_sec: 50.0,
+            fileserver: fileserver::Shape::default(),
             on_start: StartHook::default(),
         }
     }
@@ -278,11 +295,57 @@ pub fn run(
         Workload::OltpInsert => oltp::run(api, params),
         Workload::Tokubench => tokubench::run(api, params),
         Workload::RandwriteFsync => randwrite::run(api, params),
+        Workload::Fileserver => fileserver::run(api, params),
         Workload::FsyncUnderLoad => fsync_load::run(api, params),
         Workload::Recovery => Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "recovery is run by the runner, per target (recovery.rs)",
         )),
+    }
+}
+
+/// [`run_threads`] for filebench personalities: `body(thread, rng, chunk, counters)` runs one
+/// loop of flowops with the thread's own generator and a read buffer of `chunk_bytes`, until
+/// the budget is spent.
+pub fn run_flowop_threads<F>(
+    params: &WorkloadParams,
+    chunk_bytes: usize,
+    body: F,
+) -> io::Result<Measured>
+where
+    F: Fn(usize, &mut SmallRng, &mut [u8], &mut Counters) -> io::Result<()> + Sync,
+{
+    // Each thread's generator and read buffer (locked only by their own thread).
+    let locals: Vec<parking_lot::Mutex<(SmallRng, Vec<u8>)>> = (0..params.threads)
+        .map(|t| parking_lot::Mutex::new((params.rng(t), vec![0u8; chunk_bytes])))
+        .collect();
+    run_threads(params, params.threads, |thread, _, c| {
+        let (rng, chunk) = &mut *locals[thread].lock();
+        body(thread, rng, chunk, c)?;
+        Ok(Step::More)
+    })
+}
+
+/// Takes an entry of a filebench-style file set that `wanted` accepts, as filebench marks a
+/// file entry busy: starts at a random entry, skips busy ones (locked by another thread), and
+/// waits while every candidate is busy. Returns its index, locked.
+pub fn take_entry<'a, E>(
+    entries: &'a [parking_lot::Mutex<E>],
+    rng: &mut SmallRng,
+    wanted: impl Fn(&E) -> bool,
+) -> (usize, parking_lot::MutexGuard<'a, E>) {
+    assert!(!entries.is_empty(), "a file set has entries");
+    loop {
+        let start = rand::Rng::gen_range(rng, 0..entries.len());
+        for k in 0..entries.len() {
+            let i = (start + k) % entries.len();
+            if let Some(entry) = entries[i].try_lock() {
+                if wanted(&entry) {
+                    return (i, entry);
+                }
+            }
+        }
+        std::thread::yield_now();
     }
 }
 

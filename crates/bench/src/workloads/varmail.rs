@@ -21,7 +21,7 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use rand_distr::{Distribution, Gamma};
 
-use super::{pattern, run_threads, Counters, Measured, Size, Step, WorkloadParams};
+use super::{pattern, run_flowop_threads, take_entry, Counters, Measured, Size, WorkloadParams};
 use crate::fsapi::{read_whole, FsApi};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,21 +52,9 @@ impl FileSet {
         format!("{}/f{i}", self.dir)
     }
 
-    /// Takes a file that exists (or does not), starting at a random entry and skipping busy
-    /// ones; waits while every candidate is busy.
+    /// Takes a file that exists (or does not); see [`take_entry`].
     fn take(&self, rng: &mut SmallRng, exists: bool) -> (usize, MutexGuard<'_, Entry>) {
-        loop {
-            let start = rng.gen_range(0..self.entries.len());
-            for k in 0..self.entries.len() {
-                let i = (start + k) % self.entries.len();
-                if let Some(entry) = self.entries[i].try_lock() {
-                    if entry.exists == exists {
-                        return (i, entry);
-                    }
-                }
-            }
-            std::thread::yield_now();
-        }
+        take_entry(&self.entries, rng, |e| e.exists == exists)
     }
 }
 
@@ -118,17 +106,12 @@ fn prepare(api: &dyn FsApi, params: &WorkloadParams, layout: Layout) -> io::Resu
 pub fn run(api: &dyn FsApi, params: &WorkloadParams, layout: Layout) -> io::Result<Measured> {
     let sets = prepare(api, params, layout)?;
     let data = pattern(APPEND_MAX, params.seed);
-    // Each thread's generator and read buffer (locked only by their own thread).
-    let locals: Vec<Mutex<(SmallRng, Vec<u8>)>> =
-        (0..params.threads).map(|t| Mutex::new((params.rng(t), vec![0u8; READ_CHUNK]))).collect();
-    run_threads(params, params.threads, |thread, _, c| {
+    run_flowop_threads(params, READ_CHUNK, |thread, rng, chunk, c| {
         let set = match layout {
             Layout::Shared => &sets[0],
             Layout::PerThread => &sets[thread],
         };
-        let (rng, chunk) = &mut *locals[thread].lock();
-        iteration(api, set, rng, &data, chunk, c)?;
-        Ok(Step::More)
+        iteration(api, set, (rng, &data, chunk), c)
     })
 }
 
@@ -136,9 +119,7 @@ pub fn run(api: &dyn FsApi, params: &WorkloadParams, layout: Layout) -> io::Resu
 fn iteration(
     api: &dyn FsApi,
     set: &FileSet,
-    rng: &mut SmallRng,
-    data: &[u8],
-    chunk: &mut [u8],
+    (rng, data, chunk): (&mut SmallRng, &[u8], &mut [u8]),
     c: &mut Counters,
 ) -> io::Result<()> {
     // deletefile

@@ -186,6 +186,24 @@ pub fn read_all(fs: &fs::Filesystem, ino: u32) -> Result<Vec<u8>, fs::FsError> {
     Ok(buf)
 }
 
+/// Whether `got` is what a file whose candidate versions are `candidates` (oldest first, sizes
+/// non-decreasing) may hold after a crash: a size from the oldest candidate's to the newest's,
+/// and every byte one that some candidate long enough has there (later writes may have landed
+/// in part, torn at any sector, but no byte is stale, zero or invented).
+pub fn bytes_from(got: &[u8], candidates: &[Vec<u8>]) -> Result<(), String> {
+    let min = candidates.first().map_or(0, |c| c.len());
+    let max = candidates.iter().map(|c| c.len()).max().unwrap_or(0);
+    if got.len() < min || got.len() > max {
+        return Err(format!("size {} outside {min}..={max}", got.len()));
+    }
+    for (i, b) in got.iter().enumerate() {
+        if !candidates.iter().any(|c| c.get(i) == Some(b)) {
+            return Err(format!("byte {i} of {} is {b:#x}, which no version has there", got.len()));
+        }
+    }
+    Ok(())
+}
+
 /// Asserts `e2fsck -fn` finds nothing; on failure keeps a copy of the image for inspection.
 pub fn assert_fsck_clean(image: &Path) {
     let (code, text) = e2fsck(image);
