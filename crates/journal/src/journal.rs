@@ -472,13 +472,17 @@ impl Drop for Journal {
 }
 
 /// fsync: asks for `tid` to be committed and waits until it is durable.
+///
+/// An aborted journal fails the call even when `tid` is durable, as JBD2's
+/// `jbd2_log_wait_commit` returns -EIO: the caller's later changes will never commit, and an
+/// fsync that reports success would hide that.
 pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
     {
         let st = shared.state.read(&shared.locks);
+        st.aborted()?;
         if st.txns().last_durable().is_at_or_after(tid) {
             return Ok(());
         }
-        st.aborted()?;
         let next = st.txns().next_tid();
         if tid.is_at_or_after(next) {
             return Err(JournalError::UnknownTid { tid, next });
@@ -488,10 +492,10 @@ pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
     loop {
         let ticket = shared.changed.ticket();
         let st = shared.state.read(&shared.locks);
+        st.aborted()?;
         if st.txns().last_durable().is_at_or_after(tid) {
             return Ok(());
         }
-        st.aborted()?;
         if st.stopping() {
             return Err(JournalError::ShutDown);
         }

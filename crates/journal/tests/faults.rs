@@ -101,11 +101,15 @@ fn run_with_fault(preset: &str, fault: Fault, what: &str) {
     println!("{what}: {} transactions acknowledged before the abort", acked.lock().len());
 }
 
-/// The journal aborted with EIO and stays aborted: every later start and checkpoint fails the
-/// same way. (A commit of a transaction that was durable before the abort still reports Ok.)
+/// The journal aborted with EIO and stays aborted: every later start, commit (even of a
+/// transaction durable before the abort, as JBD2's jbd2_log_wait_commit returns -EIO) and
+/// checkpoint fails the same way.
 fn assert_aborted_for_good(journal: &journal::Journal, what: &str) {
     let err = journal.check_aborted().expect_err("the journal aborted");
     assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{what}: {err}");
+    let durable = journal.last_durable();
+    let commit = journal.commit_and_wait(durable);
+    assert!(matches!(commit, Err(JournalError::Aborted { errno: 5, .. })), "{what}: {commit:?}");
     for attempt in 0..2 {
         let start = journal.start(1).map(drop);
         assert!(matches!(start, Err(JournalError::Aborted { errno: 5, .. })), "{what}: {start:?}");
