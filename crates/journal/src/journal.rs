@@ -5,10 +5,15 @@
 //! transactions durable (flush, then commit blocks). With `committing_max == 1` there is no
 //! separate flush thread: the commit thread makes each transaction durable itself before it
 //! takes the next one, exactly as JBD2's kjournald2 does. Checkpointing (`checkpoint.rs`) runs
-//! in whichever thread needs log space, one at a time under the checkpoint mutex.
+//! in whichever thread needs log space, one at a time under the checkpoint mutex, or, with
+//! `checkpoint_io=cooperative`, in every such thread at once. With `commit_io=cooperative`
+//! threads about to sleep on `changed` help write the committing transaction's log blocks
+//! (`commit_io.rs`).
 //!
 //! Lock order (outermost first): `checkpoint_lock` → `state` → a buffer's mutex → a cache shard;
-//! `state` → `superblock`, a leaf. No lock is held across device I/O except `checkpoint_lock`
+//! `state` → `superblock`, a leaf; `cooperative.checkpoint` (the round slot, held only while a
+//! round is decided, never across I/O) → `state`; `state` → `cooperative.log_writes`, a leaf; a
+//! work set's own locks (`coop_io.rs`) are leaves. No lock is held across device I/O except `checkpoint_lock`
 //! and `superblock`, which is held across its own write so that superblock writes land in the
 //! order their contents were made; an abort takes it to record its errno, so no code may abort
 //! while holding it.
@@ -25,6 +30,7 @@
 use crate::buffer::{Buffer, BufferCache};
 use crate::checkpoint;
 use crate::config::JournalConfig;
+use crate::coop_io::Published;
 use crate::error::{JournalError, Result};
 use crate::handle::Handle;
 use crate::location::JournalLocation;
@@ -33,7 +39,7 @@ use crate::recovery::{self, RecoveryReport};
 use crate::stats::{self, Counters, JournalStats};
 use crate::superblock::{read_superblock, write_superblock};
 use crate::transaction::{Transaction, TxnState};
-use crate::{commit, flush};
+use crate::{commit, commit_io, flush};
 use blockdev::BlockDevice;
 use ondisk::jbd2::{feature, JournalSuperblock, LogFormat};
 use ondisk::Tid;
@@ -44,8 +50,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// errno reported when a stage thread panics: the journal can no longer promise durability.
-const EIO: i32 = 5;
+/// errno reported when a stage thread or a cooperative helper panics: the journal can no longer
+/// promise durability.
+pub(crate) const EIO: i32 = 5;
 
 pub(crate) struct State {
     pub txns: VecDeque<Transaction>,
@@ -119,6 +126,8 @@ pub(crate) struct Shared {
     /// The superblock as last written; tail updates rewrite it.
     pub superblock: Mutex<JournalSuperblock>,
     pub cache: BufferCache,
+    /// Cooperative I/O work that threads about to sleep help with (`coop_io.rs`).
+    pub cooperative: Published,
     pub counters: Counters,
     /// Most credits one transaction may hold (JBD2: a quarter of the journal).
     pub max_txn_credits: u32,
@@ -327,6 +336,7 @@ impl Journal {
             checkpoint_lock: Mutex::new(()),
             superblock: Mutex::new(sb),
             cache: BufferCache::new(),
+            cooperative: Published::new(),
             counters: Counters::default(),
             max_txn_credits,
             read_only,
@@ -569,9 +579,12 @@ pub(crate) fn start_handle(shared: &Arc<Shared>, credits: u32) -> Result<Handle>
         }
         match st.txns.back().map(|t| t.state) {
             Some(TxnState::Locked) => {
-                // JBD2: new handles wait while the transaction is locked.
+                // JBD2: new handles wait while the transaction is locked (FAST'18: they
+                // help write the committing transaction's log blocks first).
                 waited = true;
-                shared.changed.wait(&mut st);
+                if !commit_io::help_write_log(shared, &mut st) {
+                    shared.changed.wait(&mut st);
+                }
                 continue;
             }
             Some(TxnState::Running) => {}
@@ -587,7 +600,9 @@ pub(crate) fn start_handle(shared: &Arc<Shared>, credits: u32) -> Result<Handle>
             // Full: commit it and join the next one.
             waited = true;
             shared.request_commit(&mut st, tid);
-            shared.changed.wait(&mut st);
+            if !commit_io::help_write_log(shared, &mut st) {
+                shared.changed.wait(&mut st);
+            }
             continue;
         }
         let reserved_now = running.log_reserved;
@@ -637,7 +652,9 @@ fn wait_for_log_space<'a>(
     if running_has_work {
         shared.request_commit(&mut st, running);
     }
-    shared.changed.wait(&mut st);
+    if !commit_io::help_write_log(shared, &mut st) {
+        shared.changed.wait(&mut st);
+    }
     Ok(st)
 }
 
@@ -656,7 +673,9 @@ pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
         if st.stop_threads {
             return Err(JournalError::ShutDown);
         }
-        shared.changed.wait(&mut st);
+        if !commit_io::help_write_log(shared, &mut st) {
+            shared.changed.wait(&mut st);
+        }
     }
     Ok(())
 }

@@ -29,7 +29,9 @@
 pub mod buffer;
 mod checkpoint;
 mod commit;
+mod commit_io;
 pub mod config;
+mod coop_io;
 pub mod error;
 pub mod fast_commit;
 mod flush;
