@@ -4,6 +4,7 @@
 mod common;
 
 use blockdev::memory::MemDevice;
+use blockdev::simssd::{SimSsd, SimSsdConfig};
 use blockdev::BlockDevice;
 use common::*;
 use journal::{recover, superblock, Journal, JournalConfig, JournalError};
@@ -295,7 +296,7 @@ fn every_preset_survives_a_many_threaded_stress_run_and_recovers_a_committed_pre
         let config = JournalConfig::preset(name).unwrap();
         let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
         let journal = open(dev.clone(), &loc, config);
-        let layout = StampLayout { threads: 12, shared_blocks: 5 };
+        let layout = StampLayout { threads: 12, shared_blocks: 5, spread_blocks: 0 };
         let acked = parking_lot::Mutex::new(Vec::new());
         let history = run_stamp_workload(&journal, &layout, 60 + (seed % 5) as u32, 3, &|tid| {
             acked.lock().push(tid)
@@ -357,4 +358,141 @@ fn a_journal_that_needs_recovery_is_refused_by_open() {
     let (journal, report) = Journal::recover_and_open(dev, loc, JournalConfig::classic()).unwrap();
     assert!(report.needed);
     journal.shutdown().unwrap();
+}
+
+#[test]
+fn cooperative_io_survives_many_threads_on_a_small_journal_and_recovers_a_committed_prefix() {
+    let seed = seed("cooperative stress", 8);
+    for spec in COOPERATIVE_SPECS {
+        let (dev, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+        let journal = open(dev.clone(), &loc, config(spec));
+        // 32 threads, an fsync after every handle, a 1024-block log: checkpoints all the time.
+        let layout = StampLayout { threads: 32, shared_blocks: 8, spread_blocks: 300 };
+        let acked = parking_lot::Mutex::new(Vec::new());
+        let handles = 50 + (seed % 5) as u32;
+        let history =
+            run_stamp_workload(&journal, &layout, handles, 1, &|tid| acked.lock().push(tid));
+        let stats = journal.stats();
+        assert!(stats.checkpoints > 10, "{spec}: checkpoints must be constant: {stats:?}");
+        assert!(stats.checkpoint_blocks > 100, "{spec}: checkpoints write home: {stats:?}");
+        let units = [
+            (
+                "commit_io",
+                stats.commit_chunks,
+                stats.commit_chunks_by_owner,
+                stats.commit_chunks_by_helpers,
+            ),
+            (
+                "checkpoint_io",
+                stats.checkpoint_batches,
+                stats.checkpoint_batches_by_owner,
+                stats.checkpoint_batches_by_helpers,
+            ),
+        ];
+        for (setting, total, by_owner, by_helpers) in units {
+            if spec.contains(&format!("{setting}=cooperative")) {
+                assert!(total > 0, "{spec}: {stats:?}");
+                assert_eq!(
+                    total,
+                    by_owner + by_helpers,
+                    "{spec}: every {setting} unit written once"
+                );
+            } else {
+                assert_eq!(total, 0, "{spec}: {setting} units without the setting");
+            }
+        }
+        journal.abandon();
+        recover(&*dev, &loc, 1).unwrap();
+        let image = |b: u64| read_block(&*dev, b);
+        let acked = acked.lock().clone();
+        history
+            .check_prefix(&layout, history.first_tid(), &image, &acked)
+            .unwrap_or_else(|e| panic!("{spec}: {e}"));
+        eprintln!(
+            "{spec}: {} transactions, {} checkpoints, {} checkpoint flushes; commit chunks {} (helpers {}), checkpoint batches {} (helpers {})",
+            stats.transactions,
+            stats.checkpoints,
+            stats.checkpoint_flushes,
+            stats.commit_chunks,
+            stats.commit_chunks_by_helpers,
+            stats.checkpoint_batches,
+            stats.checkpoint_batches_by_helpers
+        );
+    }
+}
+
+/// A simulated SSD slow enough that a commit or checkpoint outlasts the threads' arrival.
+fn slow_ssd(mem: &MemDevice) -> Arc<SimSsd> {
+    let config = SimSsdConfig { write_us: 300, channels: 2, ..SimSsdConfig::default() };
+    Arc::new(SimSsd::with_media(MemDevice::from_bytes(mem.snapshot()), config))
+}
+
+#[test]
+fn fsync_callers_waiting_for_a_commit_help_write_its_log_blocks() {
+    let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let ssd = slow_ssd(&mem);
+    let journal = open(ssd.clone(), &loc, config("classic,commit_io=cooperative"));
+    let blocks = 20..80u64;
+    let mut h = journal.start(blocks.clone().count() as u32).unwrap();
+    for block in blocks.clone() {
+        h.modify(&journal.read_buffer(block).unwrap(), fill(block as u8)).unwrap();
+    }
+    let tid = h.stop().unwrap();
+    let start = std::sync::Barrier::new(4);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                start.wait();
+                journal.commit_and_wait(tid).unwrap();
+            });
+        }
+    });
+    let stats = journal.stats();
+    // 60 images, a descriptor and no revoke block: 61 log blocks in chunks of 8.
+    assert_eq!(stats.commit_chunks, 8, "{stats:?}");
+    assert_eq!(stats.commit_chunks_by_owner + stats.commit_chunks_by_helpers, 8, "{stats:?}");
+    assert!(stats.commit_chunks_by_helpers > 0, "waiting fsyncs helped: {stats:?}");
+    journal.abandon();
+    let image = MemDevice::from_bytes(ssd.snapshot());
+    let report = recover(&image, &loc, 1).unwrap();
+    assert_eq!(report.transactions, 1);
+    for block in blocks {
+        assert_eq!(read_block(&image, block), vec![block as u8; 1024], "block {block}");
+    }
+}
+
+#[test]
+fn threads_short_of_log_space_join_one_checkpoint_round_with_one_flush() {
+    let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let ssd = slow_ssd(&mem);
+    let journal = open(ssd.clone(), &loc, config("classic,checkpoint_io=cooperative"));
+    // Ten durable transactions of 40 distinct blocks: each round must write all 40 home.
+    for txn in 0..10u64 {
+        let mut h = journal.start(40).unwrap();
+        // Dirtied in descending order: the round sorts them.
+        for block in (20 + txn * 40..60 + txn * 40).rev() {
+            h.modify(&journal.read_buffer(block).unwrap(), fill(block as u8)).unwrap();
+        }
+        journal.commit_and_wait(h.stop().unwrap()).unwrap();
+    }
+    let start = std::sync::Barrier::new(4);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                start.wait();
+                journal.checkpoint_all().unwrap();
+            });
+        }
+    });
+    let stats = journal.stats();
+    assert_eq!(stats.checkpoints, 10, "{stats:?}");
+    assert_eq!(stats.checkpoint_flushes, 10, "one flush per round, not per batch: {stats:?}");
+    assert_eq!(stats.checkpoint_batches, 10 * 8, "40 writes in batches of 5: {stats:?}");
+    assert!(stats.checkpoint_batches_by_helpers > 0, "joined threads wrote batches: {stats:?}");
+    journal.shutdown().unwrap();
+    let image = MemDevice::from_bytes(ssd.snapshot());
+    assert!(!recover(&image, &loc, 1).unwrap().needed, "clean after shutdown");
+    for block in 20..420u64 {
+        assert_eq!(read_block(&image, block), vec![block as u8; 1024], "block {block}");
+    }
 }

@@ -25,12 +25,12 @@ fn home_range() -> std::ops::Range<u64> {
     0..FS_BLOCKS * BLOCK_SIZE as u64
 }
 
-fn run_with_fault(preset: &str, fault: Fault, what: &str) {
+fn run_with_fault(spec: &str, spread_blocks: u64, fault: Fault, what: &str) {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let faulty = Arc::new(FaultDevice::new(mem.clone()));
-    let journal = open(faulty.clone(), &loc, JournalConfig::preset(preset).unwrap());
+    let journal = open(faulty.clone(), &loc, config(spec));
     faulty.inject(fault);
-    let layout = StampLayout { threads: 4, shared_blocks: 4 };
+    let layout = StampLayout { threads: 4, shared_blocks: 4, spread_blocks };
     let acked = parking_lot::Mutex::new(Vec::<Tid>::new());
     let aborted = parking_lot::Mutex::new(None::<String>);
     let tids: Vec<Vec<Tid>> = std::thread::scope(|scope| {
@@ -93,14 +93,16 @@ fn run_with_fault(preset: &str, fault: Fault, what: &str) {
     let reader = |b: u64| read_block(&*image as &dyn BlockDevice, b);
     history
         .check_prefix(&layout, history.first_tid(), &reader, &acked.lock())
-        .unwrap_or_else(|e| panic!("{preset}, {what}: {e}"));
+        .unwrap_or_else(|e| panic!("{spec}, {what}: {e}"));
 }
 
 #[test]
 fn eio_on_a_log_block_write_aborts_the_journal_and_loses_no_acknowledged_transaction() {
-    for preset in ["classic", "cjfs"] {
+    let cooperative = COOPERATIVE_SPECS.iter().copied();
+    for spec in ["classic", "cjfs"].into_iter().chain(cooperative) {
         run_with_fault(
-            preset,
+            spec,
+            0,
             Fault::new(FaultOn::Write).in_range(log_range()).after(40),
             "log write",
         );
@@ -112,6 +114,7 @@ fn eio_on_a_commit_block_write_aborts_the_journal() {
     // With one transaction per flush the commit block is the only FUA write.
     run_with_fault(
         "classic",
+        0,
         Fault::new(FaultOn::WriteFua).in_range(log_range()).after(15),
         "commit write",
     );
@@ -119,16 +122,22 @@ fn eio_on_a_commit_block_write_aborts_the_journal() {
 
 #[test]
 fn eio_on_a_flush_aborts_the_journal() {
-    for preset in ["classic", "cjfs"] {
-        run_with_fault(preset, Fault::new(FaultOn::Flush).after(25), "flush");
+    for spec in ["classic", "cjfs"].into_iter().chain(COOPERATIVE_SPECS.iter().copied()) {
+        run_with_fault(spec, 0, Fault::new(FaultOn::Flush).after(25), "flush");
     }
 }
 
 #[test]
 fn eio_on_a_checkpoint_write_aborts_the_journal_and_recovery_still_has_every_transaction() {
+    for spec in ["classic", "classic,checkpoint_io=cooperative"] {
+        checkpoint_write_fails(spec);
+    }
+}
+
+fn checkpoint_write_fails(spec: &str) {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let faulty = Arc::new(FaultDevice::new(mem.clone()));
-    let journal = open(faulty.clone(), &loc, JournalConfig::classic());
+    let journal = open(faulty.clone(), &loc, config(spec));
     // Distinct blocks, so no later transaction supersedes them and the checkpoint must write.
     for block in 20..80u64 {
         let buffer = journal.read_buffer(block).unwrap();
@@ -139,16 +148,29 @@ fn eio_on_a_checkpoint_write_aborts_the_journal_and_recovery_still_has_every_tra
     }
     faulty.inject(Fault::new(FaultOn::Write).in_range(home_range()).after(3));
     let err = journal.checkpoint_all().expect_err("the checkpoint write fails");
-    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{err}");
-    assert!(matches!(journal.start(1), Err(JournalError::Aborted { .. })));
+    assert!(matches!(err, JournalError::Aborted { errno: 5, .. }), "{spec}: {err}");
+    assert!(matches!(journal.start(1), Err(JournalError::Aborted { .. })), "{spec}");
     journal.abandon();
     let image = Arc::new(MemDevice::from_bytes(mem.snapshot()));
     recover(&*image, &loc, 1).unwrap();
     // Recovery keeps the error for the file system to take over (ext4_clear_journal_err).
-    assert_eq!(read_superblock(&*image, &loc).unwrap().errno, -5, "s_errno after recovery");
+    assert_eq!(read_superblock(&*image, &loc).unwrap().errno, -5, "{spec}: s_errno after recovery");
     for block in 20..80u64 {
-        assert_eq!(read_block(&*image, block), vec![block as u8; 1024], "block {block}");
+        assert_eq!(read_block(&*image, block), vec![block as u8; 1024], "{spec}: block {block}");
     }
+}
+
+/// Many threads short of log space join one cooperative checkpoint; a home write of one of
+/// its batches fails: every one of them gets the sticky abort, and nothing acknowledged is
+/// lost.
+#[test]
+fn eio_in_a_cooperative_checkpoint_batch_aborts_the_journal_stickily_and_loses_nothing() {
+    run_with_fault(
+        "classic,commit_io=cooperative,checkpoint_io=cooperative",
+        200,
+        Fault::new(FaultOn::Write).in_range(home_range()).after(30),
+        "checkpoint batch write",
+    );
 }
 
 #[test]
