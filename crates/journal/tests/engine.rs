@@ -420,12 +420,18 @@ fn cooperative_io_survives_many_threads_on_a_small_journal_and_recovers_a_commit
     }
 }
 
-/// A memory device whose first write batch inside `range` waits (up to ten seconds) until a
-/// second one inside `range` starts, which can only come from another thread: the test sees
-/// cooperation on any machine load, and without it fails after the wait. Records the blocks
-/// of every batch inside `range`, in submission order.
+/// A memory copy of everything `dev` holds.
+fn snapshot(dev: &dyn BlockDevice) -> MemDevice {
+    let mut bytes = vec![0u8; dev.size_bytes() as usize];
+    dev.read_at(0, &mut bytes).unwrap();
+    MemDevice::from_bytes(bytes)
+}
+
+/// Holds the first write batch inside `range` (up to ten seconds) until a second one inside
+/// `range` starts, which only another thread can submit: the test sees cooperation on any
+/// machine load, and without it fails after the wait. Records the blocks of every batch
+/// inside `range`, in submission order.
 struct Rendezvous {
-    dev: Arc<MemDevice>,
     range: std::ops::Range<u64>,
     arrived: parking_lot::Mutex<usize>,
     second_arrived: parking_lot::Condvar,
@@ -433,51 +439,40 @@ struct Rendezvous {
 }
 
 impl Rendezvous {
-    fn new(mem: &MemDevice, range: std::ops::Range<u64>) -> Arc<Self> {
-        Arc::new(Rendezvous {
-            dev: Arc::new(MemDevice::from_bytes(mem.snapshot())),
+    /// A copy of `mem` whose write batches meet at the returned rendezvous.
+    fn device(mem: &MemDevice, range: std::ops::Range<u64>) -> (Arc<dyn BlockDevice>, Arc<Self>) {
+        let rendezvous = Arc::new(Rendezvous {
             range,
             arrived: parking_lot::Mutex::new(0),
             second_arrived: parking_lot::Condvar::new(),
             batches: Default::default(),
-        })
+        });
+        let hook = {
+            let rendezvous = rendezvous.clone();
+            move |writes: &[blockdev::Write<'_>]| rendezvous.meet(writes)
+        };
+        let dev = Arc::new(HookedDevice { inner: MemDevice::from_bytes(mem.snapshot()), hook });
+        (dev, rendezvous)
     }
-}
 
-impl BlockDevice for Rendezvous {
-    fn size_bytes(&self) -> u64 {
-        self.dev.size_bytes()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
-        self.dev.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
-        self.dev.write_at(offset, data)
-    }
-    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
-        self.dev.write_fua_at(offset, data)
-    }
-    fn flush(&self) -> Result<(), blockdev::DeviceError> {
-        self.dev.flush()
-    }
-    fn write_batch(&self, writes: &[blockdev::Write<'_>]) -> Result<(), blockdev::DeviceError> {
-        if writes.iter().all(|w| self.range.contains(&w.offset)) {
-            let blocks = writes.iter().map(|w| w.offset / BLOCK_SIZE as u64).collect();
-            self.batches.lock().push(blocks);
-            let mut arrived = self.arrived.lock();
-            *arrived += 1;
-            if *arrived == 1 {
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-                while *arrived == 1 {
-                    if self.second_arrived.wait_until(&mut arrived, deadline).timed_out() {
-                        break;
-                    }
-                }
-            } else if *arrived == 2 {
-                self.second_arrived.notify_all();
-            }
+    fn meet(&self, writes: &[blockdev::Write<'_>]) {
+        if !writes.iter().all(|w| self.range.contains(&w.offset)) {
+            return;
         }
-        self.dev.write_batch(writes)
+        let blocks = writes.iter().map(|w| w.offset / BLOCK_SIZE as u64).collect();
+        self.batches.lock().push(blocks);
+        let mut arrived = self.arrived.lock();
+        *arrived += 1;
+        if *arrived == 1 {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while *arrived == 1 {
+                if self.second_arrived.wait_until(&mut arrived, deadline).timed_out() {
+                    break;
+                }
+            }
+        } else if *arrived == 2 {
+            self.second_arrived.notify_all();
+        }
     }
 }
 
@@ -485,7 +480,7 @@ impl BlockDevice for Rendezvous {
 fn fsync_callers_waiting_for_a_commit_help_write_its_log_blocks() {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let log = FS_BLOCKS * BLOCK_SIZE as u64..device_bytes(JOURNAL_BLOCKS);
-    let dev = Rendezvous::new(&mem, log);
+    let (dev, rendezvous) = Rendezvous::device(&mem, log);
     let journal = open(dev.clone(), &loc, config("classic,commit_io=cooperative"));
     let blocks = 20..80u64;
     let mut h = journal.start(blocks.clone().count() as u32).unwrap();
@@ -507,9 +502,9 @@ fn fsync_callers_waiting_for_a_commit_help_write_its_log_blocks() {
     assert_eq!(stats.commit_chunks, 8, "{stats:?}");
     assert_eq!(stats.commit_chunks_by_owner + stats.commit_chunks_by_helpers, 8, "{stats:?}");
     assert!(stats.commit_chunks_by_helpers > 0, "waiting fsyncs helped: {stats:?}");
-    assert_eq!(dev.batches.lock().len(), 8, "one write batch per chunk");
+    assert_eq!(rendezvous.batches.lock().len(), 8, "one write batch per chunk");
     journal.abandon();
-    let image = MemDevice::from_bytes(dev.dev.snapshot());
+    let image = snapshot(&*dev);
     let report = recover(&image, &loc, 1).unwrap();
     assert_eq!(report.transactions, 1);
     for block in blocks {
@@ -520,8 +515,8 @@ fn fsync_callers_waiting_for_a_commit_help_write_its_log_blocks() {
 #[test]
 fn threads_short_of_log_space_join_one_checkpoint_round_with_one_flush() {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
-    let home = Rendezvous::new(&mem, 0..FS_BLOCKS * BLOCK_SIZE as u64);
-    let journal = open(home.clone(), &loc, config("classic,checkpoint_io=cooperative"));
+    let (dev, rendezvous) = Rendezvous::device(&mem, 0..FS_BLOCKS * BLOCK_SIZE as u64);
+    let journal = open(dev.clone(), &loc, config("classic,checkpoint_io=cooperative"));
     // Ten durable transactions of 40 distinct blocks: each round must write all 40 home.
     for txn in 0..10u64 {
         let mut h = journal.start(40).unwrap();
@@ -545,13 +540,13 @@ fn threads_short_of_log_space_join_one_checkpoint_round_with_one_flush() {
     assert_eq!(stats.checkpoint_flushes, 10, "one flush per round, not per batch: {stats:?}");
     assert_eq!(stats.checkpoint_batches, 10 * 8, "40 writes in batches of 5: {stats:?}");
     assert!(stats.checkpoint_batches_by_helpers > 0, "joined threads wrote batches: {stats:?}");
-    let batches = home.batches.lock().clone();
+    let batches = rendezvous.batches.lock().clone();
     assert_eq!(batches.len(), 10 * 8, "every home write went out in a batch: {batches:?}");
     for batch in &batches {
         assert!(batch.windows(2).all(|w| w[0] < w[1]), "a batch sorted by block: {batch:?}");
     }
     journal.shutdown().unwrap();
-    let image = MemDevice::from_bytes(home.dev.snapshot());
+    let image = snapshot(&*dev);
     assert!(!recover(&image, &loc, 1).unwrap().needed, "clean after shutdown");
     for block in 20..420u64 {
         assert_eq!(read_block(&image, block), vec![block as u8; 1024], "block {block}");

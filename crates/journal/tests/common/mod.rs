@@ -43,6 +43,37 @@ pub fn formatted_mem(
     (dev, loc)
 }
 
+/// A device that passes every call to `inner`, first showing each write batch to `hook` (tests
+/// inject panics there, or record or hold batches).
+pub struct HookedDevice<D, F> {
+    pub inner: D,
+    pub hook: F,
+}
+
+impl<D: BlockDevice, F: Fn(&[blockdev::Write<'_>]) + Send + Sync> BlockDevice
+    for HookedDevice<D, F>
+{
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.write_at(offset, data)
+    }
+    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.write_fua_at(offset, data)
+    }
+    fn flush(&self) -> Result<(), blockdev::DeviceError> {
+        self.inner.flush()
+    }
+    fn write_batch(&self, writes: &[blockdev::Write<'_>]) -> Result<(), blockdev::DeviceError> {
+        (self.hook)(writes);
+        self.inner.write_batch(writes)
+    }
+}
+
 /// A configuration from a spec: a preset name, then `,name=value` settings
 /// (`"classic,commit_io=cooperative"`).
 pub fn config(spec: &str) -> JournalConfig {
