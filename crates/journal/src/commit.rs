@@ -9,11 +9,14 @@
 //!    write from now on). The transaction becomes Committing and the next one may start.
 //! 3. ordered data is written (data=ordered).
 //! 4. `commit_write_log_blocks`: log space is allocated and revoke blocks, descriptor blocks and
-//!    the frozen (escaped where needed) block images are written in one batch.
+//!    the frozen (escaped where needed) block images are written in one batch (with
+//!    `commit_io=cooperative`, in chunks that waiting threads help write: `commit_io.rs`).
 //! 5. The transaction is Written and goes to the flush stage (`flush.rs`), or, with
 //!    `committing_max == 1`, is made durable right here as JBD2 does.
 
 use crate::buffer::{BlockData, Buffer, IoFlagGuard};
+use crate::commit_io;
+use crate::config::CommitIo;
 use crate::error::{JournalError, Result};
 use crate::flush;
 use crate::journal::Shared;
@@ -208,14 +211,20 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
     }
     let (blocks, v1_crc) = commit_build_log_blocks(shared, tid, &committing);
     assert_eq!(blocks.len(), offsets.len(), "{tid:?}: log size mismatch");
-    commit_write_log_blocks(shared, &committing, &offsets, &blocks)?;
+    let logged = blocks.len() as u64;
+    match shared.config.commit_io {
+        CommitIo::Thread => commit_write_log_blocks(shared, &committing, &offsets, &blocks)?,
+        CommitIo::Cooperative => {
+            commit_io::write_log_blocks_cooperatively(shared, &committing.buffers, offsets, blocks)?
+        }
+    }
     let mut st = shared.state.write(&shared.locks);
     let entry = st.txns_mut().get_mut(tid).expect("the committing transaction exists");
     entry.v1_crc = v1_crc;
     entry.transition(TxnState::Written);
     drop(st);
     stats::add_time(&shared.counters.ns_writing, started.elapsed());
-    stats::add(&shared.counters.log_blocks_written, blocks.len() as u64);
+    stats::add(&shared.counters.log_blocks_written, logged);
     stats::add(&shared.counters.blocks_logged, committing.buffers.len() as u64);
     Ok(())
 }

@@ -2,8 +2,8 @@
 //!
 //! Every technique is a setting so it can be measured alone and together. A preset is a named
 //! set of settings; `classic` reproduces Linux JBD2 and is the baseline of every comparison.
-//! Settings of techniques that later issues implement (lock-free lists, cooperative commit and
-//! checkpoint I/O, fsync journals) are added with them, not before.
+//! Settings of techniques that later issues implement (lock-free lists, fsync journals) are
+//! added with them, not before.
 
 use std::time::Duration;
 
@@ -32,6 +32,11 @@ pub struct JournalConfig {
     /// How a transaction's buffer, ordered-data and conflict lists are guarded: JBD2's
     /// `j_list_lock`, or lock-free lists (FAST'18 S1).
     pub lists: Lists,
+    /// Who writes a committing transaction's log blocks (FAST'18 cooperative commit I/O).
+    pub commit_io: CommitIo,
+    /// Who writes durable transactions home when the log needs space (FAST'18 cooperative
+    /// checkpoint, with KIPS'18's sorted batches).
+    pub checkpoint_io: CheckpointIo,
 }
 
 /// The `lists` setting.
@@ -42,6 +47,47 @@ pub enum Lists {
     Locked,
     /// Insert with a CAS, removal marked and unlinked once the transaction is gone (FAST'18).
     LockFree,
+}
+
+/// `commit_io`: who writes a committing transaction's log blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitIo {
+    /// JBD2: the commit thread alone writes them; everybody else sleeps until it is done.
+    Thread,
+    /// FAST'18: the log blocks are published as chunks that the commit thread, handles waiting
+    /// to start and fsync callers waiting for the transaction claim and write together
+    /// (`commit_io.rs`).
+    Cooperative,
+}
+
+/// `checkpoint_io`: who writes durable transactions home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckpointIo {
+    /// JBD2: one thread at a time under the checkpoint mutex; the others queue on it.
+    Mutex,
+    /// FAST'18 + KIPS'18: every thread that needs log space joins the running checkpoint and
+    /// writes batches of its block-sorted home writes; one flush per checkpoint round.
+    Cooperative,
+}
+
+impl CommitIo {
+    pub fn name(self) -> &'static str {
+        match self {
+            CommitIo::Thread => "thread",
+            CommitIo::Cooperative => "cooperative",
+        }
+    }
+}
+
+impl CheckpointIo {
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckpointIo::Mutex => "mutex",
+            CheckpointIo::Cooperative => "cooperative",
+        }
+    }
 }
 
 /// Names accepted by [`JournalConfig::preset`].
@@ -59,6 +105,8 @@ impl JournalConfig {
             recovery_threads: 1,
             commit_interval: Duration::from_secs(5),
             lists: Lists::Locked,
+            commit_io: CommitIo::Thread,
+            checkpoint_io: CheckpointIo::Mutex,
         }
     }
 
@@ -83,6 +131,8 @@ impl JournalConfig {
             recovery_threads: 2,
             commit_interval: Duration::from_secs(5),
             lists: Lists::Locked,
+            commit_io: CommitIo::Thread,
+            checkpoint_io: CheckpointIo::Mutex,
         }
     }
 
@@ -135,6 +185,22 @@ impl JournalConfig {
                     _ => return Err(format!("lists={value}: expected locked or lockfree")),
                 }
             }
+            "commit_io" => {
+                self.commit_io = match value {
+                    "thread" => CommitIo::Thread,
+                    "cooperative" => CommitIo::Cooperative,
+                    _ => return Err(format!("commit_io={value}: expected thread or cooperative")),
+                }
+            }
+            "checkpoint_io" => {
+                self.checkpoint_io = match value {
+                    "mutex" => CheckpointIo::Mutex,
+                    "cooperative" => CheckpointIo::Cooperative,
+                    _ => {
+                        return Err(format!("checkpoint_io={value}: expected mutex or cooperative"))
+                    }
+                }
+            }
             "commit_interval_ms" => {
                 self.commit_interval = Duration::from_millis(number()? as u64);
             }
@@ -165,6 +231,10 @@ mod tests {
             (1, 1, 1)
         );
         assert!(!classic.coalescing);
+        assert_eq!(
+            (classic.commit_io, classic.checkpoint_io),
+            (CommitIo::Thread, CheckpointIo::Mutex)
+        );
     }
 
     #[test]
@@ -176,5 +246,19 @@ mod tests {
         assert!(config.coalescing);
         assert!(config.set("versions_max", "0").is_err());
         assert!(config.set("nonsense", "1").is_err());
+    }
+
+    #[test]
+    fn cooperative_io_settings_parse_and_reject_unknown_values() {
+        let mut config = JournalConfig::classic();
+        config.set("commit_io", "cooperative").unwrap();
+        config.set("checkpoint_io", "cooperative").unwrap();
+        assert_eq!(config.commit_io, CommitIo::Cooperative);
+        assert_eq!(config.checkpoint_io, CheckpointIo::Cooperative);
+        config.set("commit_io", "thread").unwrap();
+        config.set("checkpoint_io", "mutex").unwrap();
+        assert_eq!(config, JournalConfig::classic());
+        assert!(config.set("commit_io", "helpers").is_err());
+        assert!(config.set("checkpoint_io", "on").is_err());
     }
 }

@@ -17,6 +17,7 @@
 
 use crate::buffer::Buffer;
 use crate::checkpoint;
+use crate::commit_io;
 use crate::error::{JournalError, Result};
 use crate::journal::Shared;
 use crate::ordered::OrderedData;
@@ -81,13 +82,19 @@ pub(crate) fn start_handle(shared: &Arc<Shared>, credits: u32) -> Result<Handle>
                 continue;
             }
             Admission::Locked => {
+                // JBD2: new handles wait while the transaction is locked (FAST'18: they help
+                // write the committing transaction's log blocks first).
                 waited = true;
-                shared.changed.wait(ticket);
+                if !commit_io::help_write_log(shared) {
+                    shared.changed.wait(ticket);
+                }
             }
             Admission::Full(tid) => {
                 waited = true;
                 shared.request_commit(tid);
-                shared.changed.wait(ticket);
+                if !commit_io::help_write_log(shared) {
+                    shared.changed.wait(ticket);
+                }
             }
             Admission::NoLogSpace(running) => {
                 waited = true;
@@ -159,7 +166,9 @@ fn wait_for_log_space(
     if running_has_work {
         shared.request_commit(running);
     }
-    shared.changed.wait(ticket);
+    if !commit_io::help_write_log(shared) {
+        shared.changed.wait(ticket);
+    }
     Ok(())
 }
 

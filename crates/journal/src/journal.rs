@@ -5,15 +5,21 @@
 //! transactions durable (flush, then commit blocks). With `committing_max == 1` there is no
 //! separate flush thread: the commit thread makes each transaction durable itself before it
 //! takes the next one, exactly as JBD2's kjournald2 does. Checkpointing (`checkpoint.rs`) runs
-//! in whichever thread needs log space. Handle admission is in `handle.rs`, superblock writes
-//! in `superblock.rs`, aborting in `abort.rs`.
+//! in whichever thread needs log space: one at a time under the checkpoint mutex, or, with
+//! `checkpoint_io=cooperative`, in every such thread at once. With `commit_io=cooperative`
+//! threads about to sleep help write the committing transaction's log blocks (`commit_io.rs`).
+//! Handle admission is in `handle.rs`, superblock writes in `superblock.rs`, aborting in
+//! `abort.rs`.
 //!
 //! ## Locks (JBD2's structure; each field below names its guard)
 //!
 //! Lock order, outermost first, as jbd2.h ranks them:
 //!
 //! `j_checkpoint_mutex` → `j_state_lock` (rw) → a buffer's state lock → `j_list_lock` /
-//! `j_revoke_lock` → a cache shard; the superblock lock is a leaf.
+//! `j_revoke_lock` → a cache shard; the superblock lock is a leaf. The cooperative slots
+//! (`cooperative.checkpoint`, held only while a round is decided, never across I/O) come before
+//! `j_state_lock`; `cooperative.log_writes` and a work set's own locks (`coop_io.rs`) are
+//! leaves.
 //!
 //! - `j_state_lock` ([`crate::state::State`]): the transaction queue and each transaction's
 //!   state, the log area, tid counters, the commit request and the mode. Handle admission takes
@@ -33,6 +39,7 @@
 use crate::buffer::{Buffer, BufferCache};
 use crate::checkpoint;
 use crate::config::JournalConfig;
+use crate::coop_io::Published;
 use crate::error::{JournalError, Result};
 use crate::handle::{start_handle, Handle};
 use crate::location::JournalLocation;
@@ -43,7 +50,7 @@ use crate::state::State;
 use crate::stats::{Counters, JournalStats};
 use crate::superblock::{read_superblock, SuperblockWriter};
 use crate::transaction::{ListLock, TxnState};
-use crate::{commit, flush};
+use crate::{commit, commit_io, flush};
 use blockdev::BlockDevice;
 use ondisk::jbd2::{feature, LogFormat};
 use ondisk::Tid;
@@ -71,6 +78,9 @@ pub(crate) struct Shared {
     pub superblock: SuperblockWriter,
     /// [shard locks, buffer locks] The metadata buffer cache.
     pub cache: BufferCache,
+    /// [its own slot locks] Cooperative I/O work that threads about to sleep help with
+    /// (`coop_io.rs`).
+    pub cooperative: Published,
     /// [atomic] Engine statistics.
     pub counters: Counters,
     /// [atomic] Lock-wait statistics of every lock above.
@@ -237,6 +247,7 @@ impl Journal {
             checkpoint_mutex: TimedMutex::new(LockId::Checkpoint, ()),
             superblock: SuperblockWriter::new(sb, !read_only),
             cache: BufferCache::new(locks.clone()),
+            cooperative: Published::new(),
             counters: Counters::default(),
             locks,
             aborted: AtomicBool::new(false),
@@ -500,7 +511,9 @@ pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
             return Err(JournalError::ShutDown);
         }
         drop(st);
-        shared.changed.wait(ticket);
+        if !commit_io::help_write_log(shared) {
+            shared.changed.wait(ticket);
+        }
     }
 }
 

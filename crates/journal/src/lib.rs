@@ -30,7 +30,9 @@ mod abort;
 pub mod buffer;
 mod checkpoint;
 mod commit;
+mod commit_io;
 pub mod config;
+mod coop_io;
 pub mod error;
 pub mod fast_commit;
 mod flush;
@@ -45,6 +47,7 @@ pub mod revoke;
 mod state;
 pub mod stats;
 pub mod superblock;
+mod sync;
 pub mod transaction;
 
 pub use buffer::Buffer;

@@ -21,6 +21,12 @@ pub(crate) struct Counters {
     pub fua_writes: AtomicU64,
     pub checkpoints: AtomicU64,
     pub checkpoint_blocks: AtomicU64,
+    pub commit_chunks: AtomicU64,
+    pub commit_chunks_owner: AtomicU64,
+    pub commit_chunks_helped: AtomicU64,
+    pub checkpoint_batches: AtomicU64,
+    pub checkpoint_batches_owner: AtomicU64,
+    pub checkpoint_batches_helped: AtomicU64,
     pub shadow_waits: AtomicU64,
     pub handle_start_waits: AtomicU64,
     pub space_waits: AtomicU64,
@@ -66,6 +72,17 @@ pub struct JournalStats {
     /// Transactions checkpointed (freed from the log).
     pub checkpoints: u64,
     pub checkpoint_blocks: u64,
+    /// Log-write chunks of cooperative commits (`commit_io=cooperative`), and how many of them
+    /// the commit thread wrote and how many threads that would have slept wrote.
+    pub commit_chunks: u64,
+    pub commit_chunks_by_owner: u64,
+    pub commit_chunks_by_helpers: u64,
+    /// Home-write batches of cooperative checkpoints (`checkpoint_io=cooperative`), and how
+    /// many the round's starter and how many joining threads wrote. `checkpoint_flushes`
+    /// counts one per round with home writes.
+    pub checkpoint_batches: u64,
+    pub checkpoint_batches_by_owner: u64,
+    pub checkpoint_batches_by_helpers: u64,
     /// Handles that waited for a frozen copy's log write (JBD2's shadow wait).
     pub shadow_waits: u64,
     /// Handle starts that waited (locked transaction, transaction full, or log space).
@@ -124,6 +141,12 @@ impl Counters {
             fua_writes: self.fua_writes.load(Relaxed),
             checkpoints: self.checkpoints.load(Relaxed),
             checkpoint_blocks: self.checkpoint_blocks.load(Relaxed),
+            commit_chunks: self.commit_chunks.load(Relaxed),
+            commit_chunks_by_owner: self.commit_chunks_owner.load(Relaxed),
+            commit_chunks_by_helpers: self.commit_chunks_helped.load(Relaxed),
+            checkpoint_batches: self.checkpoint_batches.load(Relaxed),
+            checkpoint_batches_by_owner: self.checkpoint_batches_owner.load(Relaxed),
+            checkpoint_batches_by_helpers: self.checkpoint_batches_helped.load(Relaxed),
             shadow_waits: self.shadow_waits.load(Relaxed),
             handle_start_waits: self.handle_start_waits.load(Relaxed),
             space_waits: self.space_waits.load(Relaxed),

@@ -21,11 +21,11 @@ fn states_wanted() -> usize {
     std::env::var("QUILL_CRASH_STATES").ok().and_then(|s| s.parse().ok()).unwrap_or(1000)
 }
 
-fn explore(preset: &str, seed: u64) {
+fn explore(spec: &str, spread_blocks: u64, seed: u64) {
     let (formatted, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let recording = Arc::new(RecordingDevice::new(formatted.snapshot()));
-    let journal = open(recording.clone(), &loc, JournalConfig::preset(preset).unwrap());
-    let layout = StampLayout { threads: 4, shared_blocks: 6 };
+    let journal = open(recording.clone(), &loc, config(spec));
+    let layout = StampLayout { threads: 4, shared_blocks: 6, spread_blocks };
     // Enough handles that the 1024-block log checkpoints and wraps during the run.
     let history =
         run_stamp_workload(&journal, &layout, 250, 2, &|tid| recording.mark(tid.0 as u64));
@@ -33,7 +33,7 @@ fn explore(preset: &str, seed: u64) {
     journal.abandon();
     assert!(
         stats.checkpoints > 0,
-        "{preset}: the run must checkpoint to cover tail moves: {stats:?}"
+        "{spec}: the run must checkpoint to cover tail moves: {stats:?}"
     );
 
     let options = CrashOptions {
@@ -51,7 +51,7 @@ fn explore(preset: &str, seed: u64) {
         *kinds.entry(state.kind).or_default() += 1;
         let image = Arc::new(MemDevice::from_bytes(recording.materialize(state)));
         let report = recover(&*image, &loc, 1).unwrap_or_else(|e| {
-            panic!("{preset} seed {seed}: recovery failed on {}: {e}", state.describe())
+            panic!("{spec} seed {seed}: recovery failed on {}: {e}", state.describe())
         });
         assert_eq!(
             superblock::read_superblock(&*image, &loc).unwrap().start,
@@ -62,22 +62,19 @@ fn explore(preset: &str, seed: u64) {
         let reader = |b: u64| read_block(&*image, b);
         let prefix = history.check_prefix(&layout, base, &reader, &acked).unwrap_or_else(|e| {
             panic!(
-                "{preset} seed {seed}: {} (replayed {} transactions): {e}",
+                "{spec} seed {seed}: {} (replayed {} transactions): {e}",
                 state.describe(),
                 report.transactions
             )
         });
         prefixes.push(prefix);
     }
-    assert!(kinds.len() == 3, "{preset}: every kind of crash state explored: {kinds:?}");
+    assert!(kinds.len() == 3, "{spec}: every kind of crash state explored: {kinds:?}");
     prefixes.sort_unstable();
     prefixes.dedup();
-    assert!(
-        prefixes.len() > 10,
-        "{preset}: crash states cover many distinct prefixes: {prefixes:?}"
-    );
+    assert!(prefixes.len() > 10, "{spec}: crash states cover many distinct prefixes: {prefixes:?}");
     eprintln!(
-        "{preset}: {} crash states ({kinds:?}), {} distinct recovered prefixes, {} transactions, {} checkpoints",
+        "{spec}: {} crash states ({kinds:?}), {} distinct recovered prefixes, {} transactions, {} checkpoints",
         states.len(),
         prefixes.len(),
         stats.transactions,
@@ -88,12 +85,26 @@ fn explore(preset: &str, seed: u64) {
 #[test]
 fn every_crash_state_of_the_classic_preset_recovers_a_committed_prefix_with_every_acknowledged_fsync(
 ) {
-    explore("classic", seed("crash classic", 11));
+    explore("classic", 0, seed("crash classic", 11));
 }
 
 #[test]
 fn every_crash_state_with_compound_flush_and_shadow_versions_recovers_a_committed_prefix() {
-    explore("cjfs", seed("crash cjfs", 12));
+    explore("cjfs", 0, seed("crash cjfs", 12));
+}
+
+#[test]
+fn every_crash_state_with_cooperative_commit_and_checkpoint_io_recovers_a_committed_prefix() {
+    explore(
+        "classic,commit_io=cooperative,checkpoint_io=cooperative",
+        120,
+        seed("crash classic cooperative", 14),
+    );
+    explore(
+        "cjfs,commit_io=cooperative,checkpoint_io=cooperative",
+        120,
+        seed("crash cjfs cooperative", 15),
+    );
 }
 
 /// Two lives: crash during a cjfs run (several transactions in flight, compound flush),
@@ -107,7 +118,7 @@ fn a_second_crash_after_recovery_never_replays_stale_transactions_of_the_first_l
     let (formatted, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let first = Arc::new(RecordingDevice::new(formatted.snapshot()));
     let journal = open(first.clone(), &loc, JournalConfig::cjfs());
-    let layout = StampLayout { threads: 4, shared_blocks: 6 };
+    let layout = StampLayout { threads: 4, shared_blocks: 6, spread_blocks: 0 };
     run_stamp_workload(&journal, &layout, 250, 2, &|tid| first.mark(tid.0 as u64));
     journal.abandon();
     let sample = CrashOptions {

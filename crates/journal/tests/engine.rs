@@ -295,7 +295,7 @@ fn every_preset_survives_a_many_threaded_stress_run_and_recovers_a_committed_pre
         let config = JournalConfig::preset(name).unwrap();
         let (dev, loc) = formatted_mem(1024, ChecksumVersion::V3);
         let journal = open(dev.clone(), &loc, config);
-        let layout = StampLayout { threads: 12, shared_blocks: 5 };
+        let layout = StampLayout { threads: 12, shared_blocks: 5, spread_blocks: 0 };
         let acked = parking_lot::Mutex::new(Vec::new());
         let history = run_stamp_workload(&journal, &layout, 60 + (seed % 5) as u32, 3, &|tid| {
             acked.lock().push(tid)
@@ -357,4 +357,198 @@ fn a_journal_that_needs_recovery_is_refused_by_open() {
     let (journal, report) = Journal::recover_and_open(dev, loc, JournalConfig::classic()).unwrap();
     assert!(report.needed);
     journal.shutdown().unwrap();
+}
+
+#[test]
+fn cooperative_io_survives_many_threads_on_a_small_journal_and_recovers_a_committed_prefix() {
+    let seed = seed("cooperative stress", 8);
+    for spec in COOPERATIVE_SPECS {
+        let (dev, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+        let journal = open(dev.clone(), &loc, config(spec));
+        // 32 threads, an fsync after every handle, a 1024-block log: checkpoints all the time.
+        let layout = StampLayout { threads: 32, shared_blocks: 8, spread_blocks: 300 };
+        let acked = parking_lot::Mutex::new(Vec::new());
+        let handles = 50 + (seed % 5) as u32;
+        let history =
+            run_stamp_workload(&journal, &layout, handles, 1, &|tid| acked.lock().push(tid));
+        let stats = journal.stats();
+        assert!(stats.checkpoints > 10, "{spec}: checkpoints must be constant: {stats:?}");
+        assert!(stats.checkpoint_blocks > 100, "{spec}: checkpoints write home: {stats:?}");
+        let units = [
+            (
+                "commit_io",
+                stats.commit_chunks,
+                stats.commit_chunks_by_owner,
+                stats.commit_chunks_by_helpers,
+            ),
+            (
+                "checkpoint_io",
+                stats.checkpoint_batches,
+                stats.checkpoint_batches_by_owner,
+                stats.checkpoint_batches_by_helpers,
+            ),
+        ];
+        for (setting, total, by_owner, by_helpers) in units {
+            if spec.contains(&format!("{setting}=cooperative")) {
+                assert!(total > 0, "{spec}: {stats:?}");
+                assert_eq!(
+                    total,
+                    by_owner + by_helpers,
+                    "{spec}: every {setting} unit written once"
+                );
+            } else {
+                assert_eq!(total, 0, "{spec}: {setting} units without the setting");
+            }
+        }
+        journal.abandon();
+        recover(&*dev, &loc, 1).unwrap();
+        let image = |b: u64| read_block(&*dev, b);
+        let acked = acked.lock().clone();
+        history
+            .check_prefix(&layout, history.first_tid(), &image, &acked)
+            .unwrap_or_else(|e| panic!("{spec}: {e}"));
+        eprintln!(
+            "{spec}: {} transactions, {} checkpoints, {} checkpoint flushes; commit chunks {} (helpers {}), checkpoint batches {} (helpers {})",
+            stats.transactions,
+            stats.checkpoints,
+            stats.checkpoint_flushes,
+            stats.commit_chunks,
+            stats.commit_chunks_by_helpers,
+            stats.checkpoint_batches,
+            stats.checkpoint_batches_by_helpers
+        );
+    }
+}
+
+/// A memory copy of everything `dev` holds.
+fn snapshot(dev: &dyn BlockDevice) -> MemDevice {
+    let mut bytes = vec![0u8; dev.size_bytes() as usize];
+    dev.read_at(0, &mut bytes).unwrap();
+    MemDevice::from_bytes(bytes)
+}
+
+/// Holds the first write batch inside `range` (up to ten seconds) until a second one inside
+/// `range` starts, which only another thread can submit: the test sees cooperation on any
+/// machine load, and without it fails after the wait. Records the blocks of every batch
+/// inside `range`, in submission order.
+struct Rendezvous {
+    range: std::ops::Range<u64>,
+    arrived: parking_lot::Mutex<usize>,
+    second_arrived: parking_lot::Condvar,
+    batches: parking_lot::Mutex<Vec<Vec<u64>>>,
+}
+
+impl Rendezvous {
+    /// A copy of `mem` whose write batches meet at the returned rendezvous.
+    fn device(mem: &MemDevice, range: std::ops::Range<u64>) -> (Arc<dyn BlockDevice>, Arc<Self>) {
+        let rendezvous = Arc::new(Rendezvous {
+            range,
+            arrived: parking_lot::Mutex::new(0),
+            second_arrived: parking_lot::Condvar::new(),
+            batches: Default::default(),
+        });
+        let hook = {
+            let rendezvous = rendezvous.clone();
+            move |writes: &[blockdev::Write<'_>]| rendezvous.meet(writes)
+        };
+        let dev = Arc::new(HookedDevice { inner: MemDevice::from_bytes(mem.snapshot()), hook });
+        (dev, rendezvous)
+    }
+
+    fn meet(&self, writes: &[blockdev::Write<'_>]) {
+        if !writes.iter().all(|w| self.range.contains(&w.offset)) {
+            return;
+        }
+        let blocks = writes.iter().map(|w| w.offset / BLOCK_SIZE as u64).collect();
+        self.batches.lock().push(blocks);
+        let mut arrived = self.arrived.lock();
+        *arrived += 1;
+        if *arrived == 1 {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while *arrived == 1 {
+                if self.second_arrived.wait_until(&mut arrived, deadline).timed_out() {
+                    break;
+                }
+            }
+        } else if *arrived == 2 {
+            self.second_arrived.notify_all();
+        }
+    }
+}
+
+#[test]
+fn fsync_callers_waiting_for_a_commit_help_write_its_log_blocks() {
+    let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let log = FS_BLOCKS * BLOCK_SIZE as u64..device_bytes(JOURNAL_BLOCKS);
+    let (dev, rendezvous) = Rendezvous::device(&mem, log);
+    let journal = open(dev.clone(), &loc, config("classic,commit_io=cooperative"));
+    let blocks = 20..80u64;
+    let mut h = journal.start(blocks.clone().count() as u32).unwrap();
+    for block in blocks.clone() {
+        h.modify(&journal.read_buffer(block).unwrap(), fill(block as u8)).unwrap();
+    }
+    let tid = h.stop().unwrap();
+    let start = std::sync::Barrier::new(4);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                start.wait();
+                journal.commit_and_wait(tid).unwrap();
+            });
+        }
+    });
+    let stats = journal.stats();
+    // 60 images, a descriptor and no revoke block: 61 log blocks in chunks of 8.
+    assert_eq!(stats.commit_chunks, 8, "{stats:?}");
+    assert_eq!(stats.commit_chunks_by_owner + stats.commit_chunks_by_helpers, 8, "{stats:?}");
+    assert!(stats.commit_chunks_by_helpers > 0, "waiting fsyncs helped: {stats:?}");
+    assert_eq!(rendezvous.batches.lock().len(), 8, "one write batch per chunk");
+    journal.abandon();
+    let image = snapshot(&*dev);
+    let report = recover(&image, &loc, 1).unwrap();
+    assert_eq!(report.transactions, 1);
+    for block in blocks {
+        assert_eq!(read_block(&image, block), vec![block as u8; 1024], "block {block}");
+    }
+}
+
+#[test]
+fn threads_short_of_log_space_join_one_checkpoint_round_with_one_flush() {
+    let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let (dev, rendezvous) = Rendezvous::device(&mem, 0..FS_BLOCKS * BLOCK_SIZE as u64);
+    let journal = open(dev.clone(), &loc, config("classic,checkpoint_io=cooperative"));
+    // Ten durable transactions of 40 distinct blocks: each round must write all 40 home.
+    for txn in 0..10u64 {
+        let mut h = journal.start(40).unwrap();
+        // Dirtied in descending order: the round sorts them.
+        for block in (20 + txn * 40..60 + txn * 40).rev() {
+            h.modify(&journal.read_buffer(block).unwrap(), fill(block as u8)).unwrap();
+        }
+        journal.commit_and_wait(h.stop().unwrap()).unwrap();
+    }
+    let start = std::sync::Barrier::new(4);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                start.wait();
+                journal.checkpoint_all().unwrap();
+            });
+        }
+    });
+    let stats = journal.stats();
+    assert_eq!(stats.checkpoints, 10, "{stats:?}");
+    assert_eq!(stats.checkpoint_flushes, 10, "one flush per round, not per batch: {stats:?}");
+    assert_eq!(stats.checkpoint_batches, 10 * 8, "40 writes in batches of 5: {stats:?}");
+    assert!(stats.checkpoint_batches_by_helpers > 0, "joined threads wrote batches: {stats:?}");
+    let batches = rendezvous.batches.lock().clone();
+    assert_eq!(batches.len(), 10 * 8, "every home write went out in a batch: {batches:?}");
+    for batch in &batches {
+        assert!(batch.windows(2).all(|w| w[0] < w[1]), "a batch sorted by block: {batch:?}");
+    }
+    journal.shutdown().unwrap();
+    let image = snapshot(&*dev);
+    assert!(!recover(&image, &loc, 1).unwrap().needed, "clean after shutdown");
+    for block in 20..420u64 {
+        assert_eq!(read_block(&image, block), vec![block as u8; 1024], "block {block}");
+    }
 }

@@ -28,13 +28,19 @@ fn home_range() -> std::ops::Range<u64> {
     0..FS_BLOCKS * BLOCK_SIZE as u64
 }
 
-fn run_with_fault(preset: &str, fault: Fault, what: &str) {
+/// Every preset, then the cooperative settings alone and together (`COOPERATIVE_SPECS`).
+fn specs() -> impl Iterator<Item = &'static str> {
+    PRESETS.iter().chain(COOPERATIVE_SPECS).copied()
+}
+
+/// `spec`: a preset, optionally followed by `,name=value` settings.
+fn run_with_fault(spec: &str, spread_blocks: u64, fault: Fault, what: &str) {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let faulty = Arc::new(FaultDevice::new(mem.clone()));
-    let config = JournalConfig::preset(preset).unwrap();
+    let config = config(spec);
     let journal = open(faulty.clone(), &loc, config.clone());
     faulty.inject(fault);
-    let layout = StampLayout { threads: 4, shared_blocks: 4 };
+    let layout = StampLayout { threads: 4, shared_blocks: 4, spread_blocks };
     let acked = parking_lot::Mutex::new(Vec::<Tid>::new());
     let aborted = parking_lot::Mutex::new(None::<String>);
     let tids: Vec<Vec<Tid>> = std::thread::scope(|scope| {
@@ -81,7 +87,7 @@ fn run_with_fault(preset: &str, fault: Fault, what: &str) {
             .collect();
         workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
-    let what = format!("{preset}, {what}");
+    let what = format!("{spec}, {what}");
     assert!(faulty.injected_failures() > 0, "{what}: the fault fired");
     assert_aborted_for_good(&journal, &what);
     let all = journal.commit_all();
@@ -123,9 +129,10 @@ fn assert_aborted_for_good(journal: &journal::Journal, what: &str) {
 
 #[test]
 fn eio_on_a_log_block_write_aborts_the_journal_and_loses_no_acknowledged_transaction() {
-    for preset in PRESETS {
+    for spec in specs() {
         run_with_fault(
-            preset,
+            spec,
+            0,
             Fault::new(FaultOn::Write).in_range(log_range()).after(40),
             "log write",
         );
@@ -135,9 +142,10 @@ fn eio_on_a_log_block_write_aborts_the_journal_and_loses_no_acknowledged_transac
 #[test]
 fn eio_on_a_commit_block_write_aborts_the_journal() {
     // Commit blocks are the only FUA writes into the log (a compound flush writes several).
-    for preset in PRESETS {
+    for spec in specs() {
         run_with_fault(
-            preset,
+            spec,
+            0,
             Fault::new(FaultOn::WriteFua).in_range(log_range()).after(15),
             "commit write",
         );
@@ -146,22 +154,22 @@ fn eio_on_a_commit_block_write_aborts_the_journal() {
 
 #[test]
 fn eio_on_a_flush_aborts_the_journal() {
-    for preset in PRESETS {
-        run_with_fault(preset, Fault::new(FaultOn::Flush).after(25), "flush");
+    for spec in specs() {
+        run_with_fault(spec, 0, Fault::new(FaultOn::Flush).after(25), "flush");
     }
 }
 
 #[test]
 fn eio_on_a_checkpoint_write_aborts_the_journal_and_recovery_still_has_every_transaction() {
-    for preset in PRESETS {
-        checkpoint_write_fault(preset);
+    for spec in specs() {
+        checkpoint_write_fault(spec);
     }
 }
 
 fn checkpoint_write_fault(preset: &str) {
     let (mem, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let faulty = Arc::new(FaultDevice::new(mem.clone()));
-    let config = JournalConfig::preset(preset).unwrap();
+    let config = config(preset);
     let journal = open(faulty.clone(), &loc, config.clone());
     // Distinct blocks, so no later transaction supersedes them and the checkpoint must write.
     for block in 20..80u64 {
@@ -184,6 +192,19 @@ fn checkpoint_write_fault(preset: &str) {
         let got = read_block(&*image, block);
         assert_eq!(got, vec![block as u8; 1024], "{preset}: block {block}");
     }
+}
+
+/// Many threads short of log space join one cooperative checkpoint; a home write of one of
+/// its batches fails: every one of them gets the sticky abort, and nothing acknowledged is
+/// lost.
+#[test]
+fn eio_in_a_cooperative_checkpoint_batch_aborts_the_journal_stickily_and_loses_nothing() {
+    run_with_fault(
+        "classic,commit_io=cooperative,checkpoint_io=cooperative",
+        200,
+        Fault::new(FaultOn::Write).in_range(home_range()).after(30),
+        "checkpoint batch write",
+    );
 }
 
 #[test]

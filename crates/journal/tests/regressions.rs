@@ -73,50 +73,26 @@ fn a_block_beyond_32_bits_is_refused_by_a_journal_without_64bit() {
     journal.shutdown().unwrap();
 }
 
-/// A device whose batched writes panic once armed: a bug deep in the commit stage.
-struct PanickingDevice {
-    inner: MemDevice,
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl BlockDevice for PanickingDevice {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
-        self.inner.write_at(offset, data)
-    }
-    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
-        self.inner.write_fua_at(offset, data)
-    }
-    fn flush(&self) -> Result<(), blockdev::DeviceError> {
-        self.inner.flush()
-    }
-    fn write_batch(&self, writes: &[blockdev::Write<'_>]) -> Result<(), blockdev::DeviceError> {
-        assert!(!self.armed.load(std::sync::atomic::Ordering::SeqCst), "injected panic");
-        for w in writes {
-            self.inner.write_at(w.offset, w.data)?;
-        }
-        Ok(())
-    }
-}
-
 #[test]
 fn a_panicking_commit_stage_aborts_the_journal_instead_of_hanging_fsync() {
     let (mem, loc) = formatted_mem(1024, ChecksumVersion::V3);
-    let dev = Arc::new(PanickingDevice {
+    // Batched writes panic once armed: a bug deep in the commit stage.
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dev = Arc::new(HookedDevice {
         inner: MemDevice::from_bytes(mem.snapshot()),
-        armed: std::sync::atomic::AtomicBool::new(false),
+        hook: {
+            let armed = armed.clone();
+            move |_: &[blockdev::Write<'_>]| {
+                assert!(!armed.load(std::sync::atomic::Ordering::SeqCst), "injected panic")
+            }
+        },
     });
     let journal = Arc::new(open(dev.clone(), &loc, JournalConfig::classic()));
     let buffer = journal.read_buffer(5).unwrap();
     let mut h = journal.start(1).unwrap();
     h.modify(&buffer, fill(1)).unwrap();
     let tid = h.stop().unwrap();
-    dev.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let (tx, rx) = std::sync::mpsc::channel();
     let j = journal.clone();
     std::thread::spawn(move || {

@@ -43,6 +43,58 @@ pub fn formatted_mem(
     (dev, loc)
 }
 
+/// A device that passes every call to `inner`, first showing each write batch to `hook` (tests
+/// inject panics there, or record or hold batches).
+pub struct HookedDevice<D, F> {
+    pub inner: D,
+    pub hook: F,
+}
+
+impl<D: BlockDevice, F: Fn(&[blockdev::Write<'_>]) + Send + Sync> BlockDevice
+    for HookedDevice<D, F>
+{
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.write_at(offset, data)
+    }
+    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.inner.write_fua_at(offset, data)
+    }
+    fn flush(&self) -> Result<(), blockdev::DeviceError> {
+        self.inner.flush()
+    }
+    fn write_batch(&self, writes: &[blockdev::Write<'_>]) -> Result<(), blockdev::DeviceError> {
+        (self.hook)(writes);
+        self.inner.write_batch(writes)
+    }
+}
+
+/// A configuration from a spec: a preset name, then `,name=value` settings
+/// (`"classic,commit_io=cooperative"`).
+pub fn config(spec: &str) -> JournalConfig {
+    let mut parts = spec.split(',');
+    let preset = parts.next().unwrap();
+    let mut config = JournalConfig::preset(preset).unwrap_or_else(|| panic!("preset {preset}"));
+    for setting in parts {
+        let (name, value) = setting.split_once('=').expect("name=value");
+        config.set(name, value).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    }
+    config
+}
+
+/// The cooperative I/O settings alone and together, on the JBD2 preset and on CJFS.
+pub const COOPERATIVE_SPECS: &[&str] = &[
+    "classic,commit_io=cooperative",
+    "classic,checkpoint_io=cooperative",
+    "classic,commit_io=cooperative,checkpoint_io=cooperative",
+    "cjfs,commit_io=cooperative,checkpoint_io=cooperative",
+];
+
 pub fn open(dev: Arc<dyn BlockDevice>, loc: &JournalLocation, config: JournalConfig) -> Journal {
     Journal::open(dev, loc.clone(), config).unwrap()
 }
@@ -53,11 +105,18 @@ pub fn read_block(dev: &dyn BlockDevice, block: u64) -> Vec<u8> {
     buf
 }
 
+/// First block of the stamp workload's spread pool (after the private blocks).
+const SPREAD_FIRST: u64 = 200;
+
 /// Layout of the stamp workload.
 #[derive(Clone, Copy, Debug)]
 pub struct StampLayout {
     pub threads: usize,
     pub shared_blocks: u64,
+    /// A pool of blocks each handle also touches one of, in turn (0: none): a block is logged
+    /// again only every `spread_blocks` handles, so checkpoints must write blocks home rather
+    /// than find every version superseded.
+    pub spread_blocks: u64,
 }
 
 impl StampLayout {
@@ -74,7 +133,16 @@ impl StampLayout {
         let second = (first + 1 + counter as u64 % 3) % self.shared_blocks;
         let mut v = vec![self.shared_block(first), self.shared_block(second)];
         v.dedup();
+        if self.spread_blocks > 0 {
+            let turn = counter as u64 * self.threads as u64 + thread as u64;
+            v.push(SPREAD_FIRST + turn % self.spread_blocks);
+        }
         v
+    }
+    /// Every block more than one thread writes (shared and spread blocks).
+    pub fn checked_blocks(&self) -> impl Iterator<Item = u64> + '_ {
+        let shared = (0..self.shared_blocks).map(|i| self.shared_block(i));
+        shared.chain((0..self.spread_blocks).map(|i| SPREAD_FIRST + i))
     }
     pub fn blocks_of(&self, thread: usize, counter: u32) -> Vec<u64> {
         let mut v = self.shared_for(thread, counter);
@@ -177,8 +245,7 @@ impl StampHistory {
                 }
             }
         }
-        for s in 0..layout.shared_blocks {
-            let block = layout.shared_block(s);
+        for block in layout.checked_blocks() {
             let data = image(block);
             for thread in 0..layout.threads {
                 let want = expected.get(&(block, thread)).copied().unwrap_or(0);
