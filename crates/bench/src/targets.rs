@@ -222,6 +222,7 @@ impl TargetSpec {
         let io = FileOptions { io: self.io, ..FileOptions::default() };
         match &self.kind {
             Kind::Lib => {
+                let sparse_file = self.lib_device == LibDevice::File;
                 let (dev, simssd): (Arc<dyn BlockDevice>, _) = match self.lib_device {
                     LibDevice::File => {
                         let dev = FileDevice::create_with(&image, env.image_bytes, io)
@@ -236,7 +237,7 @@ impl TargetSpec {
                     }
                 };
                 prepared.simssd = simssd;
-                let quill = open_quill(dev, &self.quill)?;
+                let quill = open_quill(dev, &self.quill, sparse_file)?;
                 prepared.api = Some(Box::new(LibApi::new(quill.fs.clone())));
                 prepared.quill = Some(quill);
             }
@@ -245,7 +246,7 @@ impl TargetSpec {
                     .map_err(|e| e.to_string())?;
                 prepared.image = Some(image.clone());
                 prepared.io_path = Some(dev.io_path().to_string());
-                let quill = open_quill(Arc::new(dev), &self.quill)?;
+                let quill = open_quill(Arc::new(dev), &self.quill, true)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
                 let config = quill_fuse::MountConfig {
@@ -303,8 +304,17 @@ pub struct QuillSide {
     stats_at_start: Arc<parking_lot::Mutex<JournalStats>>,
 }
 
-fn open_quill(dev: Arc<dyn BlockDevice>, options: &MountOptions) -> Result<QuillSide, String> {
-    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
+/// Formats `dev` with quill's mkfs and opens it. `sparse_file`: `dev` is a freshly created
+/// sparse image file, whose journal and inode tables mkfs then writes out, as `mkfs.ext4 -E
+/// lazy_itable_init=0,lazy_journal_init=0` does for the kernel targets: otherwise the first pass
+/// of the log would pay the host file system's block allocation (a host journal commit) in
+/// every flush, which neither a block device nor the kernel target pays.
+fn open_quill(
+    dev: Arc<dyn BlockDevice>,
+    options: &MountOptions,
+    sparse_file: bool,
+) -> Result<QuillSide, String> {
+    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: !sparse_file, ..Default::default() };
     fs::mkfs::mkfs(dev.as_ref(), &mkfs).map_err(|e| format!("quill mkfs: {e}"))?;
     let queue = Arc::new(QueueDepthDevice::new(dev));
     let fs = Filesystem::open(queue.clone(), options.clone()).map_err(|e| format!("open: {e}"))?;
