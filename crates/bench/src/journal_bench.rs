@@ -7,7 +7,7 @@
 //! Reports transactions/s, fsyncs/s, fsync latency percentiles, handles and flushes per
 //! transaction, conflicts, and the engine's time breakdown, as a table or JSON.
 
-use blockdev::file::{FileDevice, FileOptions};
+use blockdev::file::{FileDevice, FileOptions, IoMode};
 use blockdev::memory::MemDevice;
 use blockdev::simssd::{SimSsd, SimSsdConfig};
 use blockdev::BlockDevice;
@@ -147,8 +147,9 @@ fn setup(params: &JournalBenchParams) -> Result<Setup, BenchError> {
             .map_err(|e| BenchError::Setup(e.to_string()))?;
     let (device, simssd, cleanup): (Arc<dyn BlockDevice>, _, _) = match &params.device {
         BenchDevice::File { path, direct } => {
-            FileDevice::create(path, size)?;
-            let dev = FileDevice::open(path, FileOptions { read_only: false, direct: *direct })?;
+            let io = if *direct { IoMode::Direct } else { IoMode::Buffered };
+            let dev =
+                FileDevice::create_with(path, size, FileOptions { io, ..Default::default() })?;
             (Arc::new(dev), None, Some(path.clone()))
         }
         BenchDevice::SimSsd(config) => {

@@ -210,6 +210,7 @@ fn run_workload(
     let measured = workloads::run(job.workload, prepared.api(), prepared.mounted_dir(), &params);
     drop(params);
     result.engine = prepared.engine_figures();
+    let io_path = prepared.io_path.clone();
     // Tear down even after a failed run, and report the run's own error first.
     let finished = prepared.finish();
     let measured = measured.map_err(|e| e.to_string())?;
@@ -225,7 +226,11 @@ fn run_workload(
     if let Some(mb) = measured.mb_per_sec {
         result.mb_per_sec = mb;
     }
-    result.note = measured.note;
+    result.note = match &io_path {
+        Some(io) if measured.note.is_empty() => format!("image: {io}"),
+        Some(io) => format!("{}; image: {io}", measured.note),
+        None => measured.note,
+    };
     if result.ops == 0 {
         return Err("the workload did no operations".into());
     }

@@ -11,7 +11,9 @@
 //!
 //! Options follow a colon, comma-separated: `lib:preset=cjfs,data=journal`.
 //! - quill (`lib`, `quill-fuse`): `preset=classic|dual|cjfs`, any journal setting
-//!   (`versions_max=3`, …), `data=ordered|journal|writeback`; `lib` also `dev=file|simssd`.
+//!   (`versions_max=3`, …), `data=ordered|journal|writeback`, `io=auto|direct|buffered` (how the
+//!   image file is opened, [`IoMode`]; the path taken is added to each run's note); `lib` also
+//!   `dev=file|simssd`.
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -24,7 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blockdev::file::FileDevice;
+use blockdev::file::{FileDevice, FileOptions, IoMode};
 use blockdev::simssd::{SimSsd, SimSsdConfig};
 use blockdev::BlockDevice;
 use fs::{DataMode, Filesystem, MountOptions};
@@ -59,6 +61,8 @@ pub struct TargetSpec {
     /// quill targets: the mount options.
     pub quill: MountOptions,
     pub lib_device: LibDevice,
+    /// quill targets on an image file: how the file is opened.
+    pub io: IoMode,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -96,6 +100,7 @@ impl TargetSpec {
             kind: kind.clone(),
             quill: MountOptions::default(),
             lib_device: LibDevice::File,
+            io: IoMode::Auto,
             fast_commit: false,
             mount_options: Vec::new(),
         };
@@ -128,6 +133,7 @@ impl TargetSpec {
                                 _ => return Err(format!("{text}: data={value}?")),
                             }
                         }
+                        "io" => spec.io = value.parse().map_err(|e| format!("{text}: {e}"))?,
                         "dev" if kind == Kind::Lib => {
                             spec.lib_device = match value {
                                 "file" => LibDevice::File,
@@ -211,14 +217,18 @@ impl TargetSpec {
             simssd: None,
             cleanup_dir: None,
             mount: MountState::None,
+            io_path: None,
         };
+        let io = FileOptions { io: self.io, ..FileOptions::default() };
         match &self.kind {
             Kind::Lib => {
+                let sparse_file = self.lib_device == LibDevice::File;
                 let (dev, simssd): (Arc<dyn BlockDevice>, _) = match self.lib_device {
                     LibDevice::File => {
-                        let dev = FileDevice::create(&image, env.image_bytes)
+                        let dev = FileDevice::create_with(&image, env.image_bytes, io)
                             .map_err(|e| e.to_string())?;
                         prepared.image = Some(image.clone());
+                        prepared.io_path = Some(dev.io_path().to_string());
                         (Arc::new(dev), None)
                     }
                     LibDevice::SimSsd => {
@@ -227,14 +237,16 @@ impl TargetSpec {
                     }
                 };
                 prepared.simssd = simssd;
-                let quill = open_quill(dev, &self.quill)?;
+                let quill = open_quill(dev, &self.quill, sparse_file)?;
                 prepared.api = Some(Box::new(LibApi::new(quill.fs.clone())));
                 prepared.quill = Some(quill);
             }
             Kind::QuillFuse => {
-                let dev = FileDevice::create(&image, env.image_bytes).map_err(|e| e.to_string())?;
+                let dev = FileDevice::create_with(&image, env.image_bytes, io)
+                    .map_err(|e| e.to_string())?;
                 prepared.image = Some(image.clone());
-                let quill = open_quill(Arc::new(dev), &self.quill)?;
+                prepared.io_path = Some(dev.io_path().to_string());
+                let quill = open_quill(Arc::new(dev), &self.quill, true)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
                 let config = quill_fuse::MountConfig {
@@ -292,8 +304,17 @@ pub struct QuillSide {
     stats_at_start: Arc<parking_lot::Mutex<JournalStats>>,
 }
 
-fn open_quill(dev: Arc<dyn BlockDevice>, options: &MountOptions) -> Result<QuillSide, String> {
-    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
+/// Formats `dev` with quill's mkfs and opens it. `sparse_file`: `dev` is a freshly created
+/// sparse image file, whose journal and inode tables mkfs then writes out, as `mkfs.ext4 -E
+/// lazy_itable_init=0,lazy_journal_init=0` does for the kernel targets: otherwise the first pass
+/// of the log would pay the host file system's block allocation (a host journal commit) in
+/// every flush, which neither a block device nor the kernel target pays.
+fn open_quill(
+    dev: Arc<dyn BlockDevice>,
+    options: &MountOptions,
+    sparse_file: bool,
+) -> Result<QuillSide, String> {
+    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: !sparse_file, ..Default::default() };
     fs::mkfs::mkfs(dev.as_ref(), &mkfs).map_err(|e| format!("quill mkfs: {e}"))?;
     let queue = Arc::new(QueueDepthDevice::new(dev));
     let fs = Filesystem::open(queue.clone(), options.clone()).map_err(|e| format!("open: {e}"))?;
@@ -453,6 +474,8 @@ pub struct Prepared {
     simssd: Option<Arc<SimSsd>>,
     cleanup_dir: Option<PathBuf>,
     mount: MountState,
+    /// quill on an image file: the I/O path the file device took ([`blockdev::file::IoPath`]).
+    pub io_path: Option<String>,
 }
 
 impl Prepared {
@@ -617,7 +640,11 @@ mod tests {
         assert!(k.fast_commit);
         assert_eq!(k.mount_options, vec!["data=journal"]);
         assert_eq!(TargetSpec::parse("dir:/tmp").unwrap().kind, Kind::Dir("/tmp".into()));
+        assert_eq!(TargetSpec::parse("lib").unwrap().io, IoMode::Auto);
+        assert_eq!(TargetSpec::parse("lib:io=buffered").unwrap().io, IoMode::Buffered);
+        assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
         for bad in [
+            "lib:io=cached",
             "nfs",
             "dir",
             "lib:preset=zfs",

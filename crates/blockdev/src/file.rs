@@ -1,35 +1,56 @@
 //! A block device on a regular file or a Linux block device node.
 //!
-//! The four durability primitives map onto the kernel as follows:
+//! By default writes reach the device when they complete: the file is opened with O_DIRECT, so
+//! the host page cache holds nothing of the image and `flush` is only the device's cache flush.
+//! (Through the page cache, every `fdatasync` would also write back whatever the cache held
+//! dirty for the image, however unrelated to the caller's transaction.) quill's own caches, not
+//! the host's, then serve reads. The four durability primitives map onto the kernel as follows:
 //!
-//! | primitive      | system call                                                          |
-//! |----------------|----------------------------------------------------------------------|
-//! | `read_at`      | `pread`, looped until the buffer is full                             |
-//! | `write_at`     | `pwrite`, looped until everything is written                         |
-//! | `write_fua_at` | `pwritev2(RWF_DSYNC)`; if the kernel lacks it, `pwrite` + `fdatasync` |
-//! | `flush`        | `fdatasync`                                                          |
+//! | primitive      | system call                                                              |
+//! |----------------|--------------------------------------------------------------------------|
+//! | `read_at`      | `pread`, looped until the buffer is full                                 |
+//! | `write_at`     | `pwritev2`, looped until everything is written                           |
+//! | `write_fua_at` | `pwritev2(RWF_DSYNC)`; if the kernel lacks it, `pwritev2` + `fdatasync`  |
+//! | `flush`        | `fdatasync`, and nothing else                                            |
+//! | `write_batch`  | adjacent writes merged into runs; one run: `pwritev2` from the caller; several: one `IORING_OP_WRITEV` each (FUA: `RWF_DSYNC` in `rw_flags`), or `pwritev2` from a persistent thread pool where io_uring cannot be set up |
+//!
+//! Which I/O path a device uses ([`IoMode`], [`FileDevice::io_path`]):
+//!
+//! | asked for  | file system             | path                                                  |
+//! |------------|-------------------------|-------------------------------------------------------|
+//! | `Auto`     | takes 512-byte O_DIRECT | direct                                                |
+//! | `Auto`     | tmpfs / ramfs           | buffered: the page cache is the storage itself        |
+//! | `Auto`     | refuses O_DIRECT        | buffered, and the reason is reported                  |
+//! | `Auto`     | read-only open          | buffered: nothing to make durable, the cache helps reads |
+//! | `Direct`   | any                     | direct, or the open fails                             |
+//! | `Buffered` | any                     | buffered                                              |
+//!
+//! Buffered is as durable as direct (every primitive above still ends in `RWF_DSYNC` or
+//! `fdatasync`); it is slower to flush, not weaker.
 //!
 //! Invariants:
 //! - a short read or write is continued, and one that makes no progress is an error: a call
 //!   returns `Ok` only when every byte moved;
-//! - every error names the op and the byte offset of the piece that failed;
-//! - with `direct` (O_DIRECT) the kernel requires memory aligned to the logical block size, which
-//!   callers' ordinary slices are not, so all I/O goes through 4096-aligned bounce buffers of at
-//!   most [`BOUNCE_BYTES_MAX`]. Offsets and lengths are only checked against 512-byte sectors; on
-//!   a device with 4 KiB logical blocks the kernel rejects smaller I/O with EINVAL, reported as an
-//!   ordinary `Io` error;
-//! - the size is a multiple of [`SECTOR_SIZE`]: a trailing partial sector of a file is ignored.
-//!
-//! `write_batch` submits from up to `parallelism` threads when the batch is large enough for the
-//! thread start-up to pay off, so the cooperative I/O paths of the journal keep several writes in
-//! flight on devices that have internal parallelism.
+//! - every error names the op and the byte offset of the piece (run) that failed;
+//! - with O_DIRECT the kernel requires memory aligned to the logical block size: caller memory
+//!   aligned to [`DIRECT_ALIGN`] is used in place, other memory goes through aligned bounce
+//!   buffers of at most [`BOUNCE_BYTES_MAX`]. Offsets and lengths are only checked against
+//!   512-byte sectors; `Auto` checks at open that the file takes 512-byte direct I/O;
+//! - the size is a multiple of [`SECTOR_SIZE`]: a trailing partial sector of a file is ignored;
+//! - no call returns while the kernel or a pool thread may still read the caller's memory.
 
+mod runs;
+mod submit;
+
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
@@ -37,31 +58,99 @@ use crate::aligned::AlignedBuf;
 use crate::{check_range, BlockDevice, DeviceError, Op, Write, SECTOR_SIZE};
 
 pub use crate::aligned::DIRECT_ALIGN;
+pub use runs::{RUN_BYTES_MAX, RUN_PIECES_MAX};
+pub use submit::RING_ENTRIES;
+
+use runs::Staged;
+use submit::{RingPool, ThreadPool};
 
 /// Largest bounce buffer one O_DIRECT call allocates; larger I/O is done in pieces of this size
 /// so that a huge request does not double its memory footprint.
-pub const BOUNCE_BYTES_MAX: usize = 1024 * 1024;
+pub const BOUNCE_BYTES_MAX: usize = RUN_BYTES_MAX;
 
-/// Batches of at most this many writes are submitted from the calling thread: spawning threads
-/// costs tens of microseconds, more than a few buffered writes take.
+/// Without io_uring, buffered batches of at most this many runs are written from the calling
+/// thread: waking pool threads costs more than a few writes into the page cache take.
 pub const BATCH_SEQUENTIAL_MAX: usize = 4;
 
-/// Default number of submitting threads for a large `write_batch`.
+/// Default number of threads (the caller included) a batch is written from without io_uring.
 pub const PARALLELISM_DEFAULT: usize = 4;
 
 /// Upper bound on `parallelism`: more threads than this only add scheduling overhead.
 pub const PARALLELISM_MAX: usize = 64;
 
-const _: () = assert!(BOUNCE_BYTES_MAX.is_multiple_of(DIRECT_ALIGN));
 const _: () = assert!((DIRECT_ALIGN as u64).is_multiple_of(SECTOR_SIZE));
+
+/// Whether the page cache is bypassed. See the module documentation's table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IoMode {
+    /// Direct where the file system takes it, buffered otherwise (and said so).
+    #[default]
+    Auto,
+    /// O_DIRECT; opening fails where the file system refuses it.
+    Direct,
+    /// Through the host page cache.
+    Buffered,
+}
+
+impl FromStr for IoMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<IoMode, String> {
+        match text {
+            "auto" => Ok(IoMode::Auto),
+            "direct" => Ok(IoMode::Direct),
+            "buffered" => Ok(IoMode::Buffered),
+            _ => Err(format!("io={text}? (auto, direct or buffered)")),
+        }
+    }
+}
+
+/// How a batch of several runs is submitted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SubmitMode {
+    /// io_uring where it can be set up, the thread pool otherwise.
+    #[default]
+    Auto,
+    /// Always the thread pool (for measuring, and for testing the fallback).
+    Threads,
+}
 
 /// How to open a [`FileDevice`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FileOptions {
     /// Open read-only; writes fail with EROFS without reaching the kernel.
     pub read_only: bool,
-    /// Open with O_DIRECT, bypassing the page cache.
+    pub io: IoMode,
+    pub submit: SubmitMode,
+}
+
+impl FileOptions {
+    /// Read-only, every other choice the default.
+    pub fn read_only() -> FileOptions {
+        FileOptions { read_only: true, ..FileOptions::default() }
+    }
+}
+
+/// The I/O path a device ended up with, and why; shown by `quill mount` and `quill bench`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoPath {
     pub direct: bool,
+    /// True when batches go through io_uring, false for the thread pool.
+    pub uring: bool,
+    /// Why buffered (when `Auto` fell back) or why no io_uring; empty when there is nothing to say.
+    pub notes: Vec<String>,
+}
+
+impl fmt::Display for IoPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let io = if self.direct { "direct I/O" } else { "buffered I/O" };
+        let submit = if self.uring { "io_uring" } else { "thread-pool" };
+        write!(f, "{io}, {submit} submission")?;
+        if !self.notes.is_empty() {
+            write!(f, " ({})", self.notes.join("; "))?;
+        }
+        Ok(())
+    }
 }
 
 /// A device backed by a file. See the module documentation.
@@ -71,30 +160,55 @@ pub struct FileDevice {
     path: PathBuf,
     size_bytes: u64,
     options: FileOptions,
+    io_path: IoPath,
     parallelism: usize,
-    /// Set once `pwritev2(RWF_DSYNC)` reported itself unsupported; FUA then uses pwrite + fdatasync.
+    /// Set once `RWF_DSYNC` reported itself unsupported; FUA then uses a write + fdatasync.
     fua_emulated: AtomicBool,
+    /// `Some` when batches go through io_uring.
+    rings: Option<RingPool>,
+    /// Started on the first batch that needs it.
+    threads: OnceLock<ThreadPool>,
 }
 
 impl FileDevice {
     /// Opens an existing file or block device.
     pub fn open(path: impl AsRef<Path>, options: FileOptions) -> Result<FileDevice, DeviceError> {
         let path = path.as_ref();
-        let mut open = OpenOptions::new();
-        open.read(true).write(!options.read_only);
-        if options.direct {
-            open.custom_flags(libc::O_DIRECT);
-        }
-        let file = open.open(path).map_err(|source| open_error(path, source))?;
-        FileDevice::from_file(file, path, options)
+        let (file, direct, mut notes) = open_file(path, options)?;
+        let rings = match options.submit {
+            SubmitMode::Threads => {
+                notes.push("thread pool asked for".into());
+                None
+            }
+            SubmitMode::Auto => match RingPool::new() {
+                Ok(rings) => Some(rings),
+                Err(e) => {
+                    notes.push(format!("io_uring unavailable: {e}"));
+                    None
+                }
+            },
+        };
+        let io_path = IoPath { direct, uring: rings.is_some(), notes };
+        FileDevice::from_file(file, path, options, io_path, rings)
     }
 
-    /// Creates (or truncates) a sparse file of `size_bytes` and opens it read-write, buffered.
+    /// Creates (or truncates) a sparse file of `size_bytes` and opens it read-write, with the
+    /// default options.
     pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> Result<FileDevice, DeviceError> {
+        FileDevice::create_with(path, size_bytes, FileOptions::default())
+    }
+
+    /// Creates (or truncates) a sparse file of `size_bytes` and opens it with `options`.
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        size_bytes: u64,
+        options: FileOptions,
+    ) -> Result<FileDevice, DeviceError> {
         assert!(
             size_bytes.is_multiple_of(SECTOR_SIZE),
             "device size {size_bytes} is not a multiple of {SECTOR_SIZE}"
         );
+        assert!(!options.read_only, "creating a device read-only");
         let path = path.as_ref();
         let file = OpenOptions::new()
             .read(true)
@@ -104,13 +218,16 @@ impl FileDevice {
             .open(path)
             .map_err(|source| open_error(path, source))?;
         file.set_len(size_bytes).map_err(|source| open_error(path, source))?;
-        FileDevice::from_file(file, path, FileOptions::default())
+        drop(file);
+        FileDevice::open(path, options)
     }
 
     fn from_file(
         mut file: File,
         path: &Path,
         options: FileOptions,
+        io_path: IoPath,
+        rings: Option<RingPool>,
     ) -> Result<FileDevice, DeviceError> {
         let meta = file.metadata().map_err(|source| open_error(path, source))?;
         let file_type = meta.file_type();
@@ -133,12 +250,16 @@ impl FileDevice {
             path: path.to_path_buf(),
             size_bytes: size_raw - size_raw % SECTOR_SIZE,
             options,
+            io_path,
             parallelism: PARALLELISM_DEFAULT,
             fua_emulated: AtomicBool::new(false),
+            rings,
+            threads: OnceLock::new(),
         })
     }
 
-    /// Sets how many threads a large `write_batch` submits from (1 = always sequential).
+    /// Sets how many threads (the caller included) a batch is written from without io_uring;
+    /// 1 writes every batch from the caller, one run after another, also with io_uring.
     pub fn with_parallelism(mut self, threads: usize) -> FileDevice {
         assert!(
             (1..=PARALLELISM_MAX).contains(&threads),
@@ -156,58 +277,202 @@ impl FileDevice {
         self.options
     }
 
+    /// Whether the page cache is bypassed (O_DIRECT).
+    pub fn is_direct(&self) -> bool {
+        self.io_path.direct
+    }
+
+    /// The I/O path in use and why.
+    pub fn io_path(&self) -> &IoPath {
+        &self.io_path
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    fn write(&self, op: Op, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        check_range(op, offset, data.len(), self.size_bytes)?;
+    /// Writes `writes` (already range-checked) as merged runs.
+    fn write_runs(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
         if self.options.read_only {
+            let first = writes.first().map(|w| (w.fua, w.offset));
+            let (fua, offset) = first.unwrap_or((false, 0));
             let source = io::Error::from_raw_os_error(libc::EROFS);
-            return Err(DeviceError::Io { op, offset, source });
+            return Err(DeviceError::Io { op: write_op(fua), offset, source });
         }
-        let fua = op == Op::WriteFua;
-        if !self.options.direct {
-            return self.write_piece(fua, offset, data);
+        let staged: Vec<Staged<'_>> = runs::merge(writes)
+            .into_iter()
+            .map(|run| Staged::new(run, self.io_path.direct))
+            .collect();
+        if staged.len() <= 1 || self.parallelism == 1 {
+            return staged.iter().try_for_each(|run| self.write_run_from(run, 0));
         }
-        if data.is_empty() {
-            return Ok(());
+        if let Some(rings) = &self.rings {
+            return self.write_runs_ring(rings, &staged);
         }
-        let mut bounce = AlignedBuf::new(data.len().min(BOUNCE_BYTES_MAX));
-        for (i, piece) in data.chunks(BOUNCE_BYTES_MAX).enumerate() {
-            let piece_offset = offset + (i * BOUNCE_BYTES_MAX) as u64;
-            let staged = &mut bounce.as_mut_slice()[..piece.len()];
-            staged.copy_from_slice(piece);
-            self.write_piece(fua, piece_offset, staged)?;
+        if !self.io_path.direct && staged.len() <= BATCH_SEQUENTIAL_MAX {
+            return staged.iter().try_for_each(|run| self.write_run_from(run, 0));
         }
-        Ok(())
+        self.write_runs_threads(&staged)
     }
 
-    /// Writes `data` (already staged for O_DIRECT if needed) at `offset`, durably if `fua`.
-    fn write_piece(&self, fua: bool, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        if !fua {
-            return self.file.write_all_at(data, offset).map_err(|source| DeviceError::Io {
-                op: Op::Write,
-                offset,
-                source,
-            });
+    /// Writes `run` from byte `done` on with `pwritev2`, durably if it is FUA.
+    fn write_run_from(&self, run: &Staged<'_>, done: usize) -> Result<(), DeviceError> {
+        let io_error =
+            |source| DeviceError::Io { op: write_op(run.fua), offset: run.offset, source };
+        if !run.fua {
+            return run.write_from(&self.file, done, 0).map_err(io_error);
         }
-        let io_error = |source| DeviceError::Io { op: Op::WriteFua, offset, source };
         if !self.fua_emulated.load(Ordering::Relaxed) {
-            match pwritev2_dsync_all(&self.file, offset, data) {
+            match run.write_from(&self.file, done, libc::RWF_DSYNC) {
                 Ok(()) => return Ok(()),
                 Err(e) if is_unsupported(&e) => self.fua_emulated.store(true, Ordering::Relaxed),
                 Err(e) => return Err(io_error(e)),
             }
         }
-        // Emulation: rewriting the whole piece is harmless even if pwritev2 got partway, and
+        // Emulation: rewriting the whole run is harmless even if pwritev2 got partway, and
         // fdatasync makes it (and, as a side effect, earlier writes) durable.
-        self.file.write_all_at(data, offset).map_err(io_error)?;
+        run.write_from(&self.file, 0, 0).map_err(io_error)?;
         self.file.sync_data().map_err(io_error)
     }
 
-    fn write_one(&self, w: &Write<'_>) -> Result<(), DeviceError> {
-        self.write(if w.fua { Op::WriteFua } else { Op::Write }, w.offset, w.data)
+    fn write_runs_ring(&self, rings: &RingPool, staged: &[Staged<'_>]) -> Result<(), DeviceError> {
+        let emulated = self.fua_emulated.load(Ordering::Relaxed);
+        let flags = |run: &Staged<'_>| if run.fua && !emulated { libc::RWF_DSYNC } else { 0 };
+        let outcomes = match rings.write(self.file.as_raw_fd(), staged, flags) {
+            Ok(outcomes) => outcomes,
+            // No ring could be had for this batch (e.g. out of locked memory): write it from
+            // the caller rather than fail it.
+            Err(_) => return staged.iter().try_for_each(|run| self.write_run_from(run, 0)),
+        };
+        // Runs in offset order: the first failure reported is the lowest-addressed one.
+        for (run, outcome) in staged.iter().zip(outcomes) {
+            match outcome {
+                None => {}
+                Some(res) if res < 0 => {
+                    let e = io::Error::from_raw_os_error(-res);
+                    if run.fua && is_unsupported(&e) {
+                        self.fua_emulated.store(true, Ordering::Relaxed);
+                        self.write_run_from(run, 0)?;
+                    } else {
+                        return Err(DeviceError::Io {
+                            op: write_op(run.fua),
+                            offset: run.offset,
+                            source: e,
+                        });
+                    }
+                }
+                // A short write: finish it synchronously (RWF_DSYNC covers each part).
+                Some(res) if (res as usize) < run.len => self.write_run_from(run, res as usize)?,
+                Some(_) => {}
+            }
+        }
+        // A run left unsubmitted follows a failed one, which returned above.
+        Ok(())
+    }
+
+    fn write_runs_threads(&self, staged: &[Staged<'_>]) -> Result<(), DeviceError> {
+        let pool = self.threads.get_or_init(|| ThreadPool::new(self.parallelism - 1));
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let first_error: Mutex<Option<(u64, DeviceError)>> = Mutex::new(None);
+        pool.run(self.parallelism - 1, &|| {
+            // Each thread claims the next unclaimed run; after a failure the rest are left
+            // unsubmitted, as the sequential path would.
+            while !failed.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(run) = staged.get(i) else { break };
+                if let Err(e) = self.write_run_from(run, 0) {
+                    failed.store(true, Ordering::Relaxed);
+                    let mut first = first_error.lock();
+                    // Keep the lowest-addressed failure, as the ring path reports.
+                    if first.as_ref().is_none_or(|(offset, _)| run.offset < *offset) {
+                        *first = Some((run.offset, e));
+                    }
+                }
+            }
+        });
+        match first_error.into_inner() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn write_op(fua: bool) -> Op {
+    if fua {
+        Op::WriteFua
+    } else {
+        Op::Write
+    }
+}
+
+/// Opens `path` as `options` ask; returns the file, whether it is O_DIRECT, and notes on why not.
+fn open_file(path: &Path, options: FileOptions) -> Result<(File, bool, Vec<String>), DeviceError> {
+    let open = |direct: bool| {
+        let mut open = OpenOptions::new();
+        open.read(true).write(!options.read_only);
+        if direct {
+            open.custom_flags(libc::O_DIRECT);
+        }
+        open.open(path).map_err(|source| open_error(path, source))
+    };
+    match options.io {
+        IoMode::Buffered => Ok((open(false)?, false, vec!["buffered I/O asked for".into()])),
+        IoMode::Direct => Ok((open(true)?, true, Vec::new())),
+        IoMode::Auto if options.read_only => {
+            let note = "read-only: the page cache serves reads".to_string();
+            Ok((open(false)?, false, vec![note]))
+        }
+        IoMode::Auto => {
+            let buffered = open(false)?;
+            if is_memory_fs(&buffered) {
+                let note = "tmpfs: the page cache is the storage".to_string();
+                return Ok((buffered, false, vec![note]));
+            }
+            let direct = match open(true) {
+                Ok(file) => file,
+                Err(e) if e.errno() == libc::EINVAL => {
+                    let note = "the file system refuses O_DIRECT".to_string();
+                    return Ok((buffered, false, vec![note]));
+                }
+                Err(e) => return Err(e),
+            };
+            match direct_sector_read(&direct) {
+                Ok(()) => Ok((direct, true, Vec::new())),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let note = "512-byte O_DIRECT refused (larger logical blocks)".to_string();
+                    Ok((buffered, false, vec![note]))
+                }
+                Err(source) => Err(open_error(path, source)),
+            }
+        }
+    }
+}
+
+/// `RAMFS_MAGIC` of linux/magic.h, which the libc crate does not export.
+const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+
+/// Whether `file` lives on tmpfs or ramfs, where the page cache is the file's only copy.
+fn is_memory_fs(file: &File) -> bool {
+    // SAFETY: statfs is plain data, filled in by the kernel on success.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a valid pointer to a statfs.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut stat) } != 0 {
+        return false;
+    }
+    stat.f_type == libc::TMPFS_MAGIC || stat.f_type == RAMFS_MAGIC
+}
+
+/// One sector read with O_DIRECT at offset 0: fails with EINVAL where the device's logical
+/// blocks are larger than a sector. (Past the end of an empty file it reads nothing.)
+fn direct_sector_read(file: &File) -> io::Result<()> {
+    let mut sector = AlignedBuf::new(DIRECT_ALIGN);
+    let buf = &mut sector.as_mut_slice()[..SECTOR_SIZE as usize];
+    loop {
+        match file.read_at(buf, 0) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            result => return result.map(drop),
+        }
     }
 }
 
@@ -219,32 +484,6 @@ fn is_unsupported(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS))
 }
 
-/// `pwritev2(RWF_DSYNC)` looped over short writes; each returned byte count is already durable.
-fn pwritev2_dsync_all(file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < data.len() {
-        let rest = &data[done..];
-        let iov = libc::iovec { iov_base: rest.as_ptr() as *mut libc::c_void, iov_len: rest.len() };
-        let at = libc::off_t::try_from(offset + done as u64)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-        // SAFETY: `iov` points at `rest`, which is alive and unaliased-for-write for the call;
-        // the kernel only reads from it.
-        let n = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev2 wrote nothing"));
-        }
-        done += n as usize;
-    }
-    Ok(())
-}
-
 impl BlockDevice for FileDevice {
     fn size_bytes(&self) -> u64 {
         self.size_bytes
@@ -254,7 +493,7 @@ impl BlockDevice for FileDevice {
         check_range(Op::Read, offset, buf.len(), self.size_bytes)?;
         let io_error =
             |piece_offset, source| DeviceError::Io { op: Op::Read, offset: piece_offset, source };
-        if !self.options.direct {
+        if !self.io_path.direct || runs::is_direct_aligned(buf) {
             return self.file.read_exact_at(buf, offset).map_err(|e| io_error(offset, e));
         }
         if buf.is_empty() {
@@ -271,11 +510,13 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.write(Op::Write, offset, data)
+        check_range(Op::Write, offset, data.len(), self.size_bytes)?;
+        self.write_runs(&[Write { offset, data, fua: false }])
     }
 
     fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.write(Op::WriteFua, offset, data)
+        check_range(Op::WriteFua, offset, data.len(), self.size_bytes)?;
+        self.write_runs(&[Write { offset, data, fua: true }])
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
@@ -288,35 +529,12 @@ impl BlockDevice for FileDevice {
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
         // Reject a bad batch before any of it is written.
         for w in writes {
-            let op = if w.fua { Op::WriteFua } else { Op::Write };
-            check_range(op, w.offset, w.data.len(), self.size_bytes)?;
+            check_range(write_op(w.fua), w.offset, w.data.len(), self.size_bytes)?;
         }
-        if writes.len() <= BATCH_SEQUENTIAL_MAX || self.parallelism == 1 {
-            return writes.iter().try_for_each(|w| self.write_one(w));
+        if writes.is_empty() {
+            return Ok(());
         }
-        let next = AtomicUsize::new(0);
-        let failed = AtomicBool::new(false);
-        let first_error: Mutex<Option<DeviceError>> = Mutex::new(None);
-        std::thread::scope(|scope| {
-            for _ in 0..self.parallelism.min(writes.len()) {
-                scope.spawn(|| {
-                    // Each thread claims the next unclaimed write; after a failure the rest are
-                    // left unsubmitted, as the sequential path would.
-                    while !failed.load(Ordering::Relaxed) {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(w) = writes.get(i) else { break };
-                        if let Err(e) = self.write_one(w) {
-                            failed.store(true, Ordering::Relaxed);
-                            first_error.lock().get_or_insert(e);
-                        }
-                    }
-                });
-            }
-        });
-        match first_error.into_inner() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.write_runs(writes)
     }
 }
 
@@ -337,5 +555,21 @@ mod tests {
             FileDevice::open("/nonexistent/quill-device", FileOptions::default()).unwrap_err();
         assert_eq!(err.errno(), libc::ENOENT);
         assert!(err.to_string().contains("/nonexistent/quill-device"), "{err}");
+    }
+
+    #[test]
+    fn io_modes_parse_from_their_option_names() {
+        assert_eq!("auto".parse::<IoMode>(), Ok(IoMode::Auto));
+        assert_eq!("direct".parse::<IoMode>(), Ok(IoMode::Direct));
+        assert_eq!("buffered".parse::<IoMode>(), Ok(IoMode::Buffered));
+        assert!("cached".parse::<IoMode>().is_err());
+    }
+
+    #[test]
+    fn io_path_names_its_choices_and_reasons() {
+        let path = IoPath { direct: false, uring: true, notes: vec!["tmpfs: x".into()] };
+        assert_eq!(path.to_string(), "buffered I/O, io_uring submission (tmpfs: x)");
+        let path = IoPath { direct: true, uring: false, notes: Vec::new() };
+        assert_eq!(path.to_string(), "direct I/O, thread-pool submission");
     }
 }

@@ -4,7 +4,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use blockdev::file::{FileDevice, FileOptions, BOUNCE_BYTES_MAX};
+use blockdev::aligned::AlignedBuf;
+use blockdev::file::{
+    FileDevice, FileOptions, IoMode, SubmitMode, BOUNCE_BYTES_MAX, RUN_BYTES_MAX,
+};
 use blockdev::{BlockDevice, DeviceError, Op, Write};
 
 /// A file path unique to this test run, removed when dropped.
@@ -31,7 +34,7 @@ fn pattern(len: usize, salt: u8) -> Vec<u8> {
 
 /// Opens with O_DIRECT, or returns None (after saying why) where the file system refuses it.
 fn open_direct(path: &TempPath) -> Option<FileDevice> {
-    match FileDevice::open(&path.0, FileOptions { read_only: false, direct: true }) {
+    match FileDevice::open(&path.0, FileOptions { io: IoMode::Direct, ..FileOptions::default() }) {
         Ok(dev) => Some(dev),
         Err(e) if e.errno() == libc::EINVAL => {
             eprintln!("skipping: O_DIRECT is not supported for {}: {e}", path.0.display());
@@ -75,7 +78,7 @@ fn file_device_fua_write_survives_reopen() {
         let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
         dev.write_fua_at(4096, &data).unwrap();
     }
-    let dev = FileDevice::open(&path.0, FileOptions { read_only: true, direct: false }).unwrap();
+    let dev = FileDevice::open(&path.0, FileOptions::read_only()).unwrap();
     let mut back = vec![0; data.len()];
     dev.read_at(4096, &mut back).unwrap();
     assert_eq!(back, data);
@@ -89,7 +92,7 @@ fn o_direct_device_round_trips_unaligned_caller_buffers() {
     let Some(dev) = open_direct(&path) else {
         return;
     };
-    assert!(dev.options().direct);
+    assert!(dev.is_direct());
 
     // Offset by one byte so the caller's slices are certainly not sector-aligned in memory.
     let big_len = BOUNCE_BYTES_MAX * 2 + 4096;
@@ -111,7 +114,8 @@ fn o_direct_device_round_trips_unaligned_caller_buffers() {
 
     // The same bytes are visible through the page cache after reopening buffered.
     drop(dev);
-    let buffered = FileDevice::open(&path.0, FileOptions::default()).unwrap();
+    let buffered = FileDevice::open(&path.0, FileOptions::read_only()).unwrap();
+    assert!(!buffered.is_direct());
     let mut check = vec![0u8; 4096];
     buffered.read_at(512, &mut check).unwrap();
     assert_eq!(&check[..], &big[..4096]);
@@ -155,7 +159,7 @@ fn batch_with_an_invalid_member_writes_nothing() {
 fn read_only_file_device_rejects_writes_with_erofs() {
     let path = TempPath::new("ro");
     drop(FileDevice::create(&path.0, 8192).unwrap());
-    let dev = FileDevice::open(&path.0, FileOptions { read_only: true, direct: false }).unwrap();
+    let dev = FileDevice::open(&path.0, FileOptions::read_only()).unwrap();
     let err = dev.write_at(0, &[0; 512]).unwrap_err();
     assert!(matches!(err, DeviceError::Io { op: Op::Write, offset: 0, .. }), "{err}");
     assert_eq!(err.errno(), libc::EROFS);
@@ -177,7 +181,216 @@ fn file_size_ignores_a_trailing_partial_sector() {
 #[test]
 fn opening_a_directory_is_an_error_naming_it() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let err = FileDevice::open(&dir, FileOptions { read_only: true, direct: false }).unwrap_err();
+    let err = FileDevice::open(&dir, FileOptions::read_only()).unwrap_err();
     assert!(matches!(err, DeviceError::Open { .. }), "{err}");
     assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
+}
+
+/// Every (I/O mode, submission) pair the device can be opened with on a disk file system.
+const PATHS: [(IoMode, SubmitMode); 4] = [
+    (IoMode::Direct, SubmitMode::Auto),
+    (IoMode::Direct, SubmitMode::Threads),
+    (IoMode::Buffered, SubmitMode::Auto),
+    (IoMode::Buffered, SubmitMode::Threads),
+];
+
+/// A batch with adjacent runs (to merge), gaps, mixed FUA, a write longer than one run, and
+/// caller memory both aligned and not: (offset, bytes, fua).
+fn mixed_batch(aligned: &AlignedBuf) -> Vec<(u64, Vec<u8>, bool)> {
+    let mut batch = Vec::new();
+    for i in 0..24u64 {
+        // Blocks 0..24 contiguous except a gap at 10; every fifth one FUA (splitting runs).
+        if i != 10 {
+            batch.push((i * 4096, pattern(4096, i as u8), i % 5 == 0));
+        }
+    }
+    batch.push((200 * 1024, pattern(512, 1), false));
+    batch.push((200 * 1024 + 512, pattern(1536, 2), false));
+    batch.push((1 << 20, pattern(RUN_BYTES_MAX * 2 + 8192, 3), true));
+    batch.push((4 << 20, aligned.as_slice().to_vec(), false));
+    batch
+}
+
+/// Writes `batch` through `write_batch`, with caller memory offset by one byte except for the
+/// member at 4 MiB, which is written from `aligned` itself (O_DIRECT uses it in place).
+fn write_mixed(dev: &FileDevice, batch: &[(u64, Vec<u8>, bool)], aligned: &AlignedBuf) {
+    let shifted: Vec<Vec<u8>> = batch
+        .iter()
+        .map(|(_, data, _)| {
+            let mut v = vec![0u8; data.len() + 1];
+            v[1..].copy_from_slice(data);
+            v
+        })
+        .collect();
+    let writes: Vec<Write<'_>> = batch
+        .iter()
+        .zip(&shifted)
+        .map(|((offset, expected, fua), v)| {
+            let data = if *offset == 4 << 20 { aligned.as_slice() } else { &v[1..] };
+            assert_eq!(data, &expected[..]);
+            Write { offset: *offset, data, fua: *fua }
+        })
+        .collect();
+    dev.write_batch(&writes).unwrap();
+}
+
+#[test]
+fn merged_batch_writes_land_byte_identical_to_one_write_at_a_time_on_every_path() {
+    let size = 8 << 20;
+    let mut aligned = AlignedBuf::new(16384);
+    aligned.as_mut_slice().copy_from_slice(&pattern(16384, 77));
+    let batch = mixed_batch(&aligned);
+
+    let reference = TempPath::new("merge-reference");
+    let dev = FileDevice::create_with(
+        &reference.0,
+        size,
+        FileOptions { io: IoMode::Buffered, ..FileOptions::default() },
+    )
+    .unwrap();
+    for (offset, data, fua) in &batch {
+        if *fua {
+            dev.write_fua_at(*offset, data).unwrap();
+        } else {
+            dev.write_at(*offset, data).unwrap();
+        }
+    }
+    dev.flush().unwrap();
+    drop(dev);
+    let expected = std::fs::read(&reference.0).unwrap();
+
+    for (io, submit) in PATHS {
+        let path = TempPath::new("merge");
+        let options = FileOptions { io, submit, ..FileOptions::default() };
+        let dev = match FileDevice::create_with(&path.0, size, options) {
+            Err(e) if io == IoMode::Direct && e.errno() == libc::EINVAL => {
+                println!("SKIP {io:?}: O_DIRECT refused here: {e}");
+                continue;
+            }
+            result => result.unwrap(),
+        };
+        assert_eq!(dev.is_direct(), io == IoMode::Direct);
+        assert!(!(submit == SubmitMode::Threads && dev.io_path().uring), "{}", dev.io_path());
+        write_mixed(&dev, &batch, &aligned);
+        dev.flush().unwrap();
+        // Read back through the device, into aligned and unaligned memory, before the file.
+        let mut back = AlignedBuf::new(16384);
+        dev.read_at(4 << 20, back.as_mut_slice()).unwrap();
+        assert_eq!(back.as_slice(), aligned.as_slice(), "{io:?}/{submit:?} aligned read");
+        let mut odd = vec![0u8; 8192 + 1];
+        dev.read_at(0, &mut odd[1..]).unwrap();
+        assert_eq!(&odd[1..], &expected[..8192], "{io:?}/{submit:?} unaligned read");
+        drop(dev);
+        let got = std::fs::read(&path.0).unwrap();
+        assert!(got == expected, "{io:?}/{submit:?}: image differs from unmerged writes");
+    }
+}
+
+#[test]
+fn auto_io_on_a_disk_file_system_is_direct_with_io_uring() {
+    let path = TempPath::new("auto");
+    let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
+    let shown = dev.io_path().to_string();
+    if !dev.is_direct() {
+        println!("SKIP: {} does not take O_DIRECT: {shown}", path.0.display());
+        return;
+    }
+    assert!(shown.starts_with("direct I/O"), "{shown}");
+    if !dev.io_path().uring {
+        println!("SKIP io_uring part: {shown}");
+        return;
+    }
+    assert_eq!(shown, "direct I/O, io_uring submission");
+}
+
+#[test]
+fn auto_io_on_tmpfs_falls_back_to_buffered_and_says_why() {
+    let shm = PathBuf::from("/dev/shm");
+    if !shm.is_dir() {
+        println!("SKIP: no /dev/shm");
+        return;
+    }
+    let path = TempPath(shm.join(format!("quill-blockdev-{}-auto.img", std::process::id())));
+    let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
+    assert!(!dev.is_direct(), "{}", dev.io_path());
+    assert!(dev.io_path().to_string().contains("tmpfs"), "{}", dev.io_path());
+    let data = pattern(8192, 5);
+    dev.write_batch(&[
+        Write { offset: 0, data: &data[..4096], fua: true },
+        Write { offset: 4096, data: &data[4096..], fua: false },
+    ])
+    .unwrap();
+    dev.flush().unwrap();
+    let mut back = vec![0; 8192];
+    dev.read_at(0, &mut back).unwrap();
+    assert_eq!(back, data);
+}
+
+/// A tmpfs of `bytes` mounted at a fresh directory, unmounted (and removed) on drop.
+struct TinyFs(PathBuf);
+
+impl TinyFs {
+    fn mount(bytes: u64) -> Option<TinyFs> {
+        if unsafe { libc::geteuid() } != 0 {
+            println!("SKIP: mounting a tiny tmpfs needs root");
+            return None;
+        }
+        let dir = TempPath::new("tinyfs").0.with_extension("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let size = format!("size={bytes}");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &size, "quill-tiny"])
+            .arg(&dir)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Some(TinyFs(dir)),
+            Ok(out) => {
+                println!("SKIP: mount tmpfs failed: {}", String::from_utf8_lossy(&out.stderr));
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+            Err(e) => {
+                println!("SKIP: mount not runnable: {e}");
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let out = std::process::Command::new("umount").arg(&self.0).output();
+        let unmounted = out.is_ok_and(|o| o.status.success());
+        let _ = std::fs::remove_dir(&self.0);
+        if !unmounted && !std::thread::panicking() {
+            panic!("umount {} failed", self.0.display());
+        }
+    }
+}
+
+#[test]
+fn a_batch_whose_write_the_file_system_refuses_reports_the_error_on_every_path() {
+    // A 256 KiB file system holding a sparse 4 MiB device: writes past the free space fail
+    // with ENOSPC in the kernel, after check_range let them through.
+    let Some(tiny) = TinyFs::mount(256 * 1024) else {
+        return;
+    };
+    let blocks: Vec<Vec<u8>> = (0..128).map(|i| pattern(4096, i as u8)).collect();
+    // Every other block, so no two merge and the batch has 128 runs in flight.
+    let batch: Vec<Write<'_>> = blocks
+        .iter()
+        .enumerate()
+        .map(|(i, data)| Write { offset: (i * 8192) as u64, data, fua: i % 3 == 0 })
+        .collect();
+    for (io, submit) in PATHS {
+        let image = tiny.0.join("device.img");
+        let options = FileOptions { io, submit, ..FileOptions::default() };
+        let dev = FileDevice::create_with(&image, 4 << 20, options).unwrap();
+        let err = dev.write_batch(&batch).unwrap_err();
+        assert_eq!(err.errno(), libc::ENOSPC, "{io:?}/{submit:?}: {err}");
+        assert!(matches!(err, DeviceError::Io { op: Op::Write | Op::WriteFua, .. }), "{err}");
+        drop(dev);
+        std::fs::remove_file(&image).unwrap();
+    }
 }

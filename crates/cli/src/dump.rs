@@ -25,7 +25,7 @@ pub struct DumpArgs {
 /// Opens `path` read-only (the file is opened without write access, so nothing can write it)
 /// and validates it as ext4.
 pub fn open_read_only(path: &Path) -> Result<(Arc<dyn BlockDevice>, Ext4Image)> {
-    let dev = FileDevice::open(path, FileOptions { read_only: true, direct: false })?;
+    let dev = FileDevice::open(path, FileOptions::read_only())?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     let image = Ext4Image::open(dev.clone())
         .with_context(|| format!("{} is not a usable ext4 image", path.display()))?;

@@ -200,11 +200,12 @@ pub fn run(args: FsBenchArgs) -> Result<()> {
             bar.set(index as u64, total as u64);
             bar.println(&format!("[{}/{}] {label}", index + 1, total));
         }
-        Event::Finished(r) => {
-            if let (Some(bar), Some(e)) = (&bar, &r.error) {
-                bar.println(&format!("  FAILED: {e}"));
-            }
-        }
+        Event::Finished(r) => match (&bar, &r.error) {
+            (Some(bar), Some(e)) => bar.println(&format!("  FAILED: {e}")),
+            // The run's note (for quill on a file: the I/O path its device took).
+            (Some(bar), None) if !r.note.is_empty() => bar.println(&format!("  {}", r.note)),
+            _ => {}
+        },
     });
     if let Some(bar) = bar {
         bar.finish();

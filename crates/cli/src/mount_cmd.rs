@@ -314,8 +314,9 @@ fn open_and_mount(
     let shown = image.display();
     let lock = lock_image(image)?;
     let read_only = spec.fs.read_only;
-    let dev = FileDevice::open(image, FileOptions { read_only, direct: false })
+    let dev = FileDevice::open(image, FileOptions { read_only, io: spec.io, ..Default::default() })
         .map_err(|e| failed(format!("cannot open {shown}: {e}")))?;
+    log::info!("{shown}: {}", dev.io_path());
     // Opened read-only, the device refuses writes; Filesystem::open with read_only writes
     // nothing (a journal that needs replaying is replayed in memory), so nothing ever tries.
     let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);

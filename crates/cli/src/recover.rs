@@ -27,7 +27,7 @@ pub fn run(args: RecoverArgs) -> Result<()> {
     if !(1..=64).contains(&args.threads) {
         bail!("--threads {} is outside 1..=64", args.threads);
     }
-    let dev = FileDevice::open(&args.image, FileOptions { read_only: false, direct: false })?;
+    let dev = FileDevice::open(&args.image, FileOptions::default())?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     let image = Ext4Image::open(dev.clone())
         .with_context(|| format!("{} is not a usable ext4 image", args.image.display()))?;

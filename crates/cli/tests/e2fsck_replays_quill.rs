@@ -35,7 +35,7 @@ fn pattern(block: u64, round: u32, block_size: usize, escaped: bool) -> Vec<u8> 
 
 fn write_crashed_journal(image: &Path, case: &Case) -> (BTreeMap<u64, Vec<u8>>, Vec<u64>, u64) {
     let free: Vec<u64> = free_block_ranges(image).into_iter().flatten().collect();
-    let file = FileDevice::open(image, FileOptions { read_only: false, direct: false }).unwrap();
+    let file = FileDevice::open(image, FileOptions::default()).unwrap();
     let dev: Arc<dyn BlockDevice> = Arc::new(file);
     let mut fs = Ext4Image::open(dev.clone()).unwrap();
     let block_size = fs.block_size() as usize;

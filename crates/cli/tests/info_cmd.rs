@@ -175,9 +175,8 @@ fn info_agrees_with_dumpe2fs_on_mkfs_ext4_images() {
 
     // After quill has used the image and unmounted it: journal features, mount count and
     // times as dumpe2fs reads them.
-    let dev: Arc<dyn BlockDevice> = Arc::new(
-        FileDevice::open(&image, FileOptions { read_only: false, direct: false }).unwrap(),
-    );
+    let dev: Arc<dyn BlockDevice> =
+        Arc::new(FileDevice::open(&image, FileOptions::default()).unwrap());
     let fs = Filesystem::open(dev, MountOptions::default()).unwrap();
     let ino = fs.create(ROOT_INO, b"file", 0o644, 0, 0).unwrap().ino;
     fs.write(ino, 0, &[7u8; 10_000]).unwrap();

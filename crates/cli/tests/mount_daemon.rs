@@ -255,12 +255,17 @@ fn daemon_logs_to_syslog_where_a_syslog_daemon_listens() {
 
     let mut lines = Vec::new();
     let mut buf = [0u8; 4096];
-    while lines.len() < 3 {
-        let n = syslog.recv(&mut buf).expect("three syslog lines within 20 s");
+    while lines.len() < 4 {
+        let n = syslog.recv(&mut buf).expect("four syslog lines within 20 s");
         lines.push(String::from_utf8_lossy(&buf[..n]).to_string());
     }
     // <30> is facility daemon (3 << 3) with priority info (6).
     let tag = format!("quill[{daemon}]: ");
+    // The I/O path the image was opened with depends on the file system under it.
+    let io_line = lines.remove(0);
+    let io_prefix = format!("{tag}{}: ", image.display());
+    assert!(io_line.starts_with("<30>"), "{io_line}");
+    assert!(io_line.contains(&io_prefix) && io_line.contains(" I/O, "), "{io_line:?}");
     let want = [
         format!("mounted {} on {} (rw)", image.display(), mnt.display()),
         format!("signal {}: unmounting {}", libc::SIGTERM, mnt.display()),

@@ -157,14 +157,14 @@ impl Filesystem {
             }
             return Ok(());
         }
-        // The device wants 512-byte aligned I/O: whole blocks go straight into `out`; a
-        // partial block goes through a bounce buffer.
+        // Through the clean data cache, in whole blocks: whole blocks go straight into `out`;
+        // a partial block goes through a bounce buffer.
         if in_block == 0 && out.len().is_multiple_of(bs) {
-            self.dev.read_at(pblk * bs as u64, out)?;
+            self.clean_cache.read_data(pblk, out)?;
             return Ok(());
         }
         let mut tmp = vec![0u8; blocks as usize * bs];
-        self.dev.read_at(pblk * bs as u64, &mut tmp)?;
+        self.clean_cache.read_data(pblk, &mut tmp)?;
         out.copy_from_slice(&tmp[in_block..in_block + out.len()]);
         Ok(())
     }

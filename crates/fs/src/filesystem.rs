@@ -32,6 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blockdev::BlockDevice;
+
+use crate::clean_cache::CachedDevice;
 use journal::{Handle, Journal, JournalConfig};
 use ondisk::ext4::{self, feature, Superblock};
 use parking_lot::Mutex;
@@ -89,6 +91,10 @@ pub struct MountOptions {
     /// Bytes of cached metadata blocks kept (the journal's buffer cache); blocks the journal
     /// still needs are kept regardless.
     pub metadata_cache_bytes: u64,
+    /// Bytes of clean file data kept in memory after it was read from the device, so
+    /// re-reads cost no I/O (the file device bypasses the host page cache); 0 caches nothing.
+    /// Least recently used blocks go first; every write to a block drops its copy.
+    pub clean_cache_bytes: u64,
     /// Bytes of written file data held in memory before writes start writing back.
     pub dirty_bytes_max: u64,
     /// Written data older than this is written back by the flusher
@@ -108,6 +114,7 @@ impl Default for MountOptions {
             errors: ErrorPolicy::RemountReadOnly,
             inode_cache_max: 65536,
             metadata_cache_bytes: 64 << 20,
+            clean_cache_bytes: 64 << 20,
             dirty_bytes_max: 64 << 20,
             dirty_expire: Duration::from_secs(5),
         }
@@ -134,6 +141,8 @@ const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
 /// An open ext4 file system.
 pub struct Filesystem {
     pub(crate) dev: Arc<dyn BlockDevice>,
+    /// The same device as `dev`, for file data reads through the clean data cache.
+    pub(crate) clean_cache: Arc<CachedDevice>,
     /// The superblock as of the last write (free counts and the orphan head change).
     pub(crate) sb: Mutex<Superblock>,
     /// The superblock as opened: immutable parameters (checksum seed, geometry, features).
@@ -237,6 +246,11 @@ impl Filesystem {
         // after RECOVER is durable (above): the journal never holds data that a superblock
         // without RECOVER would tell e2fsck and the kernel to ignore (the kernel wipes such a
         // journal).
+        // From here on the journal and the file system reach the device only through the
+        // clean data cache, so every write drops the cached copies it makes stale.
+        let clean_cache =
+            Arc::new(CachedDevice::new(dev, sb.block_size(), options.clean_cache_bytes));
+        let dev: Arc<dyn BlockDevice> = clean_cache.clone();
         let journal = if options.read_only {
             Journal::open_read_only(dev.clone(), location, options.journal.clone())?
         } else {
@@ -246,6 +260,7 @@ impl Filesystem {
         journal.set_cache_limit((options.metadata_cache_bytes / block_size).max(64) as usize);
         let fs = Filesystem {
             dev,
+            clean_cache,
             params: sb.clone(),
             sb: Mutex::new(sb),
             groups,
@@ -275,6 +290,12 @@ impl Filesystem {
 
     pub fn block_size(&self) -> u32 {
         self.params.block_size()
+    }
+
+    /// Bytes of file data the clean data cache holds now (at most
+    /// [`MountOptions::clean_cache_bytes`]).
+    pub fn clean_cache_bytes(&self) -> u64 {
+        self.clean_cache.cached_bytes()
     }
 
     pub fn journal(&self) -> &Journal {

@@ -34,6 +34,7 @@ pub mod xattr;
 
 mod adapters;
 mod atime;
+mod clean_cache;
 mod data;
 mod error_policy;
 mod fast_commit;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use blockdev::fault::{Fault, FaultDevice, FaultOn};
 use blockdev::memory::MemDevice;
 use blockdev::BlockDevice;
-use common::{assert_fsck_clean, have, Rng, Scratch};
+use common::{assert_fsck_clean, create_fsynced, have, Rng, Scratch};
 use fs::{ErrorPolicy, Filesystem, FsError, MountOptions, ROOT_INO};
 
 /// A fresh 64 MiB file system (quill's mkfs) on a memory device.
@@ -336,6 +336,42 @@ fn errors_policy_decides_what_an_io_error_does() {
                 let state = common::superblock_state(mem.clone());
                 assert!(state & ondisk::ext4::STATE_ERROR_FS != 0, "state {state:#x}");
             }
+        }
+    }
+}
+
+#[test]
+fn rereads_of_written_back_data_come_from_the_clean_cache_and_never_stale() {
+    let test = "rereads_of_written_back_data_come_from_the_clean_cache_and_never_stale";
+    for (cache_bytes, served) in [(8u64 << 20, true), (0, false)] {
+        let mem = fresh(4096);
+        let faulty = Arc::new(FaultDevice::new(mem.clone() as Arc<dyn BlockDevice>));
+        let options = MountOptions { clean_cache_bytes: cache_bytes, ..MountOptions::default() };
+        let fs = Filesystem::open(faulty.clone(), options).expect("open");
+        let data: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+        // Written back by the fsync, so the dirty cache no longer holds it.
+        let ino = create_fsynced(&fs, b"reread", &data);
+        assert!(read_all(&fs, ino) == data, "first read differs");
+        // An overwrite, written back, is what the next read returns: the write dropped the
+        // cached copy of its block.
+        fs.write(ino, 8192, &[0xAB; 4096]).unwrap();
+        fs.fsync(ino, false).unwrap();
+        let mut expected = data.clone();
+        expected[8192..12288].fill(0xAB);
+        assert!(read_all(&fs, ino) == expected, "a read after the overwrite differs");
+        assert!(fs.clean_cache_bytes() <= cache_bytes);
+        // From here every device read fails: only the clean cache can answer.
+        faulty.inject(Fault::new(FaultOn::Read).sticky());
+        let again = common::read_all(&fs, ino);
+        faulty.clear();
+        if served {
+            assert!(again.unwrap() == expected, "the cached re-read differs");
+            assert!(fs.clean_cache_bytes() >= data.len() as u64, "{}", fs.clean_cache_bytes());
+            fs.unmount().expect("unmount");
+            fsck(&mem, test);
+        } else {
+            assert!(again.is_err(), "with no clean cache the re-read must reach the device");
+            assert_eq!(fs.clean_cache_bytes(), 0);
         }
     }
 }

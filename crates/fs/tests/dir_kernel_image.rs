@@ -438,8 +438,7 @@ fn kernel_directories_read_back_and_quill_replays_them_into_layouts_e2fsck_and_t
         // quill reads them.
         let expected_big = outcome(&big_ops);
         let (big_blocks, levels, big_ctx, replayed) = {
-            let dev = FileDevice::open(&image_path, FileOptions { read_only: true, direct: false })
-                .unwrap();
+            let dev = FileDevice::open(&image_path, FileOptions::read_only()).unwrap();
             let image = Ext4Image::open(Arc::new(dev)).unwrap();
             check_superblock_fields(&image);
             let (blocks, levels) =

@@ -50,12 +50,12 @@ fn mkfs(dir: &Scratch, size: &str, options: &[&str]) -> PathBuf {
 }
 
 fn open(img: &Path, read_only: bool) -> Ext4Image {
-    let dev = FileDevice::open(img, FileOptions { read_only, direct: false }).unwrap();
+    let dev = FileDevice::open(img, FileOptions { read_only, ..FileOptions::default() }).unwrap();
     Ext4Image::open(Arc::new(dev)).unwrap()
 }
 
 fn try_open(img: &Path) -> Result<Ext4Image, FsError> {
-    let dev = FileDevice::open(img, FileOptions { read_only: true, direct: false }).unwrap();
+    let dev = FileDevice::open(img, FileOptions::read_only()).unwrap();
     Ext4Image::open(Arc::new(dev))
 }
 
@@ -363,7 +363,7 @@ fn journal_index_block_with_a_bad_checksum_is_corrupted() {
         }
     };
     // Flip a byte inside the first extent of the leaf block (a valid-looking extent, wrong sum).
-    let dev = FileDevice::open(&img, FileOptions { read_only: false, direct: false }).unwrap();
+    let dev = FileDevice::open(&img, FileOptions::default()).unwrap();
     let mut block = vec![0u8; 1024];
     dev.read_at(leaf * 1024, &mut block).unwrap();
     block[ext4::EXTENT_HEADER_SIZE + 8] ^= 0x01;

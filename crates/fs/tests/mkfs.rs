@@ -209,9 +209,8 @@ fn allowed_regions(image: &Path, report: &MkfsReport) -> Vec<(u64, u64, &'static
         regions.extend(SUPERBLOCK_DIFFERENCES.iter().map(|&(o, l, w)| (at + o, l, w)));
     }
     if report.journal_blocks > 0 {
-        let dev: Arc<dyn BlockDevice> = Arc::new(
-            FileDevice::open(image, FileOptions { read_only: true, direct: false }).unwrap(),
-        );
+        let dev: Arc<dyn BlockDevice> =
+            Arc::new(FileDevice::open(image, FileOptions::read_only()).unwrap());
         let location = Ext4Image::open(dev).unwrap().journal_location().unwrap();
         let at = location.device_offset(0).unwrap();
         regions.extend(JOURNAL_SB_DIFFERENCES.iter().map(|&(o, l, w)| (at + o, l, w)));

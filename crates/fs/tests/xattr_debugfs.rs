@@ -119,7 +119,7 @@ fn debugfs_ea_get(dir: &Scratch, img: &Path, file: &str, name: &[u8]) -> Vec<u8>
 }
 
 fn open(img: &Path) -> Ext4Image {
-    let dev = FileDevice::open(img, FileOptions { read_only: true, direct: false }).unwrap();
+    let dev = FileDevice::open(img, FileOptions::read_only()).unwrap();
     Ext4Image::open(Arc::new(dev)).unwrap()
 }
 

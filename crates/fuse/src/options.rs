@@ -14,6 +14,7 @@
 //! | `preset=classic\|dual\|cjfs` | journal preset ([`journal::JournalConfig::preset`]) |
 //! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N` | one journal technique setting |
 //! | `threads=N` | FUSE worker threads |
+//! | `io=auto\|direct\|buffered` | how the image file is opened ([`blockdev::file::IoMode`]): `auto` (default) bypasses the host page cache with O_DIRECT where the file system allows it; `buffered` goes through it (as durable, slower to flush) |
 //! | `relatime` (default), `strictatime`, `noatime` (`atime`: back to relatime), `nodiratime` | when reads update access times ([`fs::AtimeMode`]) |
 //! | `log=PATH` | the mount's log file (instead of syslog, or of the default file where there is no syslog) |
 //! | `nosuid`, `nodev`, `noexec`, `sync`, `dirsync` (and `suid`, `dev`, `exec`, `async`) | generic mount flags, passed to the kernel |
@@ -39,6 +40,8 @@ pub struct MountSpec {
     /// The FUSE side (threads, allow_other, read-only, VFS flags); `fsname` is left for the
     /// caller to fill in with the image path.
     pub fuse: MountConfig,
+    /// `io=`: how the image file is opened.
+    pub io: blockdev::file::IoMode,
     /// `log=PATH`: where the mount process logs (its caller decides the default).
     pub log_file: Option<PathBuf>,
     /// Options accepted without effect (sloppy mode's unknown ones among them), for `-v`.
@@ -125,6 +128,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                         )
                     })?;
             }
+            "io" => spec.io = need(key, value)?.parse()?,
             "allow_other" => {
                 no_value(key, value)?;
                 spec.fuse.allow_other = true;
@@ -308,6 +312,17 @@ mod tests {
         let err = parse(&["norecovery"], false).unwrap_err();
         assert!(err.contains("norecovery needs ro"), "{err}");
         assert!(parse(&["norecovery=1,ro"], false).is_err());
+    }
+
+    #[test]
+    fn io_option_chooses_how_the_image_is_opened() {
+        use blockdev::file::IoMode;
+        assert_eq!(parse(&["rw"], false).unwrap().io, IoMode::Auto);
+        assert_eq!(parse(&["io=buffered"], false).unwrap().io, IoMode::Buffered);
+        assert_eq!(parse(&["io=buffered,io=direct"], false).unwrap().io, IoMode::Direct);
+        let err = parse(&["io=cached"], false).unwrap_err();
+        assert!(err.contains("io=cached"), "{err}");
+        assert!(parse(&["io"], false).is_err());
     }
 
     #[test]
