@@ -42,6 +42,7 @@ pub mod recovery;
 pub mod revoke;
 pub mod stats;
 pub mod superblock;
+mod sync;
 pub mod transaction;
 
 pub use buffer::Buffer;
