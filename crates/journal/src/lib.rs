@@ -36,6 +36,7 @@ mod flush;
 pub mod handle;
 mod journal;
 pub mod location;
+pub(crate) mod lockfree_list;
 pub mod log_space;
 pub mod ordered;
 pub mod recovery;
