@@ -17,7 +17,10 @@ mod lockfree_list;
 #[path = "../src/sync.rs"]
 mod sync;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use lockfree_list::LfList;
 use parking_lot::Mutex;
 use std::collections::LinkedList;
@@ -72,10 +75,25 @@ fn filled_linked(items: usize) -> Mutex<LinkedList<u64>> {
     Mutex::new((0..items as u64).collect())
 }
 
-/// Times `iters` rounds of `round(list)` on fresh lists from `make`; list set-up and drop are
-/// not timed.
-fn rounds<L>(iters: u64, make: impl Fn() -> L, round: impl Fn(&L) -> Duration) -> Duration {
-    (0..iters).map(|_| round(&make())).sum()
+/// Benchmarks `work(list, thread)` on `threads` threads at once, each round on a list from
+/// `make()`; making and dropping the list are not timed.
+fn bench_threads<L: Sync>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    threads: usize,
+    make: impl Fn() -> L,
+    work: impl Fn(&L, usize) + Sync,
+) {
+    group.bench_function(BenchmarkId::new(name, threads), |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let list = make();
+                    timed_threads(threads, |thread| work(&list, thread))
+                })
+                .sum()
+        })
+    });
 }
 
 fn push(c: &mut Criterion) {
@@ -84,44 +102,27 @@ fn push(c: &mut Criterion) {
     group.throughput(Throughput::Elements(items as u64));
     for threads in THREADS {
         let per_thread = items / threads;
-        group.bench_function(BenchmarkId::new("lockfree", threads), |b| {
-            b.iter_custom(|iters| {
-                rounds(iters, LfList::<u64>::new, |list| {
-                    timed_threads(threads, |thread| {
-                        let base = (thread * per_thread) as u64;
-                        (0..per_thread as u64).for_each(|i| drop(list.push(base + i)));
-                    })
-                })
-            })
+        let values = move |thread: usize| {
+            let base = (thread * per_thread) as u64;
+            base..base + per_thread as u64
+        };
+        bench_threads(&mut group, "lockfree", threads, LfList::new, |list, thread| {
+            values(thread).for_each(|value| drop(list.push(value)))
         });
-        group.bench_function(BenchmarkId::new("mutex_vec", threads), |b| {
-            b.iter_custom(|iters| {
-                rounds(
-                    iters,
-                    || filled_locked(0),
-                    |list| {
-                        timed_threads(threads, |thread| {
-                            let base = (thread * per_thread) as u64;
-                            (0..per_thread as u64).for_each(|i| list.lock().items.push(base + i));
-                        })
-                    },
-                )
-            })
-        });
-        group.bench_function(BenchmarkId::new("mutex_linked", threads), |b| {
-            b.iter_custom(|iters| {
-                rounds(
-                    iters,
-                    || filled_linked(0),
-                    |list| {
-                        timed_threads(threads, |thread| {
-                            let base = (thread * per_thread) as u64;
-                            (0..per_thread as u64).for_each(|i| list.lock().push_back(base + i));
-                        })
-                    },
-                )
-            })
-        });
+        bench_threads(
+            &mut group,
+            "mutex_vec",
+            threads,
+            || filled_locked(0),
+            |list, thread| values(thread).for_each(|value| list.lock().items.push(value)),
+        );
+        bench_threads(
+            &mut group,
+            "mutex_linked",
+            threads,
+            || filled_linked(0),
+            |list, thread| values(thread).for_each(|value| list.lock().push_back(value)),
+        );
     }
     group.finish();
 }
@@ -129,48 +130,34 @@ fn push(c: &mut Criterion) {
 /// Every thread walks the whole list (the committing thread and concurrent readers).
 fn iterate(c: &mut Criterion) {
     let items = items();
+    let sum_expected = (items as u64) * (items as u64 - 1) / 2;
     let mut group = c.benchmark_group("iterate");
     let lockfree = filled_lockfree(items);
     let locked = filled_locked(items);
     let linked = filled_linked(items);
     for threads in THREADS {
         group.throughput(Throughput::Elements((items * threads) as u64));
-        group.bench_function(BenchmarkId::new("lockfree", threads), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        timed_threads(threads, |_| {
-                            let sum: u64 = lockfree.iter().sum();
-                            assert_eq!(sum, (items as u64) * (items as u64 - 1) / 2);
-                        })
-                    })
-                    .sum()
-            })
-        });
-        group.bench_function(BenchmarkId::new("mutex_vec", threads), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        timed_threads(threads, |_| {
-                            let sum: u64 = locked.lock().items.iter().sum();
-                            assert_eq!(sum, (items as u64) * (items as u64 - 1) / 2);
-                        })
-                    })
-                    .sum()
-            })
-        });
-        group.bench_function(BenchmarkId::new("mutex_linked", threads), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        timed_threads(threads, |_| {
-                            let sum: u64 = linked.lock().iter().sum();
-                            assert_eq!(sum, (items as u64) * (items as u64 - 1) / 2);
-                        })
-                    })
-                    .sum()
-            })
-        });
+        bench_threads(
+            &mut group,
+            "lockfree",
+            threads,
+            || &lockfree,
+            |list, _| assert_eq!(list.iter().sum::<u64>(), sum_expected),
+        );
+        bench_threads(
+            &mut group,
+            "mutex_vec",
+            threads,
+            || &locked,
+            |list, _| assert_eq!(list.lock().items.iter().sum::<u64>(), sum_expected),
+        );
+        bench_threads(
+            &mut group,
+            "mutex_linked",
+            threads,
+            || &linked,
+            |list, _| assert_eq!(list.lock().iter().sum::<u64>(), sum_expected),
+        );
     }
     group.finish();
 }
@@ -181,50 +168,41 @@ fn claim(c: &mut Criterion) {
     let mut group = c.benchmark_group("claim");
     group.throughput(Throughput::Elements(items as u64));
     for threads in THREADS {
-        group.bench_function(BenchmarkId::new("lockfree", threads), |b| {
-            b.iter_custom(|iters| {
-                rounds(
-                    iters,
-                    || filled_lockfree(items),
-                    |list| timed_threads(threads, |_| while list.claim().is_some() {}),
-                )
-            })
-        });
-        group.bench_function(BenchmarkId::new("mutex_vec", threads), |b| {
-            b.iter_custom(|iters| {
-                rounds(
-                    iters,
-                    || filled_locked(items),
-                    |list| {
-                        timed_threads(threads, |_| loop {
-                            let mut list = list.lock();
-                            if list.claimed_next == list.items.len() {
-                                break;
-                            }
-                            let claimed = list.items[list.claimed_next];
-                            list.claimed_next += 1;
-                            drop(list);
-                            std::hint::black_box(claimed);
-                        })
-                    },
-                )
-            })
-        });
-        group.bench_function(BenchmarkId::new("mutex_linked", threads), |b| {
-            b.iter_custom(|iters| {
-                rounds(
-                    iters,
-                    || filled_linked(items),
-                    |list| {
-                        timed_threads(threads, |_| {
-                            while let Some(claimed) = list.lock().pop_front() {
-                                std::hint::black_box(claimed);
-                            }
-                        })
-                    },
-                )
-            })
-        });
+        bench_threads(
+            &mut group,
+            "lockfree",
+            threads,
+            || filled_lockfree(items),
+            |list, _| {
+                while let Some(claimed) = list.claim() {
+                    std::hint::black_box(*claimed);
+                }
+            },
+        );
+        bench_threads(
+            &mut group,
+            "mutex_vec",
+            threads,
+            || filled_locked(items),
+            |list, _| loop {
+                let mut list = list.lock();
+                let Some(&claimed) = list.items.get(list.claimed_next) else { break };
+                list.claimed_next += 1;
+                drop(list);
+                std::hint::black_box(claimed);
+            },
+        );
+        bench_threads(
+            &mut group,
+            "mutex_linked",
+            threads,
+            || filled_linked(items),
+            |list, _| {
+                while let Some(claimed) = list.lock().pop_front() {
+                    std::hint::black_box(claimed);
+                }
+            },
+        );
     }
     group.finish();
 }

@@ -954,6 +954,23 @@ mod loom_tests {
         Arc::try_unwrap(list).unwrap_or_else(|_| panic!("every thread joined"))
     }
 
+    /// Spawns a thread that pushes `value` and then raises the returned flag (Release), so
+    /// another thread that sees the flag (Acquire) knows the push returned.
+    fn spawn_push_then_flag(
+        list: &Arc<LfList<u32>>,
+        value: u32,
+    ) -> (thread::JoinHandle<()>, Arc<AtomicBool>) {
+        let returned = Arc::new(AtomicBool::new(false));
+        let pusher = {
+            let (list, returned) = (list.clone(), returned.clone());
+            thread::spawn(move || {
+                drop(list.push(value));
+                returned.store(true, Ordering::Release);
+            })
+        };
+        (pusher, returned)
+    }
+
     /// (a) Two pushers race on an empty list (the head CAS, then `next`) while a third thread
     /// iterates. The iterator never sees a value twice or out of push order, and once it knows
     /// a push returned (the flag), it must see that value: a returned push is reachable.
@@ -961,14 +978,7 @@ mod loom_tests {
     fn loom_push_is_visible_once_it_returns() {
         loom::model(|| {
             let list = Arc::new(LfList::new());
-            let a_returned = Arc::new(AtomicBool::new(false));
-            let pusher_a = {
-                let (list, a_returned) = (list.clone(), a_returned.clone());
-                thread::spawn(move || {
-                    drop(list.push(A));
-                    a_returned.store(true, Ordering::Release);
-                })
-            };
+            let (pusher_a, a_returned) = spawn_push_then_flag(&list, A);
             let pusher_b = {
                 let list = list.clone();
                 thread::spawn(move || drop(list.push(B)))
@@ -998,14 +1008,7 @@ mod loom_tests {
     fn loom_claim_sees_a_returned_push_and_claims_once() {
         loom::model(|| {
             let list = Arc::new(LfList::new());
-            let a_returned = Arc::new(AtomicBool::new(false));
-            let pusher_a = {
-                let (list, a_returned) = (list.clone(), a_returned.clone());
-                thread::spawn(move || {
-                    drop(list.push(A));
-                    a_returned.store(true, Ordering::Release);
-                })
-            };
+            let (pusher_a, a_returned) = spawn_push_then_flag(&list, A);
             let pusher_b = {
                 let list = list.clone();
                 thread::spawn(move || {
