@@ -31,7 +31,7 @@
 //!   can be unreachable from the head while an earlier push is between its two steps; JBD2
 //!   tolerates that because commit waits for `t_updates == 0`, but the checkpoint and
 //!   transaction lists are fed while others fetch from them. With the CAS a returned push is
-//!   always reachable (the loom model `push_is_visible_once_it_returns` checks exactly this).
+//!   always reachable (the loom model `loom_push_is_visible_once_it_returns` checks exactly this).
 //! - FETCH does not advance the head: it CASes the node's state, and a claim cursor (a hint:
 //!   every node before it is already claimed or removed) keeps repeated claims from rescanning.
 //!   The head stays put so that `iter` (the committing thread) runs concurrently with `claim`
@@ -367,6 +367,10 @@ impl<T> LfList<T> {
     ///
     /// Concurrency: `&mut self` is the safe point: no other thread can be inside the list.
     pub(crate) fn collect_garbage(&mut self) -> usize {
+        // Null hints first (always valid: pushes walk from the head, claims start there), so a
+        // value whose drop panics below cannot leave a hint at a freed node.
+        self.tail.store(ptr::null_mut(), Ordering::Relaxed);
+        self.claim_cursor.store(ptr::null_mut(), Ordering::Relaxed);
         let mut unlinked = 0;
         let mut linked = 0;
         let mut prev: *mut Node<T> = ptr::null_mut();
@@ -390,8 +394,6 @@ impl<T> LfList<T> {
             at = next;
         }
         self.tail.store(prev, Ordering::Relaxed);
-        // Null restarts claims at the head, which is always valid.
-        self.claim_cursor.store(ptr::null_mut(), Ordering::Relaxed);
         assert_eq!(linked, self.len(), "live count disagrees with the list");
         unlinked
     }
@@ -734,6 +736,39 @@ mod tests {
         drop(list);
         assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 3);
         assert!(nodes.iter().all(NodeRef::is_removed) && copy.is_removed());
+    }
+
+    /// Panics on drop when its flag is set.
+    struct PanicOnDrop(u64, bool);
+
+    impl Drop for PanicOnDrop {
+        fn drop(&mut self) {
+            if self.1 && !std::thread::panicking() {
+                panic!("value {} refuses to drop", self.0);
+            }
+        }
+    }
+
+    /// The hints must never point at a freed node, even when a value's drop panics halfway
+    /// through a collection (under miri a stale tail or cursor is a use after free).
+    #[test]
+    fn list_stays_usable_after_a_value_panics_during_collection() {
+        let mut list = LfList::new();
+        // No `NodeRef` kept, so collection frees the nodes' memory at once.
+        (0..3).for_each(|value| drop(list.push(PanicOnDrop(value, value == 1))));
+        // Claim and finish 0 and 1: the claim cursor now points at 1.
+        for expected in 0..2 {
+            let claimed = list.claim().map(|claim| (claim.0, claim.remove()));
+            assert_eq!(claimed, Some((expected, true)));
+        }
+        let collected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            list.collect_garbage();
+        }));
+        assert!(collected.is_err(), "value 1's drop panicked after its node was freed");
+        drop(list.push(PanicOnDrop(3, false)));
+        let claimed: Vec<u64> = std::iter::from_fn(|| list.claim().map(|claim| claim.0)).collect();
+        assert_eq!(claimed, vec![2, 3]);
+        assert_eq!(list.iter().map(|value| value.0).collect::<Vec<_>>(), vec![2, 3]);
     }
 
     #[test]
