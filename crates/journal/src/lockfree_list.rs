@@ -54,7 +54,7 @@
 //!
 //! Invariants (asserted in `collect_garbage` and the tests):
 //! - `head` is null or the first node; following `next` from it reaches every linked node once.
-//! - `tail` is null (only if `head` was null when it was last set) or a linked node.
+//! - `tail` is null or a linked node: a hint pushes walk on from (from the head when null).
 //! - `claim_cursor` is null or a linked node, and every node before it has a nonzero state.
 //! - A linked node holds its value and one reference for the list; an unlinked node has REMOVED
 //!   set and no value.
