@@ -39,6 +39,7 @@ mod flush;
 pub mod handle;
 mod journal;
 pub mod location;
+pub(crate) mod lockfree_list;
 mod locks;
 pub mod log_space;
 pub mod ordered;
