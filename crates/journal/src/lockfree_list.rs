@@ -65,8 +65,9 @@
 //! as the tail hint lags (bounded by the number of concurrent pushes); `claim` and `iter` walk
 //! at most the list once. Nothing spins waiting for another thread.
 
-// Wired into the engine by the `lists=lockfree` work on journal.rs/commit.rs/checkpoint.rs;
-// until then only the tests and the benchmark use it.
+// The engine's transaction lists use push, remove_first, iter and take_live (transaction.rs's
+// `TxnList::LockFree`); claim, NodeRef removal, collect_garbage and drain serve the tests, the
+// benchmark and the cooperative paths that may fetch from these lists later.
 #![allow(dead_code)]
 
 use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
@@ -291,6 +292,50 @@ impl<T> LfList<T> {
         let live_before = self.live.fetch_sub(1, Ordering::Relaxed);
         assert!(live_before >= 1, "live count underflow");
         true
+    }
+
+    /// Removes the first live node whose value `matches` accepts (JBD2's forget of a buffer on
+    /// a running transaction's list); whether one was removed by this call.
+    ///
+    /// Concurrency: as [`mark_removed`](Self::mark_removed), for a node found by walking the
+    /// list: of concurrent calls that pick the same node, one removes it and the others go on
+    /// to the next match.
+    pub(crate) fn remove_first(&self, matches: impl Fn(&T) -> bool) -> bool {
+        // SAFETY: `head` of this borrowed list, then `next` fields of its linked nodes.
+        let mut at = unsafe { node_at(self.head.load(Ordering::Acquire)) };
+        while let Some(node) = at {
+            // SAFETY: a linked node of the borrowed list: its value stays until `&mut self`.
+            if node.is_live() && matches(unsafe { node.value() }) && self.mark_removed_node(node) {
+                return true;
+            }
+            // SAFETY: as above.
+            at = unsafe { node_at(node.next.load(Ordering::Acquire)) };
+        }
+        false
+    }
+
+    /// Removes every live node and returns a copy of each value, in list order (the commit
+    /// takes a locked transaction's list; its nodes are freed when the list is dropped or
+    /// collected).
+    ///
+    /// Concurrency: a node pushed or removed concurrently may or may not be taken; every value
+    /// is returned by at most one `take_live` or `remove_first`.
+    pub(crate) fn take_live(&self) -> Vec<T>
+    where
+        T: Clone,
+    {
+        let mut taken = Vec::with_capacity(self.len());
+        // SAFETY: as in `remove_first`.
+        let mut at = unsafe { node_at(self.head.load(Ordering::Acquire)) };
+        while let Some(node) = at {
+            if self.mark_removed_node(node) {
+                // SAFETY: as in `remove_first`.
+                taken.push(unsafe { node.value() }.clone());
+            }
+            // SAFETY: as in `remove_first`.
+            at = unsafe { node_at(node.next.load(Ordering::Acquire)) };
+        }
+        taken
     }
 
     /// Fetches a live node no one has claimed yet and hands it to the caller alone (FETCH): of
@@ -600,6 +645,33 @@ mod tests {
 
     fn claim_all(list: &LfList<u64>) -> Vec<u64> {
         std::iter::from_fn(|| list.claim().map(|claim| *claim)).collect()
+    }
+
+    #[test]
+    fn remove_first_forgets_one_match_and_take_live_empties_the_list_once() {
+        let list = LfList::new();
+        for value in [1u64, 2, 3, 2] {
+            list.push(value);
+        }
+        assert!(list.remove_first(|v| *v == 2));
+        assert_eq!(values(&list), vec![1, 3, 2]);
+        assert!(list.remove_first(|v| *v == 2));
+        assert!(!list.remove_first(|v| *v == 2));
+        assert_eq!(list.take_live(), vec![1, 3]);
+        assert!(list.is_empty());
+        assert!(list.take_live().is_empty(), "a value is taken once");
+        // Concurrent takers split the values between them, none twice.
+        let list = LfList::new();
+        for value in 0..2000u64 {
+            list.push(value);
+        }
+        let taken: Vec<Vec<u64>> = std::thread::scope(|scope| {
+            let takers: Vec<_> = (0..4).map(|_| scope.spawn(|| list.take_live())).collect();
+            takers.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut all: Vec<u64> = taken.into_iter().flatten().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..2000).collect::<Vec<_>>());
     }
 
     #[test]

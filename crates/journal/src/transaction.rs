@@ -19,6 +19,7 @@
 //!   log placement, and what the commit froze.
 
 use crate::buffer::Buffer;
+use crate::lockfree_list::LfList;
 use crate::locks::{LockCounters, LockId, TimedMutex};
 use crate::ordered::OrderedData;
 use ondisk::Tid;
@@ -61,12 +62,17 @@ impl ListLock {
 pub(crate) enum TxnList<T> {
     /// [j_list_lock]
     Locked(Mutex<Vec<T>>),
+    /// [lock-free]
+    LockFree(LfList<T>),
 }
 
 impl<T: Clone + Send + Sync> TxnList<T> {
     pub fn new(lock_free: bool) -> Self {
-        assert!(!lock_free, "lock-free lists are not wired yet");
-        TxnList::Locked(Mutex::new(Vec::new()))
+        if lock_free {
+            TxnList::LockFree(LfList::new())
+        } else {
+            TxnList::Locked(Mutex::new(Vec::new()))
+        }
     }
 
     pub fn push(&self, lists: &ListLock, value: T) {
@@ -74,6 +80,9 @@ impl<T: Clone + Send + Sync> TxnList<T> {
             TxnList::Locked(list) => {
                 let _j_list_lock = lists.hold();
                 list.lock().push(value);
+            }
+            TxnList::LockFree(list) => {
+                list.push(value);
             }
         }
     }
@@ -92,6 +101,7 @@ impl<T: Clone + Send + Sync> TxnList<T> {
                     None => false,
                 }
             }
+            TxnList::LockFree(list) => list.remove_first(matches),
         }
     }
 
@@ -103,6 +113,7 @@ impl<T: Clone + Send + Sync> TxnList<T> {
                 let _j_list_lock = lists.hold();
                 list.lock().clone()
             }
+            TxnList::LockFree(list) => list.iter().cloned().collect(),
         }
     }
 
@@ -113,6 +124,7 @@ impl<T: Clone + Send + Sync> TxnList<T> {
                 let _j_list_lock = lists.hold();
                 std::mem::take(&mut *list.lock())
             }
+            TxnList::LockFree(list) => list.take_live(),
         }
     }
 }
@@ -298,7 +310,7 @@ mod tests {
     #[test]
     fn both_list_kinds_push_forget_and_take_alike() {
         let lists = ListLock::new(Arc::new(LockCounters::default()));
-        for lock_free in [false] {
+        for lock_free in [false, true] {
             let list = TxnList::new(lock_free);
             for v in 0..10u32 {
                 list.push(&lists, v);
