@@ -10,7 +10,7 @@
 //! | `dir:PATH` | any mounted directory (a fresh subdirectory, removed after) | — |
 //!
 //! Options follow a colon, comma-separated: `lib:preset=cjfs,data=journal`.
-//! - quill (`lib`, `quill-fuse`): `preset=classic|dual|cjfs`, any journal setting
+//! - quill (`lib`, `quill-fuse`): `preset=` any of [`journal::config::PRESETS`], any journal setting
 //!   (`versions_max=3`, …), `data=ordered|journal|writeback`, `io=auto|direct|buffered` (how the
 //!   image file is opened, [`IoMode`]; the path taken is added to each run's note); `lib` also
 //!   `dev=file|simssd`.
@@ -115,7 +115,8 @@ impl TargetSpec {
                     if let Some(preset) = option.strip_prefix("preset=") {
                         spec.quill.journal = JournalConfig::preset(preset).ok_or_else(|| {
                             format!(
-                                "{text}: unknown preset {preset}; expected classic, dual or cjfs"
+                                "{text}: unknown preset {preset}; expected one of {}",
+                                journal::config::PRESETS.join(", ")
                             )
                         })?;
                     }

@@ -18,7 +18,7 @@ pub struct BenchArgs {
     /// Devices: file, file-direct, simssd, memory (comma-separated).
     #[arg(long, default_value = "file,simssd", value_delimiter = ',')]
     devices: Vec<String>,
-    /// Presets to compare (comma-separated): classic, dual, cjfs.
+    /// Presets to compare (comma-separated): classic, dual, cjfs, fast18-io, fast18, all.
     #[arg(long, default_value = "classic", value_delimiter = ',')]
     presets: Vec<String>,
     /// Thread counts (comma-separated).

@@ -57,8 +57,10 @@ Options (-o, comma-separated, later ones win):
   errors=remount-ro|continue      on a file-system error: stop writing (default), or
                                   report it, mark the image for e2fsck and go on
   allow_other                     let every user in (permissions are still checked)
-  preset=classic|dual|cjfs        journal preset (default classic)
-  committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N
+  preset=NAME                     journal preset: classic (default), dual, cjfs,
+                                  fast18-io, fast18, all
+  committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N,
+  lists=locked|lockfree, commit_io=thread|cooperative, checkpoint_io=mutex|cooperative
                                   one journal technique setting, on top of the preset
   threads=N                       FUSE worker threads (default 2 per core, at least 4)
   log=PATH                        the log file (default: syslog; without /dev/log,

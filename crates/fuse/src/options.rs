@@ -11,8 +11,8 @@
 //! | `commit=SECONDS` | journal commit interval (0 = the default, 5 s, as ext4) |
 //! | `errors=remount-ro\|continue` | what a file-system error does ([`fs::ErrorPolicy`]) |
 //! | `allow_other` | let every user use the mount (permissions are still checked) |
-//! | `preset=classic\|dual\|cjfs` | journal preset ([`journal::JournalConfig::preset`]) |
-//! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N` | one journal technique setting |
+//! | `preset=classic\|dual\|cjfs\|fast18-io\|fast18\|all` | journal preset ([`journal::JournalConfig::preset`]) |
+//! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N`, `lists=locked\|lockfree`, `commit_io=thread\|cooperative`, `checkpoint_io=mutex\|cooperative` | one journal technique setting ([`journal::JournalConfig::set`]) |
 //! | `threads=N` | FUSE worker threads |
 //! | `io=auto\|direct\|buffered` | how the image file is opened ([`blockdev::file::IoMode`]): `auto` (default) bypasses the host page cache with O_DIRECT where the file system allows it; `buffered` goes through it (as durable, slower to flush) |
 //! | `relatime` (default), `strictatime`, `noatime` (`atime`: back to relatime), `nodiratime` | when reads update access times ([`fs::AtimeMode`]) |
@@ -55,7 +55,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
     let mut spec = MountSpec::default();
     let mut preset: Option<journal::JournalConfig> = None;
     // Technique settings, applied on top of the preset once all options are read.
-    let mut settings: Vec<(&'static str, usize)> = Vec::new();
+    let mut settings: Vec<(String, String)> = Vec::new();
     let mut commit: Option<Duration> = None;
     for option in lists.iter().flat_map(|l| l.as_ref().split(',')).filter(|o| !o.is_empty()) {
         let (key, value) = match option.split_once('=') {
@@ -139,25 +139,12 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                     format!("preset={v}: expected one of {}", journal::config::PRESETS.join(", "))
                 })?);
             }
-            "committing_max" | "flush_batch_max" | "versions_max" | "recovery_threads" => {
-                let key: &'static str = match key {
-                    "committing_max" => "committing_max",
-                    "flush_batch_max" => "flush_batch_max",
-                    "versions_max" => "versions_max",
-                    _ => "recovery_threads",
-                };
-                let n: usize = number(key, need(key, value)?)?;
-                settings.retain(|(k, _)| *k != key);
-                settings.push((key, n));
-            }
-            "coalescing" => {
-                let n = match need(key, value)? {
-                    "0" | "off" | "false" => 0,
-                    "1" | "on" | "true" => 1,
-                    other => return Err(format!("coalescing={other}: expected 0 or 1")),
-                };
-                settings.retain(|(k, _)| *k != "coalescing");
-                settings.push(("coalescing", n));
+            "committing_max" | "flush_batch_max" | "versions_max" | "recovery_threads"
+            | "coalescing" | "lists" | "commit_io" | "checkpoint_io" => {
+                // Checked by JournalConfig::set once the preset is known.
+                let value = need(key, value)?.to_string();
+                settings.retain(|(k, _)| k != key);
+                settings.push((key.to_string(), value));
             }
             "threads" => {
                 let n: usize = number(key, need(key, value)?)?;
@@ -183,14 +170,8 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
         }
     }
     let mut journal = preset.unwrap_or_else(|| spec.fs.journal.clone());
-    for (key, n) in settings {
-        match key {
-            "committing_max" => journal.committing_max = n,
-            "flush_batch_max" => journal.flush_batch_max = n,
-            "versions_max" => journal.versions_max = n,
-            "recovery_threads" => journal.recovery_threads = n,
-            _ => journal.coalescing = n == 1,
-        }
+    for (key, value) in &settings {
+        journal.set(key, value)?;
     }
     if let Some(interval) = commit {
         journal.commit_interval = interval;
