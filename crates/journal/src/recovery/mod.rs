@@ -34,7 +34,7 @@ use crate::location::JournalLocation;
 use crate::revoke::RevokeTable;
 use crate::superblock::{read_superblock, write_superblock};
 use blockdev::BlockDevice;
-use ondisk::jbd2::{DescriptorTag, JournalSuperblock};
+use ondisk::jbd2::{self, CommitBlock, DescriptorTag, JournalSuperblock};
 use ondisk::Tid;
 use std::time::Instant;
 
@@ -224,12 +224,33 @@ pub fn read_log_block(
     block: u32,
     buf: &mut [u8],
 ) -> Result<()> {
-    let offset = location.device_offset(block).ok_or_else(|| JournalError::Corrupted {
+    dev.read_at(log_block_offset(location, block)?, buf)?;
+    Ok(())
+}
+
+/// The device offset of journal block `block`; `Corrupted` when the journal does not map it.
+fn log_block_offset(location: &JournalLocation, block: u32) -> Result<u64> {
+    location.device_offset(block).ok_or_else(|| JournalError::Corrupted {
         log_block: block,
         reason: "log block outside the journal".into(),
-    })?;
-    dev.read_at(offset, buf)?;
-    Ok(())
+    })
+}
+
+/// `do_one_pass` on a compat-v1 commit block: its CRC32 must be `crc`, the CRC of the
+/// transaction's descriptor and data blocks; a commit without a checksum passes only until one
+/// with a checksum has been seen (`checksum_seen`, updated).
+fn v1_commit_checksum_ok(commit: &CommitBlock, crc: u32, checksum_seen: &mut bool) -> bool {
+    let matches = commit.checksum == crc
+        && commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM
+        && commit.chksum_size == jbd2::JBD2_CRC32_CHKSUM_SIZE;
+    let unused = commit.chksum_type == 0
+        && commit.chksum_size == 0
+        && commit.checksum == 0
+        && !*checksum_seen;
+    if commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM {
+        *checksum_seen = true;
+    }
+    matches || unused
 }
 
 /// Reads the journal blocks from `first` on into `buf` (a whole number of blocks, none past the
@@ -245,11 +266,7 @@ pub fn read_log_run(
     let blocks = (buf.len() / size) as u32;
     let mut start = 0u32;
     while start < blocks {
-        let offset =
-            location.device_offset(first + start).ok_or_else(|| JournalError::Corrupted {
-                log_block: first + start,
-                reason: "log block outside the journal".into(),
-            })?;
+        let offset = log_block_offset(location, first + start)?;
         let mut end = start + 1;
         while end < blocks
             && location.device_offset(first + end)

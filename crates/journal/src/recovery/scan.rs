@@ -2,7 +2,7 @@
 //! that reads one block at a time; [`super::scan_parallel`] must reach the same [`LogScan`] for
 //! every log, and the tests hold it to this one.
 
-use super::{read_log_block, LogScan, ScannedTransaction};
+use super::{read_log_block, v1_commit_checksum_ok, LogScan, ScannedTransaction};
 use crate::error::{JournalError, Result};
 use crate::location::JournalLocation;
 use crate::superblock::read_superblock;
@@ -117,19 +117,7 @@ pub fn scan_log(dev: &dyn BlockDevice, location: &JournalLocation) -> Result<Log
                     if end_tid.is_some() {
                         break (format!("transaction {next_commit} follows a failed commit"), here);
                     }
-                    // do_one_pass: a commit without a checksum passes only until one with a
-                    // checksum has been seen.
-                    let matches = commit.checksum == v1_crc
-                        && commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM
-                        && commit.chksum_size == jbd2::JBD2_CRC32_CHKSUM_SIZE;
-                    let unused = commit.chksum_type == 0
-                        && commit.chksum_size == 0
-                        && commit.checksum == 0
-                        && !v1_checksum_seen;
-                    checksum_ok = matches || unused;
-                    if commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM {
-                        v1_checksum_seen = true;
-                    }
+                    checksum_ok = v1_commit_checksum_ok(&commit, v1_crc, &mut v1_checksum_seen);
                     v1_crc = !0;
                 }
                 // Recent kernels also accept a checksum over the 64-byte header only.

@@ -26,7 +26,7 @@
 //! what lies beyond the verdict's end is dropped, and an error met there is never reported, as
 //! the one-thread scan never reads there.
 
-use super::{read_log_block, read_log_run, LogScan, ScannedTransaction};
+use super::{read_log_block, read_log_run, v1_commit_checksum_ok, LogScan, ScannedTransaction};
 use crate::error::{JournalError, Result};
 use crate::location::JournalLocation;
 use crate::superblock::read_superblock;
@@ -414,17 +414,7 @@ fn verdict(
                         ));
                         break;
                     }
-                    let matches = commit.checksum == v1_crc
-                        && commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM
-                        && commit.chksum_size == jbd2::JBD2_CRC32_CHKSUM_SIZE;
-                    let unused = commit.chksum_type == 0
-                        && commit.chksum_size == 0
-                        && commit.checksum == 0
-                        && !v1_checksum_seen;
-                    checksum_ok = matches || unused;
-                    if commit.chksum_type == jbd2::JBD2_CRC32_CHKSUM {
-                        v1_checksum_seen = true;
-                    }
+                    checksum_ok = v1_commit_checksum_ok(&commit, v1_crc, &mut v1_checksum_seen);
                     v1_crc = !0;
                 }
                 if v2_or_3 && !commit_checksum_ok {
