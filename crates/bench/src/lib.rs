@@ -10,6 +10,7 @@ pub mod plot;
 pub mod probe;
 pub mod queue_depth;
 pub mod recovery;
+pub mod recovery_study;
 pub mod report;
 pub mod results;
 pub mod runner;

@@ -97,7 +97,7 @@ pub struct Replay {
 }
 
 /// Writes dirty pages and drops the page cache (root only), so replay reads from the disk.
-fn drop_caches() -> bool {
+pub fn drop_caches() -> bool {
     // SAFETY: sync(2) takes no arguments.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()

@@ -137,3 +137,38 @@ fn every_workload_runs_on_the_mounted_targets_this_machine_has() {
         println!("SKIP dbench: {}", bench::workloads::dbench::available().unwrap_err());
     }
 }
+
+/// The recovery study at its smallest: a 4 MiB journal filled by randwrite-fsync under
+/// data=journal, replayed by quill with 1 and 2 threads (both clean under e2fsck -fn), and by
+/// e2fsck and the kernel where this machine can run them.
+#[test]
+fn the_recovery_study_runs_at_its_smallest_size() {
+    use bench::recovery_study::{format_study, recovery_study, StudyParams};
+    let parent = std::env::temp_dir().join("quill-bench-study-test");
+    let scratch = Scratch::new(&parent).unwrap();
+    let params = StudyParams {
+        workload: Workload::RandwriteFsync,
+        data: fs::DataMode::Journal,
+        journal_mib: 4,
+        fill_percent: 70,
+        threads: vec![1, 2],
+        rounds: 1,
+        scratch: scratch.path.clone(),
+        fill_seconds_max: 60.0,
+    };
+    let (image, rows) = recovery_study(&params, &mut |line| println!("{line}")).unwrap();
+    print!("{}", format_study(&rows));
+    assert!(image.log_used * 2 >= image.log_capacity, "the log is at least half full: {image:?}");
+    for row in &rows {
+        if row.label.starts_with("quill") || e2fsck_present() && row.label.starts_with("e2fsck") {
+            assert!(row.error.is_none() && row.seconds.len() == 1, "{row:?}");
+        }
+        match &row.error {
+            Some(e) => println!("SKIP {}: {e}", row.label),
+            None => {
+                assert!(row.all_clean, "{}: e2fsck -fn finds the replayed copy unclean", row.label)
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(&parent);
+}

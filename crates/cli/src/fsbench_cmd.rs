@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bench::probe::{format_probe, probe, ProbeParams};
+use bench::recovery_study::{format_study, recovery_study, StudyParams};
 use bench::report::{format_table, write_csv};
 use bench::runner::{run_plan, Event, Plan, Scratch};
 use bench::targets::{Env, TargetSpec};
@@ -93,6 +94,66 @@ pub struct FsBenchArgs {
     /// Do not draw plots.
     #[arg(long)]
     no_plots: bool,
+    /// Run the recovery study instead (FAST'18 Table 3): crash an image whose journal this
+    /// workload fills (tokubench, randwrite-fsync, ...), then time quill's recovery with each
+    /// of --recovery-threads, e2fsck -E journal_only and the kernel's mount, each on a fresh
+    /// cold copy, --rounds times.
+    #[arg(long, value_name = "WORKLOAD")]
+    recovery_study: Option<String>,
+    /// Recovery study: the data mode of the filling workload (ordered or journal).
+    #[arg(long, default_value = "ordered")]
+    study_data: String,
+    /// Recovery study: journal size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    study_journal_mib: u64,
+    /// Recovery study: how full the log is at the crash, in percent.
+    #[arg(long, default_value_t = 70)]
+    study_fill_percent: u64,
+    /// Recovery study: give up filling after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    study_fill_seconds: f64,
+    /// Recovery study: quill's recovery thread counts (1 is JBD2's one-thread recovery).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    recovery_threads: Vec<usize>,
+}
+
+/// `quill bench --recovery-study WORKLOAD`: see `bench::recovery_study`.
+fn run_recovery_study(args: &FsBenchArgs, workload: &str) -> Result<()> {
+    let workload = Workload::parse(workload)
+        .filter(|w| !matches!(w, Workload::Recovery | Workload::Dbench | Workload::FsyncUnderLoad))
+        .with_context(|| format!("--recovery-study {workload}: expected a workload that runs in-process, e.g. tokubench or randwrite-fsync"))?;
+    let data = match args.study_data.as_str() {
+        "ordered" => fs::DataMode::Ordered,
+        "journal" => fs::DataMode::Journal,
+        other => bail!("--study-data {other}: expected ordered or journal"),
+    };
+    if args.recovery_threads.iter().any(|&t| !(1..=64).contains(&t)) {
+        bail!("--recovery-threads: each count must be in 1..=64");
+    }
+    if !(1..=95).contains(&args.study_fill_percent) {
+        bail!("--study-fill-percent must be in 1..=95");
+    }
+    let scratch = Scratch::new(&args.scratch).with_context(|| {
+        format!("cannot create a scratch directory in {}", args.scratch.display())
+    })?;
+    let params = StudyParams {
+        workload,
+        data,
+        journal_mib: args.study_journal_mib,
+        fill_percent: args.study_fill_percent,
+        threads: args.recovery_threads.clone(),
+        rounds: args.rounds,
+        scratch: scratch.path.clone(),
+        fill_seconds_max: args.study_fill_seconds,
+    };
+    let (_, rows) =
+        recovery_study(&params, &mut |line| println!("{line}")).map_err(anyhow::Error::msg)?;
+    print!("{}", format_study(&rows));
+    let failed = rows.iter().filter(|r| r.error.is_some() || !r.all_clean).count();
+    if failed > 0 {
+        bail!("{failed} replayers failed or left an image e2fsck -fn does not find clean");
+    }
+    Ok(())
 }
 
 /// Splits the target list: on ';' if there is one, else on commas that start a new target.
@@ -124,6 +185,9 @@ fn split_targets(text: &str) -> Vec<String> {
 }
 
 pub fn run(args: FsBenchArgs) -> Result<()> {
+    if let Some(workload) = &args.recovery_study {
+        return run_recovery_study(&args, workload);
+    }
     let started = Instant::now();
     if !(args.seconds.is_finite() && args.seconds > 0.0) || args.rounds == 0 {
         bail!("--seconds and --rounds must be positive");

@@ -33,17 +33,10 @@ pub fn run(args: RecoverArgs) -> Result<()> {
         .with_context(|| format!("{} is not a usable ext4 image", args.image.display()))?;
     image.journal_location().context("cannot locate the journal")?;
     let bar = Progress::new("Replaying the journal", 0, !args.json, false);
-    let report = image
-        .recover_journal(args.threads, &|done, total| bar.set(done, total))
-        .context("journal recovery failed")?;
+    let (report, flag_was_set) =
+        Ext4Image::recover_offline(dev, args.threads, &|done, total| bar.set(done, total))
+            .context("journal recovery failed")?;
     bar.finish();
-    let flag_was_set = image.superblock().needs_recovery();
-    if flag_was_set {
-        // Recovery may have replayed the superblock: clear the flag in the copy now on disk,
-        // not in the one read before.
-        let mut image = Ext4Image::open(dev.clone()).context("cannot reread the superblock")?;
-        image.set_needs_recovery(false).context("cannot clear needs_recovery")?;
-    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

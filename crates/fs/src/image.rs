@@ -261,6 +261,24 @@ impl Ext4Image {
         )?)
     }
 
+    /// `quill recover`, e2fsck's journal replay (`e2fsck -E journal_only`): opens the image on
+    /// `dev`, replays its journal with [`Ext4Image::recover_journal`] and clears needs_recovery
+    /// in the superblock now on disk (recovery may have replayed the superblock, so not the
+    /// copy read before). Returns the report and whether needs_recovery was set.
+    pub fn recover_offline(
+        dev: Arc<dyn BlockDevice>,
+        threads: usize,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<(journal::RecoveryReport, bool), FsError> {
+        let image = Ext4Image::open(dev.clone())?;
+        let report = image.recover_journal(threads, progress)?;
+        let flag_was_set = image.superblock().needs_recovery();
+        if flag_was_set {
+            Ext4Image::open(dev)?.set_needs_recovery(false)?;
+        }
+        Ok((report, flag_was_set))
+    }
+
     /// Sets or clears INCOMPAT_RECOVER in the primary superblock (checksum updated), then
     /// flushes the device. Backup superblocks are left alone, as the kernel does. Refuses file
     /// systems with INCOMPAT features quill cannot write correctly.

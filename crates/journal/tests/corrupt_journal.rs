@@ -4,12 +4,10 @@
 
 mod common;
 
-use blockdev::memory::MemDevice;
 use blockdev::BlockDevice;
 use common::*;
-use journal::{recover, scan_log, JournalConfig};
+use journal::JournalConfig;
 use ondisk::jbd2::{parse_header, BlockType, ChecksumVersion};
-use std::sync::Arc;
 
 /// A crashed journal holding committed transactions with revokes; returns the image and the
 /// journal-relative blocks of each kind.
@@ -45,10 +43,9 @@ fn flip_and_recover(
 ) -> Result<journal::RecoveryReport, journal::JournalError> {
     let mut damaged = image.to_vec();
     damaged[byte] ^= 1 << bit;
-    let dev = Arc::new(MemDevice::from_bytes(damaged));
     let loc = location(JOURNAL_BLOCKS);
-    let _ = scan_log(&*dev, &loc);
-    recover(&*dev, &loc, 1)
+    // The one-thread recovery is the reference; parallel scan and replay must match it.
+    recover_checking_parallel(damaged, &loc, &format!("bit {bit} of byte {byte} flipped")).0
 }
 
 #[test]
@@ -106,8 +103,8 @@ fn a_damaged_logged_block_is_never_replayed() {
     let descriptor = kinds.iter().find(|(_, t)| *t == BlockType::Descriptor as u32).unwrap().0;
     let byte = loc.device_offset(descriptor + 1).unwrap() as usize + 100;
     image[byte] ^= 0x40;
-    let dev = Arc::new(MemDevice::from_bytes(image));
-    let err = recover(&*dev, &loc, 1).expect_err("a bad tag checksum fails recovery, as in JBD2");
+    let (result, dev) = recover_checking_parallel(image, &loc, "first data block damaged");
+    let err = result.expect_err("a bad tag checksum fails recovery, as in JBD2");
     assert!(err.to_string().contains("invalid checksum"), "{err}");
     // The damaged copy (block 20, from the first transaction) was not written home.
     let home = read_block(&*dev as &dyn BlockDevice, 20);

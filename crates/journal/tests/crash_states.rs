@@ -49,8 +49,9 @@ fn explore(spec: &str, spread_blocks: u64, seed: u64) {
     let mut prefixes = Vec::new();
     for state in &states {
         *kinds.entry(state.kind).or_default() += 1;
-        let image = Arc::new(MemDevice::from_bytes(recording.materialize(state)));
-        let report = recover(&*image, &loc, 1).unwrap_or_else(|e| {
+        let (report, image) =
+            recover_checking_parallel(recording.materialize(state), &loc, &state.describe());
+        let report = report.unwrap_or_else(|e| {
             panic!("{spec} seed {seed}: recovery failed on {}: {e}", state.describe())
         });
         assert_eq!(
