@@ -100,7 +100,7 @@ impl TargetSpec {
             kind: kind.clone(),
             quill: MountOptions::default(),
             lib_device: LibDevice::File,
-            io: IoMode::Auto,
+            io: IoMode::default(),
             fast_commit: false,
             mount_options: Vec::new(),
         };
@@ -641,7 +641,7 @@ mod tests {
         assert!(k.fast_commit);
         assert_eq!(k.mount_options, vec!["data=journal"]);
         assert_eq!(TargetSpec::parse("dir:/tmp").unwrap().kind, Kind::Dir("/tmp".into()));
-        assert_eq!(TargetSpec::parse("lib").unwrap().io, IoMode::Auto);
+        assert_eq!(TargetSpec::parse("lib").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("lib:io=buffered").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
         for bad in [

@@ -1,10 +1,20 @@
 //! A block device on a regular file or a Linux block device node.
 //!
-//! By default writes reach the device when they complete: the file is opened with O_DIRECT, so
-//! the host page cache holds nothing of the image and `flush` is only the device's cache flush.
-//! (Through the page cache, every `fdatasync` would also write back whatever the cache held
-//! dirty for the image, however unrelated to the caller's transaction.) quill's own caches, not
-//! the host's, then serve reads. The four durability primitives map onto the kernel as follows:
+//! Two I/O paths, both durable (every primitive below ends in `RWF_DSYNC` or `fdatasync`):
+//! - buffered (the default, [`IoMode::Buffered`]): writes go through the host page cache and
+//!   `fdatasync` writes back whatever the cache holds dirty for the image;
+//! - direct ([`IoMode::Direct`], or [`IoMode::Auto`] where the file system takes O_DIRECT):
+//!   writes reach the device when they complete, `flush` is only the device's cache flush, and
+//!   quill's own caches serve reads.
+//!
+//! Buffered is the default because it measured faster: varmail-shared on this project's
+//! 2-core VM disk, direct ran at 0.5-0.7x of buffered from 1 to 32 threads (probe
+//! write+fdatasync p50 233 us). quill's writeback issues one synchronous data write per file,
+//! each paying the device's latency under O_DIRECT (about 200 us against 47 us into the page
+//! cache), on the fsync's critical path; the page cache batches them into one writeback at the
+//! flush. Direct becomes the better default once writeback batches its data writes into one
+//! `write_batch` (see the issue notes). The four durability primitives map onto the kernel as
+//! follows:
 //!
 //! | primitive      | system call                                                              |
 //! |----------------|--------------------------------------------------------------------------|
@@ -25,8 +35,7 @@
 //! | `Direct`   | any                     | direct, or the open fails                             |
 //! | `Buffered` | any                     | buffered                                              |
 //!
-//! Buffered is as durable as direct (every primitive above still ends in `RWF_DSYNC` or
-//! `fdatasync`); it is slower to flush, not weaker.
+//! Buffered is as durable as direct; its flush writes back more, its writes return sooner.
 //!
 //! Invariants:
 //! - a short read or write is continued, and one that makes no progress is an error: a call
@@ -84,11 +93,11 @@ const _: () = assert!((DIRECT_ALIGN as u64).is_multiple_of(SECTOR_SIZE));
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum IoMode {
     /// Direct where the file system takes it, buffered otherwise (and said so).
-    #[default]
     Auto,
     /// O_DIRECT; opening fails where the file system refuses it.
     Direct,
-    /// Through the host page cache.
+    /// Through the host page cache (the default: see the module documentation).
+    #[default]
     Buffered,
 }
 

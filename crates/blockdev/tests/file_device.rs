@@ -45,6 +45,14 @@ fn open_direct(path: &TempPath) -> Option<FileDevice> {
 }
 
 #[test]
+fn the_default_io_path_is_buffered() {
+    let path = TempPath::new("default");
+    let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
+    assert!(!dev.is_direct(), "{}", dev.io_path());
+    assert!(dev.io_path().to_string().starts_with("buffered I/O"), "{}", dev.io_path());
+}
+
+#[test]
 fn file_device_round_trips_reads_and_writes() {
     let path = TempPath::new("round-trip");
     let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
@@ -289,7 +297,8 @@ fn merged_batch_writes_land_byte_identical_to_one_write_at_a_time_on_every_path(
 #[test]
 fn auto_io_on_a_disk_file_system_is_direct_with_io_uring() {
     let path = TempPath::new("auto");
-    let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
+    let options = FileOptions { io: IoMode::Auto, ..FileOptions::default() };
+    let dev = FileDevice::create_with(&path.0, 1 << 20, options).unwrap();
     let shown = dev.io_path().to_string();
     if !dev.is_direct() {
         println!("SKIP: {} does not take O_DIRECT: {shown}", path.0.display());
@@ -311,7 +320,8 @@ fn auto_io_on_tmpfs_falls_back_to_buffered_and_says_why() {
         return;
     }
     let path = TempPath(shm.join(format!("quill-blockdev-{}-auto.img", std::process::id())));
-    let dev = FileDevice::create(&path.0, 1 << 20).unwrap();
+    let options = FileOptions { io: IoMode::Auto, ..FileOptions::default() };
+    let dev = FileDevice::create_with(&path.0, 1 << 20, options).unwrap();
     assert!(!dev.is_direct(), "{}", dev.io_path());
     assert!(dev.io_path().to_string().contains("tmpfs"), "{}", dev.io_path());
     let data = pattern(8192, 5);

@@ -63,6 +63,8 @@ Options (-o, comma-separated, later ones win):
   lists=locked|lockfree, commit_io=thread|cooperative, checkpoint_io=mutex|cooperative
                                   one journal technique setting, on top of the preset
   threads=N                       FUSE worker threads (default 2 per core, at least 4)
+  io=buffered|direct|auto         image file through the page cache (default), O_DIRECT,
+                                  or O_DIRECT where the file system takes it
   log=PATH                        the log file (default: syslog; without /dev/log,
                                   /var/log/quill/IMAGE.log, printed at mount)
   nosuid, nodev, noexec, noatime, sync, dirsync
