@@ -152,8 +152,14 @@ impl Shared {
         written.map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
     }
 
-    /// Asks the commit stage to commit up to `tid`.
+    /// Asks the commit stage to commit up to `tid`. As JBD2's `jbd2_complete_transaction`, a
+    /// request that is already there is seen under the read lock, so concurrent fsyncs of one
+    /// transaction take the write lock once, not once each.
     pub fn request_commit(&self, tid: Tid) {
+        let requested = self.state.read(&self.locks).commit_request();
+        if requested.is_some_and(|r| r.is_at_or_after(tid)) {
+            return;
+        }
         self.state.write(&self.locks).request_commit(tid);
         self.commit_wake.wake_all();
     }
