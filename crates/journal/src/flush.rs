@@ -18,6 +18,7 @@ use crate::stats;
 use crate::transaction::{Frozen, TxnState};
 use ondisk::jbd2::encode_commit_block;
 use ondisk::Tid;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -110,6 +111,7 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     let mut st = shared.state.write(&shared.locks);
     for &tid in group {
         st.txns_mut().mark_durable(tid);
+        shared.durable.store(tid.0, Ordering::Release);
         let entry = st.txns().get(tid).expect("just made durable");
         let written_at = entry.written_at.expect("written before durable");
         stats::add_time(&shared.counters.ns_flushing, written_at.elapsed());

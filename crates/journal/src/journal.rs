@@ -54,7 +54,7 @@ use crate::{commit, commit_io, flush};
 use blockdev::BlockDevice;
 use ondisk::jbd2::{feature, LogFormat};
 use ondisk::Tid;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -88,6 +88,13 @@ pub(crate) struct Shared {
     /// [atomic] The mode is Aborted: readable without the state lock (the file system checks
     /// it on every change).
     pub aborted: AtomicBool,
+    /// [written under `j_state_lock` (write), read without it] The newest durable tid, as
+    /// `TxnQueue::last_durable`: fsync waiters woken by a durable transaction check it without
+    /// taking `j_state_lock`, so a wake-up of every waiter does not queue them all on its read
+    /// side.
+    pub durable: AtomicU32,
+    /// [written under `j_state_lock` (write), read without it] The mode is Stopping.
+    pub stopping: AtomicBool,
     /// Transaction states, durability, log space, credits or the mode changed (handles
     /// waiting to start, fsync waiters, shutdown): JBD2's `j_wait_transaction_locked` and
     /// `j_wait_done_commit` together.
@@ -162,6 +169,11 @@ impl Shared {
         }
         self.state.write(&self.locks).request_commit(tid);
         self.commit_wake.wake_all();
+    }
+
+    /// The newest durable tid, without `j_state_lock` (see `durable`).
+    pub fn durable_tid(&self) -> Tid {
+        Tid(self.durable.load(Ordering::Acquire))
     }
 
     /// Wakes every wait queue (abort, stop).
@@ -257,6 +269,8 @@ impl Journal {
             counters: Counters::default(),
             locks,
             aborted: AtomicBool::new(false),
+            durable: AtomicU32::new(next_tid.prev().0),
+            stopping: AtomicBool::new(false),
             changed: WaitQueue::new(),
             commit_wake: WaitQueue::new(),
             flush_wake: WaitQueue::new(),
@@ -336,7 +350,7 @@ impl Journal {
 
     /// The newest durable tid.
     pub fn last_durable(&self) -> Tid {
-        self.shared.state.read(&self.shared.locks).txns().last_durable()
+        self.shared.durable_tid()
     }
 
     /// Aborts the journal on the file system's behalf (ext4_handle_error with errors=remount-ro):
@@ -473,6 +487,7 @@ impl Journal {
 
     fn stop_threads(&mut self) {
         self.shared.state.write(&self.shared.locks).set_stopping();
+        self.shared.stopping.store(true, Ordering::Release);
         self.shared.wake_everybody();
         for t in self.threads.drain(..) {
             // Stages catch their own panics (and abort the journal), so join cannot fail.
@@ -508,15 +523,13 @@ pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
     shared.request_commit(tid);
     loop {
         let ticket = shared.changed.ticket();
-        let st = shared.state.read(&shared.locks);
-        st.aborted()?;
-        if st.txns().last_durable().is_at_or_after(tid) {
+        shared.check_aborted()?;
+        if shared.durable_tid().is_at_or_after(tid) {
             return Ok(());
         }
-        if st.stopping() {
+        if shared.stopping.load(Ordering::Acquire) {
             return Err(JournalError::ShutDown);
         }
-        drop(st);
         if !commit_io::help_write_log(shared) {
             shared.changed.wait(ticket);
         }
