@@ -37,18 +37,6 @@ pub(crate) enum LockId {
 
 const LOCKS: usize = 7;
 
-impl LockId {
-    const ALL: [LockId; LOCKS] = [
-        LockId::Checkpoint,
-        LockId::StateRead,
-        LockId::StateWrite,
-        LockId::Buffer,
-        LockId::List,
-        LockId::Revoke,
-        LockId::Superblock,
-    ];
-}
-
 /// How often and how long threads waited for each lock.
 #[derive(Default)]
 pub(crate) struct LockCounters {
@@ -68,7 +56,6 @@ impl LockCounters {
             waits: self.waits[id as usize].load(Relaxed),
             ms: self.ns[id as usize].load(Relaxed) as f64 / 1e6,
         };
-        debug_assert_eq!(LockId::ALL.len(), LOCKS);
         LockWaits {
             checkpoint: get(LockId::Checkpoint),
             state_read: get(LockId::StateRead),
@@ -127,6 +114,23 @@ impl LockWaits {
     }
 }
 
+/// Takes a lock: first without blocking; only when that fails is the blocking acquisition
+/// timed and counted against `id`.
+fn acquire<G>(
+    counters: &LockCounters,
+    id: LockId,
+    try_take: impl FnOnce() -> Option<G>,
+    take: impl FnOnce() -> G,
+) -> G {
+    if let Some(guard) = try_take() {
+        return guard;
+    }
+    let since = Instant::now();
+    let guard = take();
+    counters.record(id, since);
+    guard
+}
+
 /// A mutex whose contended acquisitions are timed into [`LockCounters`].
 pub(crate) struct TimedMutex<T> {
     id: LockId,
@@ -139,13 +143,7 @@ impl<T> TimedMutex<T> {
     }
 
     pub fn lock(&self, counters: &LockCounters) -> MutexGuard<'_, T> {
-        if let Some(guard) = self.lock.try_lock() {
-            return guard;
-        }
-        let since = Instant::now();
-        let guard = self.lock.lock();
-        counters.record(self.id, since);
-        guard
+        acquire(counters, self.id, || self.lock.try_lock(), || self.lock.lock())
     }
 
     /// Without blocking (the cache's eviction sweep, which must not wait out of lock order).
@@ -165,23 +163,11 @@ impl<T> TimedRwLock<T> {
     }
 
     pub fn read(&self, counters: &LockCounters) -> RwLockReadGuard<'_, T> {
-        if let Some(guard) = self.lock.try_read() {
-            return guard;
-        }
-        let since = Instant::now();
-        let guard = self.lock.read();
-        counters.record(LockId::StateRead, since);
-        guard
+        acquire(counters, LockId::StateRead, || self.lock.try_read(), || self.lock.read())
     }
 
     pub fn write(&self, counters: &LockCounters) -> RwLockWriteGuard<'_, T> {
-        if let Some(guard) = self.lock.try_write() {
-            return guard;
-        }
-        let since = Instant::now();
-        let guard = self.lock.write();
-        counters.record(LockId::StateWrite, since);
-        guard
+        acquire(counters, LockId::StateWrite, || self.lock.try_write(), || self.lock.write())
     }
 }
 

@@ -203,7 +203,6 @@ pub(crate) struct TxnEntry {
     /// Compat-CHECKSUM (v1) crc of the descriptor and data blocks, for the commit block.
     pub v1_crc: Option<u32>,
     pub locked_at: Option<Instant>,
-    pub committing_at: Option<Instant>,
     pub written_at: Option<Instant>,
 }
 
@@ -224,7 +223,6 @@ impl TxnEntry {
             frozen: Arc::new(Frozen::default()),
             v1_crc: None,
             locked_at: None,
-            committing_at: None,
             written_at: None,
         }
     }
@@ -254,12 +252,11 @@ impl TxnEntry {
         let now = Instant::now();
         match to {
             Locked => self.locked_at = Some(now),
-            Committing => self.committing_at = Some(now),
             Written => {
                 assert!(self.log_start.is_some(), "{:?} written before allocation", self.tid());
                 self.written_at = Some(now);
             }
-            Running | Durable => {}
+            Running | Committing | Durable => {}
         }
         self.state = to;
     }
