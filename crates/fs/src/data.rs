@@ -1,10 +1,12 @@
 //! The data path: read, write, truncate, fallocate.
 //!
 //! `write` puts data in the file data cache (`page_cache.rs`); writeback (`writeback.rs`)
-//! writes it in bounded steps, each its own handle: a step maps at most [`STEP_BLOCKS_MAX`]
-//! blocks, writes their data, and updates the inode (size, i_blocks) before its handle stops,
-//! so every committed transaction describes a file whose mapped blocks already hold their
-//! data. `read` sees cached pages over what the disk holds.
+//! writes it in bounded steps: a step maps at most [`STEP_BLOCKS_MAX`] blocks, writes their
+//! data, and updates the inode (size, i_blocks), all inside a handle, so every committed
+//! transaction describes a file whose mapped blocks already hold their data. One writeback
+//! runs all its steps in one handle when a transaction has the credits, so a crash shows the
+//! file as it was before or after that writeback, never a size in between. `read` sees
+//! cached pages over what the disk holds.
 //!
 //! Ordering (data=ordered, the default): data of newly allocated blocks is written to the
 //! device before the step's handle stops, so it is on the device before the commit's flush
@@ -22,7 +24,7 @@ use ondisk::ext4;
 use crate::adapters::{extent_ctx, ReadIo};
 use crate::error::{FsError, Result};
 use crate::extent_tree::{self, ExtentCtx, Lookup};
-use crate::filesystem::{now, DataMode, Filesystem};
+use crate::filesystem::{now, DataMode, Filesystem, Txn};
 use crate::groups::Reservation;
 use crate::inodes::{InodeData, InodeGuard, InodeSlot};
 use crate::meta_io::MetaIo;
@@ -46,6 +48,19 @@ pub enum FallocateMode {
     KeepSize,
     /// Deallocate the range, which then reads as zeros (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE).
     PunchHole,
+}
+
+/// What one writeback step may use (see [`Filesystem::write_step_credits`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepCredits {
+    /// Credits one extent change may use.
+    pub per_extent: u32,
+    /// Most blocks the step maps.
+    pub step_blocks: u32,
+    /// Credits the step needs.
+    pub credits: u32,
+    /// Extent-tree blocks to borrow from the metadata pool.
+    pub pool_blocks: u64,
 }
 
 impl Filesystem {
@@ -210,49 +225,62 @@ impl Filesystem {
         Ok(done)
     }
 
-    /// One step of writing back: at most STEP_BLOCKS_MAX blocks in one handle. New blocks
-    /// come out of `held` (reserved when the data was cached); extent-tree blocks from the
-    /// metadata pool. Returns how many bytes it wrote.
+    /// Credits one writeback step of `blocks` blocks needs in a handle: the extent-tree and
+    /// inode blocks it may touch, and under data=journal the data blocks it logs (of which it
+    /// takes no more than a transaction has credits for beside the metadata).
+    pub(crate) fn write_step_credits(&self, data: &InodeData, blocks: u64) -> StepCredits {
+        let depth = extent_tree::depth(&data.inode.block);
+        let per_extent = extent_tree::worst_case_blocks_touched(depth) + 6;
+        let meta = per_extent * 8 + 8;
+        let step_max = if self.options.data == DataMode::Journal {
+            let room = self.journal.max_transaction_credits().saturating_sub(meta);
+            STEP_BLOCKS_MAX.min(room).max(1)
+        } else {
+            STEP_BLOCKS_MAX
+        };
+        let step_blocks = blocks.clamp(1, u64::from(step_max)) as u32;
+        let data = if self.options.data == DataMode::Journal { step_blocks } else { 0 };
+        StepCredits {
+            per_extent,
+            step_blocks,
+            credits: meta + data,
+            pool_blocks: u64::from(u32::from(depth) + 2) * 4,
+        }
+    }
+
+    /// One step of writing back, inside the caller's handle `txn`: maps and writes at most
+    /// STEP_BLOCKS_MAX blocks of `bytes` at `offset` and grows the inode's size over them. New
+    /// blocks come out of `held` (reserved when the data was cached); extent-tree blocks from
+    /// the metadata pool. Returns how many bytes it wrote (fewer than a step when the handle's
+    /// credits ran short). On error, `*mapped` says whether it changed the file before failing
+    /// (the handle must then not commit as if nothing happened).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_step(
         &self,
+        txn: &mut Txn<'_>,
         ino: u32,
         data: &mut InodeData,
         offset: u64,
         bytes: &[u8],
         held: &mut Reservation,
+        mapped: &mut bool,
     ) -> Result<usize> {
         let bs = u64::from(self.block_size());
         let first_lblk = offset / bs;
         let last_lblk = (offset + bytes.len() as u64 - 1) / bs;
-        let depth = u32::from(extent_tree::depth(&data.inode.block));
-        let per_extent = extent_tree::worst_case_blocks_touched(depth as u16) + 6;
-        let meta_credits = per_extent * 8 + 8;
-        // Under data=journal every data block is logged, one credit each: the step takes no
-        // more blocks than a transaction has credits for beside the metadata.
-        let step_max = if self.options.data == DataMode::Journal {
-            let room = self.journal.max_transaction_credits().saturating_sub(meta_credits);
-            STEP_BLOCKS_MAX.min(room).max(1)
-        } else {
-            STEP_BLOCKS_MAX
-        };
-        let step_blocks = (last_lblk - first_lblk + 1).min(u64::from(step_max)) as u32;
+        let step = self.write_step_credits(data, last_lblk - first_lblk + 1);
+        let per_extent = step.per_extent;
         let step_end =
-            ((first_lblk + u64::from(step_blocks)) * bs).min(offset + bytes.len() as u64);
-        let data_credits = if self.options.data == DataMode::Journal { step_blocks } else { 0 };
-        // Before the handle: under data=journal zeroing needs a handle of its own.
-        self.zero_tail_before_growth(ino, data, offset)?;
+            ((first_lblk + u64::from(step.step_blocks)) * bs).min(offset + bytes.len() as u64);
         // Extent-tree blocks come from the metadata pool, as many as it can spare (an
         // overwrite or an append to the last extent needs none); the data blocks were
-        // reserved when the data was cached and move into the handle only once it started.
-        let mut txn = self.begin_with(
-            meta_credits + data_credits,
-            self.groups.reserve_up_to(u64::from(depth + 2) * 4),
-        )?;
-        let data_part = held.split(i64::from(step_blocks));
+        // reserved when the data was cached.
+        txn.reservation.absorb(self.groups.reserve_up_to(step.pool_blocks));
+        let data_part = held.split(i64::from(step.step_blocks));
         let data_given = data_part.blocks;
         txn.reservation.absorb(data_part);
         let mut data_allocated = 0i64;
-        let mut mapped = false;
+        *mapped = false;
         let result = (|| {
             let mut ectx = extent_ctx(self, ino, data);
             let mut pos = offset;
@@ -262,7 +290,7 @@ impl Filesystem {
                 }
                 let lblk = (pos / bs) as u32;
                 let run_end_lblk = ((step_end - 1) / bs) as u32;
-                let lookup = extent_tree::lookup(&mut txn, &ectx, &data.inode.block, lblk)?;
+                let lookup = extent_tree::lookup(txn, &ectx, &data.inode.block, lblk)?;
                 let (pblk, run, fresh) = match lookup {
                     Lookup::Mapped { pblk, len, unwritten } => {
                         let run = len.min(run_end_lblk - lblk + 1);
@@ -270,10 +298,10 @@ impl Filesystem {
                     }
                     Lookup::Hole { len_to_next } => {
                         let want = (run_end_lblk - lblk + 1).min(len_to_next.unwrap_or(u32::MAX));
-                        let goal = self.data_goal(&mut txn, &ectx, data, lblk)?;
+                        let goal = self.data_goal(txn, &ectx, data, lblk)?;
                         let (pblk, got) = txn.alloc_data(goal, want)?;
                         data_allocated += i64::from(got);
-                        mapped = true;
+                        *mapped = true;
                         ectx.goal = pblk + u64::from(got);
                         (pblk, got, true)
                     }
@@ -282,8 +310,7 @@ impl Filesystem {
                 let chunk = &bytes[(pos - offset) as usize..(run_bytes_end - offset) as usize];
                 // The data goes out before the blocks are mapped (or an unwritten extent is
                 // marked written), so a failed write never maps blocks holding stale data.
-                if let Err(err) = self.write_data(&mut txn, pblk, (pos % bs) as usize, chunk, fresh)
-                {
+                if let Err(err) = self.write_data(txn, pblk, (pos % bs) as usize, chunk, fresh) {
                     if matches!(lookup, Lookup::Hole { .. }) {
                         // The new blocks are not mapped: free them in this handle, which
                         // still commits under errors=continue, so they do not leak (e2fsck:
@@ -294,19 +321,11 @@ impl Filesystem {
                     return Err(err);
                 }
                 if let Lookup::Mapped { unwritten: true, .. } = lookup {
-                    mapped = true;
-                    extent_tree::mark_written(&mut txn, &ectx, &mut data.inode.block, lblk, run)?;
+                    *mapped = true;
+                    extent_tree::mark_written(txn, &ectx, &mut data.inode.block, lblk, run)?;
                 }
                 if matches!(lookup, Lookup::Hole { .. }) {
-                    extent_tree::insert(
-                        &mut txn,
-                        &ectx,
-                        &mut data.inode.block,
-                        lblk,
-                        pblk,
-                        run,
-                        false,
-                    )?;
+                    extent_tree::insert(txn, &ectx, &mut data.inode.block, lblk, pblk, run, false)?;
                 }
                 pos = run_bytes_end;
             }
@@ -316,22 +335,13 @@ impl Filesystem {
                 data.inode.size = pos;
             }
             // The times were set when the data was written (cached); they go out with it.
-            txn_write_inode(self, &mut txn, ino, data, true)?;
+            txn_write_inode(self, txn, ino, data, true)?;
             Ok((pos - offset) as usize)
         })();
-        // Blocks the step did not use go back to the caller's reservation.
         // What the step did not use of the data blocks it took goes back to the caller; the
-        // rest of the pool blocks it borrowed for the extent tree returns to the pool.
+        // pool blocks it borrowed for the extent tree return to the pool when the handle stops.
         held.absorb(txn.reservation.split(data_given - data_allocated));
-        match result {
-            Err(FsError::NoSpace) if !mapped => {
-                // Nothing was changed: allocation failed before any block was mapped.
-                txn.stop()?;
-                Err(FsError::NoSpace)
-            }
-            // Blocks mapped and the inode not written: cannot be committed half done.
-            other => self.finish(other, txn),
-        }
+        result
     }
 
     /// Where to allocate block `lblk` of a file: right after the block before it when that is
@@ -404,7 +414,12 @@ impl Filesystem {
 
     /// Before a write or truncate moves EOF from inside a block, zero the rest of that block on
     /// disk so the gap reads as zeros.
-    fn zero_tail_before_growth(&self, ino: u32, data: &InodeData, new_pos: u64) -> Result<()> {
+    pub(crate) fn zero_tail_before_growth(
+        &self,
+        ino: u32,
+        data: &InodeData,
+        new_pos: u64,
+    ) -> Result<()> {
         let bs = u64::from(self.block_size());
         let size = data.inode.size;
         if new_pos <= size || size.is_multiple_of(bs) {

@@ -1,8 +1,10 @@
 //! Cached writes and writeback (the design is in `page_cache.rs`).
 //!
 //! Writeback of an inode runs under its lock: it takes runs of consecutive dirty pages and
-//! hands each to `Filesystem::write_step` (data.rs), which allocates, writes the data to the
-//! device and then maps it and grows the on-disk size in one handle. Who writes back:
+//! hands each, step by step, to `Filesystem::write_step` (data.rs), which allocates, writes the
+//! data to the device and then maps it and grows the on-disk size. All the steps of one
+//! writeback share one handle when a transaction has the credits, so the file's on-disk size
+//! moves from one size the file had to another in one commit. Who writes back:
 //! - `fsync`/`fdatasync` (the inode), `sync` and unmount (every dirty inode);
 //! - a `write` that takes the dirty total over `MountOptions::dirty_bytes_max` (its own
 //!   inode first, then the oldest dirty inodes once its lock is released);
@@ -20,8 +22,10 @@ use parking_lot::{Condvar, Mutex};
 use crate::adapters::{extent_ctx, ReadIo};
 use crate::error::{FsError, Result};
 use crate::extent_tree::{self, Lookup};
-use crate::filesystem::{now, Filesystem};
+use crate::filesystem::{now, Filesystem, Txn};
+use crate::groups::Reservation;
 use crate::inodes::{InodeData, InodeSlot};
+use crate::ops::txn_write_inode;
 use crate::page_cache::Page;
 
 /// Most blocks one cached write reserves at a time.
@@ -162,65 +166,9 @@ impl Filesystem {
         if data.cache.is_empty() && data.cache.size.is_none_or(|size| size <= data.inode.size) {
             return Ok(());
         }
-        let bs = u64::from(self.block_size());
-        let target_size = data.size();
         let mut held =
             data.cache.reservation.take().unwrap_or_else(|| self.groups.no_reservation());
-        let result = (|| {
-            while let Some((&first, _)) = data.cache.pages.first_key_value() {
-                let mut count = 0u32;
-                let mut holes = 0i64;
-                for (&lblk, page) in data.cache.pages.range(first..) {
-                    if lblk != first + count || count == RUN_BLOCKS_MAX {
-                        break;
-                    }
-                    count += 1;
-                    holes += i64::from(page.hole);
-                }
-                let start = u64::from(first) * bs;
-                let end = ((u64::from(first) + u64::from(count)) * bs).min(data.size());
-                let mut bytes = Vec::with_capacity((end - start) as usize);
-                for page in data.cache.pages.range(first..first + count).map(|(_, p)| p) {
-                    bytes.extend_from_slice(&page.data);
-                }
-                bytes.truncate((end - start) as usize);
-                let mut part = held.split(holes);
-                let mut done = 0usize;
-                let mut removed = first;
-                let mut step_result = Ok(());
-                while done < bytes.len() {
-                    match self.write_step(ino, data, start + done as u64, &bytes[done..], &mut part)
-                    {
-                        Ok(n) => done += n,
-                        Err(err) => {
-                            step_result = Err(err);
-                            break;
-                        }
-                    }
-                    // Pages written so far leave the cache (with the blocks they reserved:
-                    // the step used them), so a failure later in the run keeps only the rest.
-                    let written_to = if done == bytes.len() {
-                        first + count
-                    } else {
-                        first + (done as u64 / bs) as u32
-                    };
-                    for lblk in removed..written_to {
-                        data.cache.pages.remove(&lblk);
-                    }
-                    self.dirty.sub_bytes(u64::from(written_to - removed) * bs);
-                    removed = written_to;
-                }
-                // What the run did not use goes back to the file, on failure too: its pages
-                // over holes are still cached and still need their blocks.
-                held.absorb(part);
-                step_result?;
-            }
-            // A truncate may have set a size past the last page (zeros to the end).
-            if data.inode.size < target_size {
-                self.grow_disk_size(ino, data, target_size)?;
-            }
-            Ok(())
-        })();
+        let result = self.write_back_pages(ino, data, &mut held);
         if data.cache.is_empty() && result.is_ok() {
             data.cache.clear();
             self.dirty.clear(ino);
@@ -229,6 +177,151 @@ impl Filesystem {
             data.cache.hold(held);
         }
         result
+    }
+
+    /// Writes every cached page of `ino` and its cached size, run by run of consecutive
+    /// pages, step by step (`Filesystem::write_step`), all in one handle while a transaction
+    /// has the credits for them: a commit then never falls between two steps, so a crash
+    /// shows the file with the on-disk size it had before this writeback or after it, both
+    /// sizes the file really had (a step ends its size at its last page). Only a writeback
+    /// larger than a transaction takes more handles, and may then show a size in between,
+    /// as the kernel's ext4 may for any writeback.
+    fn write_back_pages(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        held: &mut Reservation,
+    ) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let target_size = data.size();
+        let runs = dirty_runs(data);
+        let mut credits_left_to_plan: u64 = runs
+            .iter()
+            .map(|run| {
+                let step = self.write_step_credits(data, u64::from(run.count));
+                u64::from(run.count.div_ceil(step.step_blocks)) * u64::from(step.credits)
+            })
+            .sum::<u64>()
+            + GROW_CREDITS;
+        let mut txn: Option<Txn<'_>> = None;
+        for run in runs {
+            let start = u64::from(run.first) * bs;
+            let end = ((u64::from(run.first) + u64::from(run.count)) * bs).min(target_size);
+            let mut bytes = Vec::with_capacity((end - start) as usize);
+            for page in data.cache.pages.range(run.first..run.first + run.count).map(|(_, p)| p) {
+                bytes.extend_from_slice(&page.data);
+            }
+            bytes.truncate((end - start) as usize);
+            let mut part = held.split(run.holes);
+            let mut done = 0usize;
+            let mut removed = run.first;
+            let mut failure = None;
+            while done < bytes.len() {
+                let blocks_left = (bytes.len() - done) as u64;
+                let step = self.write_step_credits(data, blocks_left.div_ceil(bs));
+                if txn.as_ref().is_some_and(|t| t.handle.credits_left() < step.credits) {
+                    // The writeback outgrew one transaction: what is done so far commits.
+                    if let Err(err) = txn.take().expect("checked").stop() {
+                        failure = Some((err, false));
+                        break;
+                    }
+                }
+                if txn.is_none() {
+                    match self.begin_writeback_handle(ino, data, target_size, credits_left_to_plan)
+                    {
+                        Ok(started) => txn = Some(started),
+                        Err(err) => {
+                            failure = Some((err, false));
+                            break;
+                        }
+                    }
+                }
+                let txn = txn.as_mut().expect("started above");
+                let credits_before = txn.handle.credits_left();
+                let mut mapped = false;
+                let offset = start + done as u64;
+                match self.write_step(
+                    txn,
+                    ino,
+                    data,
+                    offset,
+                    &bytes[done..],
+                    &mut part,
+                    &mut mapped,
+                ) {
+                    Ok(n) => done += n,
+                    Err(err) => {
+                        failure = Some((err, mapped));
+                        break;
+                    }
+                }
+                credits_left_to_plan = credits_left_to_plan
+                    .saturating_sub(u64::from(credits_before - txn.handle.credits_left()));
+                // Pages written so far leave the cache (with the blocks they reserved: the
+                // step used them), so a failure later in the run keeps only the rest.
+                let written_to = if done == bytes.len() {
+                    run.first + run.count
+                } else {
+                    run.first + (done as u64 / bs) as u32
+                };
+                for lblk in removed..written_to {
+                    data.cache.pages.remove(&lblk);
+                }
+                self.dirty.sub_bytes(u64::from(written_to - removed) * bs);
+                removed = written_to;
+            }
+            // What the run did not use goes back to the file, on failure too: its pages over
+            // holes are still cached and still need their blocks.
+            held.absorb(part);
+            if let Some((err, mapped)) = failure {
+                return match txn {
+                    // Allocation failed before the step changed anything: the steps before it
+                    // are whole and commit; the rest stays cached.
+                    Some(txn) if matches!(err, FsError::NoSpace) && !mapped => {
+                        txn.stop()?;
+                        Err(err)
+                    }
+                    // The step changed the file and did not finish: the handle records the
+                    // error as errors= says.
+                    Some(txn) => self.finish(Err(err), txn),
+                    None => Err(err),
+                };
+            }
+        }
+        // A truncate may have set a size past the last page (zeros to the end).
+        if data.inode.size < target_size {
+            let mut txn = match txn {
+                Some(txn) => txn,
+                None => self.begin_writeback_handle(ino, data, target_size, GROW_CREDITS)?,
+            };
+            data.inode.size = target_size;
+            let result = txn_write_inode(self, &mut txn, ino, data, true);
+            return self.finish(result, txn);
+        }
+        match txn {
+            Some(txn) => txn.stop().map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts a handle for (the rest of) a writeback of `ino` that will grow its on-disk size
+    /// to `target_size`, asking for `credits` (capped at what one transaction has). The tail
+    /// of the block holding the current end of file is zeroed first when no cached page will
+    /// overwrite it (under data=journal zeroing takes a handle of its own).
+    fn begin_writeback_handle(
+        &self,
+        ino: u32,
+        data: &InodeData,
+        target_size: u64,
+        credits: u64,
+    ) -> Result<Txn<'_>> {
+        let bs = u64::from(self.block_size());
+        let eof_block = (data.inode.size / bs) as u32;
+        if !data.cache.pages.contains_key(&eof_block) {
+            self.zero_tail_before_growth(ino, data, target_size)?;
+        }
+        let credits = u32::try_from(credits).unwrap_or(u32::MAX);
+        self.begin_with(credits, self.groups.no_reservation())
     }
 
     /// Writes back inode `ino`'s dirty pages (taking its lock).
@@ -322,6 +415,32 @@ impl Filesystem {
     pub fn dirty_bytes(&self) -> u64 {
         self.dirty.bytes()
     }
+}
+
+/// Credits for growing the on-disk size past the last page (the inode block).
+const GROW_CREDITS: u64 = 4;
+
+/// A run of consecutive cached pages, as one writeback hands it to its steps.
+struct DirtyRun {
+    first: u32,
+    count: u32,
+    /// Pages over holes: blocks the run's reservation must carry.
+    holes: i64,
+}
+
+/// `data`'s cached pages as runs of consecutive blocks, each at most [`RUN_BLOCKS_MAX`].
+fn dirty_runs(data: &InodeData) -> Vec<DirtyRun> {
+    let mut runs: Vec<DirtyRun> = Vec::new();
+    for (&lblk, page) in &data.cache.pages {
+        match runs.last_mut() {
+            Some(run) if lblk == run.first + run.count && run.count < RUN_BLOCKS_MAX => {
+                run.count += 1;
+                run.holes += i64::from(page.hole);
+            }
+            _ => runs.push(DirtyRun { first: lblk, count: 1, holes: i64::from(page.hole) }),
+        }
+    }
+    runs
 }
 
 /// A background thread that writes back dirty data older than `MountOptions::dirty_expire`

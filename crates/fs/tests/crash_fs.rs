@@ -752,6 +752,104 @@ fn truncate_in_steps_under_data_journal() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Scenario: writeback of scattered pages
+
+const SCATTER_GROUPS: usize = 3;
+const SCATTER_WRITES: usize = 24;
+
+/// Where write `i` of group `g` goes: 1,000 bytes at the start of every other block, each
+/// group past the last, so one writeback meets many separate runs of cached pages.
+fn scatter_offset(g: usize, i: usize) -> u64 {
+    ((g * 64 + 2 * i) * 4096) as u64
+}
+
+/// The file after each write (the first is the empty file the setup made).
+fn scatter_versions() -> Vec<Vec<u8>> {
+    let mut versions = vec![Vec::new()];
+    for g in 0..SCATTER_GROUPS {
+        for i in 0..SCATTER_WRITES {
+            let mut v = versions.last().unwrap().clone();
+            let at = scatter_offset(g, i) as usize;
+            v.resize(at + 1000, 0);
+            v[at..].copy_from_slice(&pattern((g * SCATTER_WRITES + i) as u8, 1000));
+            versions.push(v);
+        }
+    }
+    versions
+}
+
+/// A writeback of many runs of pages (here one fsync after many scattered writes) must not
+/// commit its runs apart: a crash would show the file ending at the end of some run's block,
+/// a size it never had. Another thread rewrites and fsyncs another file all the time, and
+/// commits are due every millisecond, so a commit between two runs of one writeback would be
+/// caught.
+#[test]
+fn a_writeback_of_scattered_pages_leaves_a_size_the_file_had() {
+    let versions = scatter_versions();
+    let noted = Noted::default();
+    let setup = |fs: &Filesystem| {
+        fs.create(ROOT_INO, b"scattered", 0o644, 0, 0).unwrap();
+        let other = fs.create(ROOT_INO, b"other", 0o644, 0, 0).unwrap().ino;
+        fs.write(other, 0, b"x").unwrap();
+    };
+    let workload = |fs: &Filesystem, ack: &dyn Fn(u64)| {
+        note_base(fs, &noted);
+        let ino = fs.resolve("/scattered").unwrap();
+        let other = fs.resolve("/other").unwrap();
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let stop = AtomicBool::new(false);
+        let fsyncs = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Acquire) {
+                    fs.write(other, 0, b"x").unwrap();
+                    fs.fsync(other, false).unwrap();
+                    fsyncs.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+            while fsyncs.load(Ordering::Acquire) < 2 {
+                std::thread::yield_now();
+            }
+            for g in 0..SCATTER_GROUPS {
+                for i in 0..SCATTER_WRITES {
+                    let tag = (g * SCATTER_WRITES + i) as u8;
+                    fs.write(ino, scatter_offset(g, i), &pattern(tag, 1000)).unwrap();
+                }
+                fs.fsync(ino, false).unwrap();
+                ack(g as u64 + 1);
+            }
+            stop.store(true, Ordering::Release);
+        });
+    };
+    let check = |fs: &Filesystem, tree: &Tree, ack: u64| {
+        only(tree, &["scattered", "other"])?;
+        exact(tree, "other", b"x")?;
+        // Durable: every write up to the last acknowledged fsync; maybe: any of the next
+        // group's writes, in the order they were made.
+        let first = ack as usize * SCATTER_WRITES;
+        let last = (first + SCATTER_WRITES).min(versions.len() - 1);
+        let candidates: Vec<&[u8]> = versions[first..=last].iter().map(|v| v.as_slice()).collect();
+        bytes_from(tree, "scattered", &candidates)?;
+        no_leak(fs, tree, noted.get("base"))
+    };
+    let mut mount = mount_options(DataMode::Ordered);
+    mount.journal.commit_interval = Duration::from_millis(1);
+    let s = Scenario {
+        name: "scattered_writeback",
+        mkfs: &["-b", "4096"],
+        size: "16M",
+        mount,
+        setup: &setup,
+        workload: &workload,
+        check: &check,
+        states: states_wanted(240),
+    };
+    if let Some(out) = run(&s) {
+        out.assert_clean(s.name);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Scenario: rename over an existing file
 
 #[test]
