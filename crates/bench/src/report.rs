@@ -32,6 +32,7 @@ pub fn format_table(report: &Report) -> String {
         }
         let _ = writeln!(out, "{}", row(s, limit));
     }
+    stage_table(&mut out, report);
     lock_wait_table(&mut out, report);
     let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
     if !failed.is_empty() {
@@ -49,6 +50,67 @@ pub fn format_table(report: &Report) -> String {
         }
     }
     out
+}
+
+/// Where the median run's transactions spent their time, per transaction (CJFS's stages:
+/// what each waits on), with handle start waits and transactions in flight.
+fn stage_table(out: &mut String, report: &Report) {
+    let with_engine: Vec<&Summary> =
+        report.summaries.iter().filter(|s| s.median_run.engine.is_some()).collect();
+    if with_engine.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nstages, ms per transaction over the median run (run: open; slot: due, waiting for a \
+         committing slot; cfl: held by conflicts; lock: locked until frozen; write: log blocks; \
+         fq: written, waiting for the flush stage; flush: written to durable, of which dflush \
+         the device flush and fua the commit blocks); hs-wait: µs per handle waiting to start; \
+         in-flight: mean (Little's law) and max"
+    );
+    let _ = writeln!(
+        out,
+        "{:<20} {:<28} {:>4} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>9}",
+        "workload",
+        "target",
+        "thr",
+        "run",
+        "slot",
+        "cfl",
+        "lock",
+        "write",
+        "fq",
+        "flush",
+        "dflush",
+        "fua",
+        "hs-wait",
+        "in-flight"
+    );
+    for s in with_engine {
+        let r = &s.median_run;
+        let e = r.engine.as_ref().expect("filtered");
+        let per = |ms: f64| format!("{:.3}", e.per_transaction(ms));
+        let handle_wait_us =
+            if e.handles == 0 { 0.0 } else { e.ms_handle_start_wait * 1000.0 / e.handles as f64 };
+        let _ = writeln!(
+            out,
+            "{:<20} {:<28} {:>4} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7.1} {:>9}",
+            truncate(&s.workload, 20),
+            truncate(&s.target, 28),
+            s.threads,
+            per(e.ms_running),
+            per(e.ms_slot_wait),
+            per(e.ms_conflict_wait),
+            per(e.ms_locked),
+            per(e.ms_writing),
+            per(e.ms_flush_queue),
+            per(e.ms_flushing),
+            per(e.ms_device_flush),
+            per(e.ms_commit_fua),
+            handle_wait_us,
+            format!("{:.2}/{}", e.in_flight_mean(r.seconds), e.in_flight_max)
+        );
+    }
 }
 
 /// Milliseconds waited for each engine lock in the median run of every quill target (the
@@ -167,13 +229,14 @@ const RUN_COLUMNS: &str = "workload,target,threads,round,seconds,ops,ops_per_sec
 bytes_written,mb_per_sec,files_created,files_per_sec,fsyncs,fsync_us_p50,fsync_us_p99,\
 fsync_us_p999,transactions,handles_per_transaction,conflicts_per_transaction,\
 flushes_per_transaction,ms_locked,ms_writing,ms_flushing,queue_depth_mean,queue_depth_max,\
-ms_device_flush,lock_wait_ms_total,fsck_clean,error,note";
+ms_device_flush,lock_wait_ms_total,ms_running,ms_slot_wait,ms_conflict_wait,ms_flush_queue,\
+ms_commit_fua,handles,ms_handle_start_wait,in_flight_mean,in_flight_max,fsck_clean,error,note";
 
 fn run_csv_row(r: &RunResult) -> String {
     let e = r.engine.clone().unwrap_or_default();
     let engine = if r.engine.is_some() {
         format!(
-            "{},{:.3},{:.3},{:.3},{:.1},{:.1},{:.1},{:.3},{},{:.1},{:.1}",
+            "{},{:.3},{:.3},{:.3},{:.1},{:.1},{:.1},{:.3},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{:.1},{:.3},{}",
             e.transactions,
             e.handles_per_transaction,
             e.conflicts_per_transaction,
@@ -184,10 +247,19 @@ fn run_csv_row(r: &RunResult) -> String {
             e.queue_depth_mean,
             e.queue_depth_max,
             e.ms_device_flush,
-            e.lock_wait_ms.iter().map(|(_, ms)| ms).sum::<f64>()
+            e.lock_wait_ms.iter().map(|(_, ms)| ms).sum::<f64>(),
+            e.ms_running,
+            e.ms_slot_wait,
+            e.ms_conflict_wait,
+            e.ms_flush_queue,
+            e.ms_commit_fua,
+            e.handles,
+            e.ms_handle_start_wait,
+            e.in_flight_mean(r.seconds),
+            e.in_flight_max
         )
     } else {
-        ",,,,,,,,,,".to_string()
+        ",".repeat(19)
     };
     format!(
         "{},{},{},{},{:.3},{},{:.1},{},{},{:.3},{},{:.1},{},{},{},{},{},{},{},{}",

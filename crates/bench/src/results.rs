@@ -32,6 +32,29 @@ pub struct EngineFigures {
     /// (`j_state_lock(read)`, `j_list_lock`, ...), over the run.
     #[serde(default)]
     pub lock_wait_ms: Vec<(String, f64)>,
+    /// Where transactions spend their time and what they wait on (CJFS's stages), each in
+    /// milliseconds summed over transactions: open (Running), due but waiting for a committing
+    /// slot, held by conflicts, Written but waiting for the flush stage, and writing commit
+    /// blocks (per group).
+    #[serde(default)]
+    pub ms_running: f64,
+    #[serde(default)]
+    pub ms_slot_wait: f64,
+    #[serde(default)]
+    pub ms_conflict_wait: f64,
+    #[serde(default)]
+    pub ms_flush_queue: f64,
+    #[serde(default)]
+    pub ms_commit_fua: f64,
+    /// Handles started, and milliseconds they waited to start (a locked transaction, log
+    /// space), summed over handles.
+    #[serde(default)]
+    pub handles: u64,
+    #[serde(default)]
+    pub ms_handle_start_wait: f64,
+    /// The most transactions in flight at once (Locked to Written) since the mount.
+    #[serde(default)]
+    pub in_flight_max: u64,
 }
 
 impl EngineFigures {
@@ -41,6 +64,25 @@ impl EngineFigures {
             0.0
         } else {
             self.ms_flushing / self.transactions as f64
+        }
+    }
+
+    /// Milliseconds per transaction of a figure summed over transactions.
+    pub fn per_transaction(&self, ms: f64) -> f64 {
+        if self.transactions == 0 {
+            0.0
+        } else {
+            ms / self.transactions as f64
+        }
+    }
+
+    /// Transactions in flight (Locked to Durable) on average over a run of `seconds`: the
+    /// time they spent there, summed, over the run's length (Little's law).
+    pub fn in_flight_mean(&self, seconds: f64) -> f64 {
+        if seconds <= 0.0 {
+            0.0
+        } else {
+            (self.ms_locked + self.ms_writing + self.ms_flushing) / (seconds * 1000.0)
         }
     }
 

@@ -522,6 +522,14 @@ impl Prepared {
             queue_depth_mean,
             queue_depth_max,
             ms_device_flush: a.ms_device_flush - b.ms_device_flush,
+            ms_running: a.ms_running - b.ms_running,
+            ms_slot_wait: a.ms_slot_wait - b.ms_slot_wait,
+            ms_conflict_wait: a.ms_conflict_wait - b.ms_conflict_wait,
+            ms_flush_queue: a.ms_flush_queue - b.ms_flush_queue,
+            ms_commit_fua: a.ms_commit_fua - b.ms_commit_fua,
+            handles: a.handles - b.handles,
+            ms_handle_start_wait: a.ms_handle_start_wait - b.ms_handle_start_wait,
+            in_flight_max: a.in_flight_max,
             lock_wait_ms: a
                 .locks
                 .named()

@@ -31,8 +31,9 @@ use std::time::Instant;
 
 /// The commit thread's loop. Exits when the journal aborts or is told to stop.
 pub(crate) fn commit_stage(shared: &Arc<Shared>) {
+    let mut due_since = None;
     loop {
-        let Some(txn) = wait_for_commit_work(shared) else { return };
+        let Some(txn) = wait_for_commit_work(shared, &mut due_since) else { return };
         let tid = txn.tid;
         if !commit_lock_up(shared, &txn) {
             continue;
@@ -55,7 +56,12 @@ pub(crate) fn commit_stage(shared: &Arc<Shared>) {
 }
 
 /// Waits until the running transaction should be committed and a committing slot is free.
-fn wait_for_commit_work(shared: &Shared) -> Option<Arc<Transaction>> {
+/// `due_since` remembers when the transaction became due while no slot was free (the slot
+/// wait, counted when it gets one).
+fn wait_for_commit_work(
+    shared: &Shared,
+    due_since: &mut Option<(Tid, Instant)>,
+) -> Option<Arc<Transaction>> {
     loop {
         let ticket = shared.commit_wake.ticket();
         let st = shared.state.read(&shared.locks);
@@ -72,8 +78,17 @@ fn wait_for_commit_work(shared: &Shared) -> Option<Arc<Transaction>> {
             let requested = st.commit_request().is_some_and(|r| r.is_at_or_after(txn.tid));
             let expired = age >= shared.config.commit_interval;
             let slot_free = st.txns().in_flight() < shared.config.committing_max;
-            if (requested || expired) && slot_free {
-                return Some(txn);
+            if requested || expired {
+                if slot_free {
+                    if let Some((_, since)) = due_since.take().filter(|(t, _)| *t == txn.tid) {
+                        stats::add_time(&shared.counters.ns_slot_wait, since.elapsed());
+                    }
+                    stats::max(&shared.counters.in_flight_max, st.txns().in_flight() as u64 + 1);
+                    return Some(txn);
+                }
+                if due_since.is_none_or(|(t, _)| t != txn.tid) {
+                    *due_since = Some((txn.tid, Instant::now()));
+                }
             }
             if !expired {
                 timeout = Some(shared.config.commit_interval - age);
@@ -96,11 +111,13 @@ fn commit_lock_up(shared: &Shared, txn: &Transaction) -> bool {
     let coalescing = shared.config.coalescing;
     if coalescing && txn.conflicts_pending(&shared.lists, versions_max) {
         // CJFS opportunistic coalescing: stay Running until the conflicts drain.
+        let waited = Instant::now();
         stats::add(&shared.counters.coalesce_rounds, 1);
         let ticket = shared.commit_wake.ticket();
         if txn.conflicts_pending(&shared.lists, versions_max) {
             shared.commit_wake.wait(ticket);
         }
+        stats::add_time(&shared.counters.ns_conflict_wait, waited.elapsed());
         return false;
     }
     {
@@ -112,17 +129,28 @@ fn commit_lock_up(shared: &Shared, txn: &Transaction) -> bool {
             .expect("the running transaction exists")
             .transition(TxnState::Locked);
     }
+    // Since when the handles are gone and only conflicts hold the transaction back.
+    let mut conflicts_since: Option<Instant> = None;
+    let count_conflict_wait = |since: Option<Instant>| {
+        if let Some(since) = since {
+            stats::add_time(&shared.counters.ns_conflict_wait, since.elapsed());
+        }
+    };
     loop {
         let ticket = shared.commit_wake.ticket();
         if shared.state.read(&shared.locks).stopping() {
+            count_conflict_wait(conflicts_since);
             return false;
         }
         if txn.updates() == 0 {
             let conflicts = txn.conflicts_pending(&shared.lists, versions_max);
             if !conflicts {
+                count_conflict_wait(conflicts_since);
                 return true;
             }
+            conflicts_since.get_or_insert_with(Instant::now);
             if coalescing {
+                count_conflict_wait(conflicts_since);
                 // Handles that were open while locked touched in-flight buffers: reopen.
                 let mut st = shared.state.write(&shared.locks);
                 let entry = st.txns_mut().get_mut(tid).expect("the locked transaction exists");

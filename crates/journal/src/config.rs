@@ -91,7 +91,8 @@ impl CheckpointIo {
 }
 
 /// Names accepted by [`JournalConfig::preset`].
-pub const PRESETS: &[&str] = &["classic", "dual", "cjfs", "fast18-io", "fast18", "all"];
+pub const PRESETS: &[&str] =
+    &["classic", "dual", "barrierfs", "cjfs", "fast18-io", "fast18", "all"];
 
 /// Replay threads of the FAST'18 presets (S4 parallel recovery).
 const FAST18_RECOVERY_THREADS: usize = 4;
@@ -121,6 +122,21 @@ impl JournalConfig {
     /// Dual-thread journaling alone (BarrierFS-style commit/flush split, one version).
     pub fn dual() -> Self {
         JournalConfig { committing_max: 2, ..Self::classic() }
+    }
+
+    /// BarrierFS as the CJFS paper measures it: dual-thread journaling with as many
+    /// transactions in flight as `cjfs`, but one frozen version per buffer (a conflict waits
+    /// for the older transaction's flush), no coalescing and a flush per transaction. The
+    /// first step of the ablation classic → barrierfs → +versions → +coalescing → +compound
+    /// flush (= `cjfs`).
+    pub fn barrierfs() -> Self {
+        JournalConfig {
+            committing_max: Self::cjfs().committing_max,
+            versions_max: 1,
+            flush_batch_max: 1,
+            coalescing: false,
+            ..Self::cjfs()
+        }
     }
 
     /// All CJFS techniques as the paper's best configuration (five versions, a flush shared by
@@ -170,6 +186,7 @@ impl JournalConfig {
         match name {
             "classic" => Some(Self::classic()),
             "dual" => Some(Self::dual()),
+            "barrierfs" => Some(Self::barrierfs()),
             "cjfs" => Some(Self::cjfs()),
             "fast18-io" => Some(Self::fast18_io()),
             "fast18" => Some(Self::fast18()),

@@ -58,6 +58,18 @@ pub(crate) fn flush_stage(shared: &Arc<Shared>) {
 pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     assert!(!group.is_empty() && group.len() <= shared.config.flush_batch_max);
     let flush_started = Instant::now();
+    {
+        let st = shared.state.read(&shared.locks);
+        for &tid in group {
+            let written_at = st.txns().get(tid).and_then(|e| e.written_at);
+            if let Some(written_at) = written_at {
+                stats::add_time(
+                    &shared.counters.ns_flush_queue,
+                    flush_started.saturating_duration_since(written_at),
+                );
+            }
+        }
+    }
     shared.dev.flush().map_err(|e| shared.abort_on("flushing log blocks", e))?;
     stats::add(&shared.counters.flushes, 1);
     stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
@@ -83,12 +95,14 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     // finds, and a tid reused after recovery can never meet a stale commit block of its own
     // (JBD2 has the same guarantee with one committing transaction). The group still shares
     // its single flush.
+    let fua_started = Instant::now();
     for (offset, block) in &commits {
         shared
             .dev
             .write_fua_at(*offset, block)
             .map_err(|e| shared.abort_on("writing a commit block", e))?;
     }
+    stats::add_time(&shared.counters.ns_commit_fua, fua_started.elapsed());
     stats::add(&shared.counters.fua_writes, commits.len() as u64);
     stats::add(&shared.counters.log_blocks_written, commits.len() as u64);
     publish_durable_revokes(shared, &frozen);

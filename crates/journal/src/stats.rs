@@ -38,10 +38,19 @@ pub(crate) struct Counters {
     pub ns_shadow_wait: AtomicU64,
     pub ns_handle_start_wait: AtomicU64,
     pub ns_device_flush: AtomicU64,
+    pub ns_slot_wait: AtomicU64,
+    pub ns_conflict_wait: AtomicU64,
+    pub ns_flush_queue: AtomicU64,
+    pub ns_commit_fua: AtomicU64,
+    pub in_flight_max: AtomicU64,
 }
 
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Relaxed);
+}
+
+pub(crate) fn max(counter: &AtomicU64, n: u64) {
+    counter.fetch_max(n, Relaxed);
 }
 
 pub(crate) fn add_time(counter: &AtomicU64, d: Duration) {
@@ -101,6 +110,19 @@ pub struct JournalStats {
     /// Time in the device flushes that precede commit blocks (the flush stage's own I/O,
     /// without its commit-block writes).
     pub ms_device_flush: f64,
+    /// Transactions due to commit (requested or expired) waiting for a committing slot
+    /// (`committing_max`), summed over transactions.
+    pub ms_slot_wait: f64,
+    /// Transactions held back by conflicts (buffers whose versions are all in flight):
+    /// Running under coalescing, or Locked without it, summed over transactions.
+    pub ms_conflict_wait: f64,
+    /// Written transactions waiting for the flush stage to take them (the previous group's
+    /// flush and commit blocks), summed over transactions.
+    pub ms_flush_queue: f64,
+    /// Writing commit blocks (FUA, one after the other), summed over groups.
+    pub ms_commit_fua: f64,
+    /// The most transactions ever in flight at once (Locked to Written: committing slots).
+    pub in_flight_max: u64,
     /// Waits for each of the engine's locks (filled by `Journal::stats`).
     pub locks: LockWaits,
 }
@@ -158,6 +180,11 @@ impl Counters {
             ms_shadow_wait: ms(&self.ns_shadow_wait),
             ms_handle_start_wait: ms(&self.ns_handle_start_wait),
             ms_device_flush: ms(&self.ns_device_flush),
+            ms_slot_wait: ms(&self.ns_slot_wait),
+            ms_conflict_wait: ms(&self.ns_conflict_wait),
+            ms_flush_queue: ms(&self.ns_flush_queue),
+            ms_commit_fua: ms(&self.ns_commit_fua),
+            in_flight_max: self.in_flight_max.load(Relaxed),
             locks: LockWaits::default(),
         }
     }
