@@ -49,11 +49,23 @@ fn explore(spec: &str, spread_blocks: u64, seed: u64) {
     let mut prefixes = Vec::new();
     for state in &states {
         *kinds.entry(state.kind).or_default() += 1;
-        let (report, image) =
-            recover_checking_parallel(recording.materialize(state), &loc, &state.describe());
+        let raw = recording.materialize(state);
+        let commit_tids = commit_block_tids(&raw, &loc);
+        let (report, image) = recover_checking_parallel(raw, &loc, &state.describe());
         let report = report.unwrap_or_else(|e| {
             panic!("{spec} seed {seed}: recovery failed on {}: {e}", state.describe())
         });
+        // Commit blocks reach the disk in tid order (compound flush shares the flush, not
+        // the order): no commit block lies past the end recovery found, where a later life
+        // reusing those tids could meet it.
+        let end = Tid(report.end_tid);
+        if let Some(beyond) = commit_tids.iter().find(|t| t.is_after(end)) {
+            panic!(
+                "{spec} seed {seed}: {}: a commit block of {beyond:?} is on disk beyond the end \
+                 of the log recovery found ({end:?})",
+                state.describe()
+            );
+        }
         assert_eq!(
             superblock::read_superblock(&*image, &loc).unwrap().start,
             0,
@@ -81,6 +93,18 @@ fn explore(spec: &str, spread_blocks: u64, seed: u64) {
         stats.transactions,
         stats.checkpoints
     );
+}
+
+/// The tids of every block of the log area of `image` that carries a commit block header.
+fn commit_block_tids(image: &[u8], loc: &journal::JournalLocation) -> Vec<Tid> {
+    let bs = loc.block_size() as usize;
+    (1..loc.len_blocks())
+        .filter_map(|i| {
+            let offset = loc.device_offset(i).expect("inside the journal") as usize;
+            let header = ondisk::jbd2::parse_header(&image[offset..offset + bs])?;
+            (header.block_type == ondisk::jbd2::BlockType::Commit as u32).then_some(header.sequence)
+        })
+        .collect()
 }
 
 #[test]
