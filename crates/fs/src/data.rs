@@ -445,27 +445,39 @@ impl Filesystem {
             // Growing: cached data goes out first, so the on-disk size never passes data
             // that is still only in memory.
             self.writeback_locked(ino, data)?;
-        } else {
-            self.shrink_cached(ino, data, size);
-            if size >= data.inode.size && !data.cache.is_empty() {
-                // Only cached data was cut; the cache keeps the new size for writeback.
-                let t = now();
-                data.inode.mtime = t;
-                data.inode.ctime = t;
-                return Ok(());
-            }
-        }
-        if size >= data.inode.size {
             let t = now();
             data.inode.mtime = t;
             data.inode.ctime = t;
             return self.grow_disk_size(ino, data, size);
         }
-        // Shrinking: zero the new last block's tail, then free blocks from the end in steps,
-        // with the inode on the orphan list so a crash part way finishes the job at mount.
-        // Damage in the tree is found first, before anything changes.
+        // Shrinking. Cached pages are dropped only once the handle that changes the on-disk
+        // size has stopped (the kernel's ext4_setattr sets i_disksize before
+        // truncate_pagecache): until then a concurrent sync, which skips inodes with no dirty
+        // pages, could commit the old on-disk size without the writes this truncate cuts,
+        // showing a version older than what it acknowledged.
+        let kept = data.cache.pages.range(..size.div_ceil(bs) as u32).next().is_some();
+        if size >= data.inode.size {
+            if kept {
+                // Cached data stays below the new size: the inode stays dirty, and the cache
+                // keeps the new size for writeback.
+                self.shrink_cached(ino, data, size);
+                let t = now();
+                data.inode.mtime = t;
+                data.inode.ctime = t;
+                return Ok(());
+            }
+            // Only cached data past the new size existed: the on-disk size grows to it.
+            let t = now();
+            data.inode.mtime = t;
+            data.inode.ctime = t;
+            self.grow_disk_size(ino, data, size)?;
+            self.shrink_cached(ino, data, size);
+            return Ok(());
+        }
+        // Shrinking on disk: set the size with the inode on the orphan list, so a crash part
+        // way finishes the job at mount; then zero the new last block's tail and free blocks
+        // from the end in steps. Damage in the tree is found first, before anything changes.
         self.check_extent_tree(ino, data)?;
-        self.zero_partial_block(ino, data, size)?;
         let mut txn = self.begin(8, 0)?;
         let result = (|| {
             crate::orphan::add(self, &mut txn, ino, data)?;
@@ -476,6 +488,9 @@ impl Filesystem {
             txn_write_inode(self, &mut txn, ino, data, true)
         })();
         self.finish(result, txn)?;
+        self.shrink_cached(ino, data, size);
+        // Past the new end of file, so invisible whenever it reaches the disk.
+        self.zero_partial_block(ino, data, size)?;
         self.truncate_blocks(ino, data, size)?;
         if data.inode.links_count == 0 {
             // Unlinked and still open: it stays an orphan until its last close frees it.

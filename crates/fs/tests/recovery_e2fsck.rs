@@ -85,7 +85,8 @@ fn workload(fs: &Filesystem, rng: &mut Rng, ops: u64) {
                 let name = format!("f{n}").into_bytes();
                 let ino = fs.create(dir, &name, 0o644, 0, 0).unwrap().ino;
                 let mut bytes = pattern(n, 1 + rng.below(9000) as usize);
-                if rng.below(4) == 0 {
+                // (A file shorter than the magic cannot start with it.)
+                if rng.below(4) == 0 && bytes.len() >= 4 {
                     bytes[..4].copy_from_slice(&0xC03B_3998u32.to_be_bytes());
                 }
                 fs.write(ino, 0, &bytes).unwrap();
