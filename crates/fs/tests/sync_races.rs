@@ -134,7 +134,8 @@ fn sync_during_a_truncate_that_cuts_cached_writes(data: DataMode) {
     dev.release();
     truncate.join().unwrap().unwrap();
     assert_eq!(read_all(&fs, ino).unwrap(), truncated);
-    Arc::try_unwrap(fs).ok().expect("the truncate thread is joined").unmount().unwrap();
+    let Ok(fs) = Arc::try_unwrap(fs) else { panic!("the truncate thread is joined") };
+    fs.unmount().unwrap();
 
     let crashed = Arc::new(MemDevice::from_bytes(at_sync));
     let recovered = Filesystem::open(crashed, options).unwrap();

@@ -132,7 +132,8 @@ fn next_transaction_changes_a_buffer_whose_log_write_is_in_flight(spec: &str) {
     assert!(batches[1..].iter().any(|b| filled(b, 0x22)), "{spec}: T2 logged its block");
 
     let image = dev.inner.snapshot();
-    Arc::try_unwrap(journal).ok().expect("every thread is joined").abandon();
+    let Ok(journal) = Arc::try_unwrap(journal) else { panic!("every thread is joined") };
+    journal.abandon();
     let crashed = MemDevice::from_bytes(image);
     recover(&crashed, &loc, 1).unwrap();
     assert!(read_block(&crashed, BLOCK).iter().all(|&x| x == 0x22), "{spec}: recovered T2");
