@@ -445,9 +445,7 @@ impl Filesystem {
             // Growing: cached data goes out first, so the on-disk size never passes data
             // that is still only in memory.
             self.writeback_locked(ino, data)?;
-            let t = now();
-            data.inode.mtime = t;
-            data.inode.ctime = t;
+            touch_mtime_ctime(&mut data.inode);
             return self.grow_disk_size(ino, data, size);
         }
         // Shrinking. Cached pages are dropped only once the handle that changes the on-disk
@@ -461,15 +459,11 @@ impl Filesystem {
                 // Cached data stays below the new size: the inode stays dirty, and the cache
                 // keeps the new size for writeback.
                 self.shrink_cached(ino, data, size);
-                let t = now();
-                data.inode.mtime = t;
-                data.inode.ctime = t;
+                touch_mtime_ctime(&mut data.inode);
                 return Ok(());
             }
             // Only cached data past the new size existed: the on-disk size grows to it.
-            let t = now();
-            data.inode.mtime = t;
-            data.inode.ctime = t;
+            touch_mtime_ctime(&mut data.inode);
             self.grow_disk_size(ino, data, size)?;
             self.shrink_cached(ino, data, size);
             return Ok(());
@@ -482,9 +476,7 @@ impl Filesystem {
         let result = (|| {
             crate::orphan::add(self, &mut txn, ino, data)?;
             data.inode.size = size;
-            let t = now();
-            data.inode.mtime = t;
-            data.inode.ctime = t;
+            touch_mtime_ctime(&mut data.inode);
             txn_write_inode(self, &mut txn, ino, data, true)
         })();
         self.finish(result, txn)?;
@@ -736,9 +728,7 @@ impl Filesystem {
             let mut txn = self.begin(64 + extent_tree::worst_case_blocks_touched(depth) * 4, 4)?;
             let result = (|| {
                 self.remove_blocks(&mut txn, &ectx, data, first_whole as u32, last_whole)?;
-                let t = now();
-                data.inode.mtime = t;
-                data.inode.ctime = t;
+                touch_mtime_ctime(&mut data.inode);
                 txn_write_inode(self, &mut txn, ino, data, true)
             })();
             self.finish(result, txn)?;
@@ -776,6 +766,13 @@ impl Filesystem {
         self.dev.write_at(pblk * bs, &block)?;
         Ok(())
     }
+}
+
+/// A change to the file's data: mtime and ctime are now.
+fn touch_mtime_ctime(inode: &mut ext4::Inode) {
+    let t = now();
+    inode.mtime = t;
+    inode.ctime = t;
 }
 
 /// Why inode `ino` cannot have its blocks freed by quill: it has no extents flag and is a
