@@ -53,8 +53,13 @@ impl Filesystem {
             matches!(&err, FsError::Journal(e) if !matches!(e, journal::JournalError::Device(_)));
         if self.options.errors == ErrorPolicy::Continue && !journal_failed {
             self.errors_seen.store(true, Ordering::Release);
-        } else if !self.read_only.swap(true, Ordering::AcqRel) {
+        } else if !self.read_only.load(Ordering::Acquire) {
+            // The journal aborts before the file system turns read-only, so whoever sees it
+            // read-only sees the abort too: an fsync that starts then fails (as ext4_sync_file
+            // does on a shut-down file system) instead of returning Ok in the window between
+            // the two. Two errors racing here both abort; the journal keeps the first cause.
             let _ = self.journal.abort(format!("file system error: {err}"), err.errno());
+            self.read_only.store(true, Ordering::Release);
         }
         // After the abort: no commit or checkpoint can now write an older superblock over the
         // record (under continue, the journaled copies carry it, see `record_error`).
