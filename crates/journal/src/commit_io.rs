@@ -4,7 +4,8 @@
 //! a locked transaction, and fsync callers waiting for it, sleep. Here the commit stage
 //! publishes the log blocks as a [`WorkSet`] of chunks (runs of blocks contiguous on the
 //! device, cut so several threads can share one transaction) and writes chunks itself; a
-//! thread about to sleep on the journal's `changed` condition calls [`help_write_log`] first
+//! thread about to sleep (on the journal's `changed` queue, or an fsync on its `done` queue)
+//! calls [`help_write_log`] first
 //! and writes chunks too. The commit thread then waits for the last chunk, and only then
 //! is the transaction Written (`commit.rs`), so its commit block still follows every one of
 //! its log blocks (the paper's Property 2).
@@ -17,8 +18,8 @@
 //!
 //! Shadow flags (JBD2's BJ_Shadow, waited on with `versions_max == 1`) are set before the set
 //! is published and cleared by the commit thread once every chunk completed, exactly as with
-//! one writer. The publication wakes `changed`, so a thread that found nothing to help and is
-//! about to sleep (its wait ticket taken before it looked) looks again.
+//! one writer. The publication wakes `changed` and every `done` queue, so a thread that found
+//! nothing to help and is about to sleep (its wait ticket taken before it looked) looks again.
 
 use crate::abort::EIO;
 use crate::buffer::{BlockData, Buffer, IoFlagGuard};
@@ -57,6 +58,7 @@ pub(crate) fn write_log_blocks_cooperatively(
     // Threads that looked for work before the publication and found none took their wait
     // ticket before looking: this wake makes them look again instead of sleeping.
     shared.changed.wake_all();
+    shared.done.wake_all();
     let mine = writes.chunks.help(|chunk| write_chunk(shared, &writes, chunk));
     let written = writes.chunks.wait();
     shared.cooperative.log_writes.withdraw(&writes);
@@ -71,7 +73,7 @@ pub(crate) fn write_log_blocks_cooperatively(
     }
 }
 
-/// Called with no lock held by a thread about to sleep on `changed` (after taking its ticket):
+/// Called with no lock held by a thread about to sleep (after taking its wait ticket):
 /// if a commit's log writes have unclaimed chunks, writes some and returns `true`, and the
 /// caller re-checks what it waits for instead of sleeping. Returns `false` when there is
 /// nothing to help with.

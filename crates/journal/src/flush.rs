@@ -124,6 +124,10 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
         stats::add(&shared.counters.handles, entry.txn.handles() as u64);
     }
     drop(st);
+    for &tid in group {
+        shared.done.of(tid).wake_all();
+    }
+    // Log-space waiters may checkpoint what became durable.
     shared.changed.wake_all();
     // Durable versions free conflicts and committing slots.
     shared.commit_wake.wake_all();

@@ -43,7 +43,7 @@ use crate::coop_io::Published;
 use crate::error::{JournalError, Result};
 use crate::handle::{start_handle, Handle};
 use crate::location::JournalLocation;
-use crate::locks::{LockCounters, LockId, TimedMutex, TimedRwLock, WaitQueue};
+use crate::locks::{DoneQueues, LockCounters, LockId, TimedMutex, TimedRwLock, WaitQueue};
 use crate::log_space::LogSpace;
 use crate::recovery::{self, RecoveryReport};
 use crate::state::State;
@@ -96,9 +96,12 @@ pub(crate) struct Shared {
     /// [written under `j_state_lock` (write), read without it] The mode is Stopping.
     pub stopping: AtomicBool,
     /// Transaction states, durability, log space, credits or the mode changed (handles
-    /// waiting to start, fsync waiters, shutdown): JBD2's `j_wait_transaction_locked` and
-    /// `j_wait_done_commit` together.
+    /// waiting to start or for log space): JBD2's `j_wait_transaction_locked` and
+    /// `j_wait_reserved` together.
     pub changed: WaitQueue,
+    /// A transaction became durable (fsync waiters and shutdown, one queue per tid): JBD2's
+    /// `j_wait_done_commit`.
+    pub done: DoneQueues,
     /// Work for the commit stage: a commit request, a handle stop, a durable transaction
     /// (`j_wait_commit` and `j_wait_updates`).
     pub commit_wake: WaitQueue,
@@ -179,6 +182,7 @@ impl Shared {
     /// Wakes every wait queue (abort, stop).
     pub fn wake_everybody(&self) {
         self.changed.wake_all();
+        self.done.wake_all();
         self.commit_wake.wake_all();
         self.flush_wake.wake_all();
     }
@@ -272,6 +276,7 @@ impl Journal {
             durable: AtomicU32::new(next_tid.prev().0),
             stopping: AtomicBool::new(false),
             changed: WaitQueue::new(),
+            done: DoneQueues::new(),
             commit_wake: WaitQueue::new(),
             flush_wake: WaitQueue::new(),
         });
@@ -437,17 +442,17 @@ impl Journal {
             last
         };
         shared.changed.wake_all(); // handles waiting to start see the journal closing
-        if last.is_some() {
+        if let Some(last) = last {
             shared.commit_wake.wake_all();
             loop {
-                let ticket = shared.changed.ticket();
+                let ticket = shared.done.of(last).ticket();
                 let st = shared.state.read(&shared.locks);
                 st.aborted()?;
                 if st.txns().all_durable() {
                     break;
                 }
                 drop(st);
-                shared.changed.wait(ticket);
+                shared.done.of(last).wait(ticket);
             }
         }
         shared.check_aborted()?;
@@ -521,8 +526,9 @@ pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
         }
     }
     shared.request_commit(tid);
+    let done = shared.done.of(tid);
     loop {
-        let ticket = shared.changed.ticket();
+        let ticket = done.ticket();
         shared.check_aborted()?;
         if shared.durable_tid().is_at_or_after(tid) {
             return Ok(());
@@ -531,7 +537,7 @@ pub(crate) fn commit_and_wait(shared: &Shared, tid: Tid) -> Result<()> {
             return Err(JournalError::ShutDown);
         }
         if !commit_io::help_write_log(shared) {
-            shared.changed.wait(ticket);
+            done.wait(ticket);
         }
     }
 }

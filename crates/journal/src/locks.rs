@@ -221,6 +221,38 @@ impl WaitQueue {
     }
 }
 
+/// How many [`DoneQueues`] there are: more than the transactions that can be in flight at once
+/// under any preset (`committing_max` plus the running one), so waiters of different in-flight
+/// transactions share a queue only when the limit is set far above the presets'. Sharing costs
+/// a spurious wake-up, never a lost one.
+const DONE_QUEUES: usize = 16;
+
+/// JBD2's `j_wait_done_commit`, split by tid: an fsync sleeps on the queue of the transaction
+/// it waits for, so a transaction becoming durable wakes its own waiters, not every fsync in
+/// flight (the waiters of the running transaction used to wake at every durable transaction,
+/// and at every handle stop, only to sleep again).
+pub(crate) struct DoneQueues {
+    queues: [WaitQueue; DONE_QUEUES],
+}
+
+impl DoneQueues {
+    pub fn new() -> Self {
+        DoneQueues { queues: std::array::from_fn(|_| WaitQueue::new()) }
+    }
+
+    /// The queue the waiters of `tid` sleep on.
+    pub fn of(&self, tid: ondisk::Tid) -> &WaitQueue {
+        &self.queues[tid.0 as usize % DONE_QUEUES]
+    }
+
+    /// Wakes the waiters of every tid (abort, stop, cooperative work to help with).
+    pub fn wake_all(&self) {
+        for queue in &self.queues {
+            queue.wake_all();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
