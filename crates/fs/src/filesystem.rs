@@ -38,6 +38,7 @@ use journal::{Handle, Journal, JournalConfig};
 use ondisk::ext4::{self, feature, Superblock};
 use parking_lot::Mutex;
 
+use crate::dcache::DentryCache;
 use crate::error::{FsError, Result};
 use crate::error_policy::ErrorRecordSaved;
 use crate::groups::{Groups, Reservation};
@@ -88,6 +89,9 @@ pub struct MountOptions {
     pub errors: ErrorPolicy,
     /// Most inodes kept in the in-memory cache.
     pub inode_cache_max: usize,
+    /// Most names kept in the dentry cache (`dcache.rs`), which answers lookups without the
+    /// directory's lock; 0 turns it off.
+    pub dentry_cache_max: usize,
     /// Bytes of cached metadata blocks kept (the journal's buffer cache); blocks the journal
     /// still needs are kept regardless.
     pub metadata_cache_bytes: u64,
@@ -113,6 +117,7 @@ impl Default for MountOptions {
             journal: JournalConfig::classic(),
             errors: ErrorPolicy::RemountReadOnly,
             inode_cache_max: 65536,
+            dentry_cache_max: 65536,
             metadata_cache_bytes: 64 << 20,
             clean_cache_bytes: 64 << 20,
             dirty_bytes_max: 64 << 20,
@@ -150,6 +155,8 @@ pub struct Filesystem {
     pub(crate) groups: Groups,
     pub(crate) journal: Journal,
     pub(crate) inodes: InodeCache,
+    /// What names in directories refer to, for lookups without the directory's lock.
+    pub(crate) dentries: DentryCache,
     pub(crate) options: MountOptions,
     pub(crate) rename_lock: Mutex<()>,
     /// The orphan list in order, head first (see `orphan.rs`).
@@ -266,6 +273,7 @@ impl Filesystem {
             groups,
             journal,
             inodes: InodeCache::new(options.inode_cache_max),
+            dentries: DentryCache::new(options.dentry_cache_max),
             read_only: AtomicBool::new(options.read_only),
             options,
             rename_lock: Mutex::new(()),
@@ -296,6 +304,12 @@ impl Filesystem {
     /// [`MountOptions::clean_cache_bytes`]).
     pub fn clean_cache_bytes(&self) -> u64 {
         self.clean_cache.cached_bytes()
+    }
+
+    /// Lookups the dentry cache answered, and lookups that searched a directory, since the
+    /// file system was opened.
+    pub fn dentry_cache_hits_and_misses(&self) -> (u64, u64) {
+        self.dentries.hits_and_misses()
     }
 
     pub fn journal(&self) -> &Journal {

@@ -36,6 +36,7 @@ mod adapters;
 mod atime;
 mod clean_cache;
 mod data;
+mod dcache;
 mod error_policy;
 mod fast_commit;
 mod file;

@@ -143,6 +143,11 @@ impl Filesystem {
     }
 
     pub(crate) fn lookup_ino(&self, parent: u32, name: &[u8]) -> Result<u32> {
+        // The dentry cache answers without the directory's lock (see dcache.rs for why that
+        // is coherent); a miss searches under the lock and fills it.
+        if let Some(entry) = self.dentries.get(parent, name) {
+            return entry.map(|(ino, _)| ino).ok_or(FsError::NotFound);
+        }
         let slot = self.inodes.slot(parent);
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
@@ -172,7 +177,14 @@ impl Filesystem {
             return Err(FsError::NotDir);
         }
         check_name(name)?;
-        self.with_dir_read(dir_ino, data, |access, ctx| dir::lookup(access, ctx, name))
+        // Under the directory's lock the cache is exact.
+        if let Some(entry) = self.dentries.get(dir_ino, name) {
+            return Ok(entry);
+        }
+        let found =
+            self.with_dir_read(dir_ino, data, |access, ctx| dir::lookup(access, ctx, name))?;
+        self.dentries.insert(dir_ino, name, found);
+        Ok(found)
     }
 
     /// Resolves an absolute path ("/a/b") to an inode number.
@@ -573,14 +585,17 @@ impl Filesystem {
         file_type: u8,
     ) -> Result<()> {
         txn.take_blocks_delta();
+        self.dentries.forget(dir, name);
         self.with_dir(txn, dir, ddata, |access, ctx| {
             dir::add_entry(access, ctx, name, ino, file_type)
         })?;
+        self.dentries.insert(dir, name, Some((ino, file_type)));
         let delta = txn.take_blocks_delta();
         add_blocks(&mut ddata.inode, delta, self.block_size());
         Ok(())
     }
 
+    /// Removes `name` from directory `dir` under `txn`; returns the inode it named.
     pub(crate) fn dir_remove(
         &self,
         txn: &mut Txn<'_>,
@@ -588,7 +603,11 @@ impl Filesystem {
         ddata: &mut InodeData,
         name: &[u8],
     ) -> Result<u32> {
-        self.with_dir(txn, dir, ddata, |access, ctx| dir::remove_entry(access, ctx, name))
+        self.dentries.forget(dir, name);
+        let ino =
+            self.with_dir(txn, dir, ddata, |access, ctx| dir::remove_entry(access, ctx, name))?;
+        self.dentries.insert(dir, name, None);
+        Ok(ino)
     }
 
     pub(crate) fn dir_is_empty(&self, dir: u32, ddata: &mut InodeData) -> Result<bool> {

@@ -259,9 +259,12 @@ impl Filesystem {
         ino: u32,
         file_type: u8,
     ) -> Result<u32> {
-        self.with_dir(txn, dir_ino, ddata, |access, ctx| {
+        self.dentries.forget(dir_ino, name);
+        let old = self.with_dir(txn, dir_ino, ddata, |access, ctx| {
             dir::replace_entry(access, ctx, name, ino, file_type)
-        })
+        })?;
+        self.dentries.insert(dir_ino, name, Some((ino, file_type)));
+        Ok(old)
     }
 
     fn dir_set_parent(
