@@ -7,10 +7,11 @@
 //!    back to Running and keeps absorbing handles while it waits.
 //! 2. `commit_freeze`: every buffer gets a frozen version (an `Arc` clone; writers copy on
 //!    write from now on). The transaction becomes Committing and the next one may start.
-//! 3. ordered data is written (data=ordered).
-//! 4. `commit_write_log_blocks`: log space is allocated and revoke blocks, descriptor blocks and
+//! 3. `commit_write_log_blocks`: log space is allocated and revoke blocks, descriptor blocks and
 //!    the frozen (escaped where needed) block images are written in one batch (with
 //!    `commit_io=cooperative`, in chunks that waiting threads help write: `commit_io.rs`).
+//! 4. ordered data (data=ordered) is written, or waited for where its writer writes it; as in
+//!    JBD2, after the log blocks and before the flush that precedes the commit block.
 //! 5. The transaction is Written and goes to the flush stage (`flush.rs`), or, with
 //!    `committing_max == 1`, is made durable right here as JBD2 does.
 
@@ -216,12 +217,13 @@ fn commit_freeze(shared: &Shared, txn: &Transaction) -> Committing {
     Committing { buffers, revokes, ordered, log_blocks }
 }
 
-/// Writes ordered data and the transaction's log blocks; marks it Written.
+/// Writes the transaction's log blocks, then its ordered data (or waits for the writers
+/// writing it); marks it Written. As JBD2's commit waits for ordered data
+/// (`journal_finish_inode_data_buffers`) only after its log blocks are out: the data need only
+/// be complete before the flush that precedes the commit block, and log blocks without a
+/// commit block are never replayed, so data writes still in flight overlap the log writes.
 fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()> {
     let started = Instant::now();
-    for item in &committing.ordered {
-        item.write_out().map_err(JournalError::from)?;
-    }
     // Allocate, and map the transaction's log blocks (all but the commit block) to device
     // offsets while the log geometry is at hand.
     let offsets: Vec<u64> = {
@@ -246,6 +248,11 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
             commit_io::write_log_blocks_cooperatively(shared, &committing.buffers, offsets, blocks)?
         }
     }
+    let ordered_since = Instant::now();
+    for item in &committing.ordered {
+        item.write_out().map_err(JournalError::from)?;
+    }
+    stats::add_time(&shared.counters.ns_ordered_wait, ordered_since.elapsed());
     let mut st = shared.state.write(&shared.locks);
     let entry = st.txns_mut().get_mut(tid).expect("the committing transaction exists");
     entry.v1_crc = v1_crc;

@@ -189,6 +189,7 @@ impl Handle {
     /// versions is a conflict: the handle proceeds, but the transaction cannot freeze its own
     /// version until an older one becomes durable.
     pub fn get_write_access(&self, buffer: &Arc<Buffer>) -> Result<()> {
+        assert!(!self.stopped, "{:?}: a handle used after it stopped", self.tid());
         let shared = &self.shared;
         let tid = self.tid();
         let versions_max = shared.config.versions_max;
@@ -220,6 +221,7 @@ impl Handle {
     /// write access and changed the contents through [`Handle::modify`] or
     /// [`Handle::write_buffer`].
     pub fn dirty_metadata(&mut self, buffer: &Arc<Buffer>) -> Result<()> {
+        assert!(!self.stopped, "{:?}: a handle used after it stopped", self.tid());
         self.check_block_fits(buffer.block())?;
         self.shared.check_aborted()?;
         let tid = self.tid();
@@ -269,6 +271,7 @@ impl Handle {
     /// and no older version is written home once the revoke is durable. The caller must not
     /// reuse the block for unjournaled data until this transaction is durable.
     pub fn revoke(&mut self, block: u64) -> Result<()> {
+        assert!(!self.stopped, "{:?}: a handle used after it stopped", self.tid());
         self.check_block_fits(block)?;
         let tid = self.tid();
         if self.used == self.credits {
@@ -302,6 +305,13 @@ impl Handle {
 
     /// Ends the handle; returns its transaction id.
     pub fn stop(mut self) -> Result<Tid> {
+        self.stop_in_place()
+    }
+
+    /// [`Handle::stop`] for a handle its owner cannot give up by value (the owner's other
+    /// work continues after the stop). The handle is spent: it must not be used again, and
+    /// dropping it does nothing more.
+    pub fn stop_in_place(&mut self) -> Result<Tid> {
         self.release();
         self.shared.check_aborted()?;
         Ok(self.tid())

@@ -58,7 +58,7 @@ pub use fast_commit::{FastCommitArea, FastCommitReplay, FastCommitReport, Refuse
 pub use handle::Handle;
 pub use journal::{panic_message, Journal};
 pub use location::{JournalLocation, LocationError, LocationExtent};
-pub use ordered::{OrderedData, OrderedWrite};
+pub use ordered::{DataInFlight, OrderedData, OrderedWrite};
 pub use recovery::{
     recover, recover_with_fast_commits, recover_with_progress, scan_log, LogScan, RecoveryReport,
 };

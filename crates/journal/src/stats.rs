@@ -42,6 +42,7 @@ pub(crate) struct Counters {
     pub ns_conflict_wait: AtomicU64,
     pub ns_flush_queue: AtomicU64,
     pub ns_commit_fua: AtomicU64,
+    pub ns_ordered_wait: AtomicU64,
     pub in_flight_max: AtomicU64,
 }
 
@@ -121,6 +122,9 @@ pub struct JournalStats {
     pub ms_flush_queue: f64,
     /// Writing commit blocks (FUA, one after the other), summed over groups.
     pub ms_commit_fua: f64,
+    /// The commit stage writing ordered data or waiting for its writers (part of
+    /// `ms_writing`), summed over transactions.
+    pub ms_ordered_wait: f64,
     /// The most transactions ever in flight at once (Locked to Written: committing slots).
     pub in_flight_max: u64,
     /// Waits for each of the engine's locks (filled by `Journal::stats`).
@@ -184,6 +188,7 @@ impl Counters {
             ms_conflict_wait: ms(&self.ns_conflict_wait),
             ms_flush_queue: ms(&self.ns_flush_queue),
             ms_commit_fua: ms(&self.ns_commit_fua),
+            ms_ordered_wait: ms(&self.ns_ordered_wait),
             in_flight_max: self.in_flight_max.load(Relaxed),
             locks: LockWaits::default(),
         }

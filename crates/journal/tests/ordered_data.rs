@@ -52,3 +52,37 @@ fn ordered_data_is_durable_whenever_its_transaction_is_acknowledged() {
         }
     }
 }
+
+/// A writer that writes its data after its handle stopped (`DataInFlight`): the commit of
+/// that handle's transaction waits for it, and a failed write fails the commit.
+#[test]
+fn a_commit_waits_for_data_its_writer_writes_after_the_handle_stopped() {
+    use journal::DataInFlight;
+    use std::time::Duration;
+    for preset in ["classic", "cjfs"] {
+        let (formatted, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+        let journal =
+            Arc::new(open(Arc::new(formatted), &loc, JournalConfig::preset(preset).unwrap()));
+        let inode_block = journal.read_buffer(7).unwrap();
+        for fail in [false, true] {
+            let in_flight = DataInFlight::new();
+            let mut h = journal.start(1).unwrap();
+            h.add_ordered_data(in_flight.clone()).unwrap();
+            h.modify(&inode_block, |b| b[0] = 1).unwrap();
+            let tid = h.stop().unwrap();
+            let waiter = {
+                let journal = journal.clone();
+                std::thread::spawn(move || journal.commit_and_wait(tid))
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                !journal.last_durable().is_at_or_after(tid),
+                "{preset}: {tid:?} became durable before its data was written"
+            );
+            in_flight.complete(if fail { Err((300 * 4096, 5)) } else { Ok(()) });
+            let result = waiter.join().unwrap();
+            assert_eq!(result.is_err(), fail, "{preset}, failed write {fail}: {result:?}");
+            assert_eq!(journal.is_aborted(), fail, "{preset}: a failed data write aborts");
+        }
+    }
+}
