@@ -6,7 +6,8 @@
 //! [`CachedDevice`] wraps the file system's device; the journal and the file system write
 //! only through it, so every write invalidates the blocks it covers and the cache can never
 //! serve bytes older than the device holds. Metadata reads pass through uncached (the journal's
-//! buffer cache holds metadata); only [`CachedDevice::read_data`] fills and uses the cache.
+//! buffer cache holds metadata); only [`CachedDevice::read_data`] (what it read) and
+//! [`CachedDevice::write_data_batch`] (file data written back) fill the cache.
 //!
 //! A read that misses races with writes to the same block:
 //!
@@ -77,6 +78,16 @@ impl Shard {
         self.order.insert(self.tick, block);
         self.bytes += data.len() as u64;
         debug_assert_eq!(self.blocks.len(), self.order.len());
+    }
+
+    /// Records a completed write of `block` (after its cached copy was removed).
+    fn log_write(&mut self, block: u64) {
+        self.writes_seq += 1;
+        let seq = self.writes_seq;
+        if self.recent.len() == RECENT_WRITES_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((seq, block));
     }
 
     /// Whether `block` may be cached from a read that snapshot `writes_seq` as `since`.
@@ -154,6 +165,51 @@ impl CachedDevice {
         Ok(())
     }
 
+    /// Writes file data (whole blocks) and keeps it cached, as a page cache keeps what was
+    /// written: the re-read that so often follows (varmail reads back the files it appends
+    /// to) then costs no I/O, whether or not the device bypasses the host's page cache. A
+    /// block is cached only if no other write touched it between this write's start and its
+    /// completion (the read-miss rule of the module docs, applied to writes); otherwise, or if
+    /// the write failed, it is only invalidated.
+    pub fn write_data_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
+        let bs = self.block_size;
+        let caching = self.shard_bytes_max >= bs;
+        let aligned =
+            |w: &Write<'_>| w.offset.is_multiple_of(bs) && (w.data.len() as u64).is_multiple_of(bs);
+        // Each block's shard sequence before the write is issued.
+        let snapshots: Vec<Vec<u64>> = writes
+            .iter()
+            .map(|w| {
+                if !caching || !aligned(w) {
+                    return Vec::new();
+                }
+                let first = w.offset / bs;
+                (0..w.data.len() as u64 / bs)
+                    .map(|i| self.shard(first + i).lock().writes_seq)
+                    .collect()
+            })
+            .collect();
+        let result = self.inner.write_batch(writes);
+        for (w, since) in writes.iter().zip(&snapshots) {
+            if result.is_err() || since.is_empty() {
+                self.written(w.offset, w.data.len());
+                continue;
+            }
+            let first = w.offset / bs;
+            for (i, block_bytes) in w.data.chunks(bs as usize).enumerate() {
+                let block = first + i as u64;
+                let mut shard = self.shard(block).lock();
+                let alone = shard.unwritten_since(block, since[i]);
+                shard.remove(block);
+                shard.log_write(block);
+                if alone {
+                    shard.insert(block, block_bytes, self.shard_bytes_max);
+                }
+            }
+        }
+        result
+    }
+
     /// Forgets the blocks `offset .. offset + len` touches, and logs the write per shard.
     fn written(&self, offset: u64, len: usize) {
         if len == 0 {
@@ -164,12 +220,7 @@ impl CachedDevice {
         for block in first..=last {
             let mut shard = self.shard(block).lock();
             shard.remove(block);
-            shard.writes_seq += 1;
-            let seq = shard.writes_seq;
-            if shard.recent.len() == RECENT_WRITES_MAX {
-                shard.recent.pop_front();
-            }
-            shard.recent.push_back((seq, block));
+            shard.log_write(block);
         }
     }
 }
@@ -277,6 +328,57 @@ mod tests {
         let mut kept: Vec<u64> = shard.blocks.keys().copied().collect();
         kept.sort();
         assert_eq!(kept, vec![96, 112]);
+    }
+
+    #[test]
+    fn written_data_is_cached_and_a_later_write_replaces_it() {
+        let (mem, cached) = device(64, 1 << 20);
+        let batch = [
+            Write { offset: 4 * 4096, data: &[7; 8192], fua: false },
+            // Not whole blocks: written, not cached.
+            Write { offset: 10 * 4096 + 512, data: &[8; 512], fua: false },
+        ];
+        cached.write_data_batch(&batch).unwrap();
+        assert_eq!(cached.cached_bytes(), 8192);
+        // Served from the cache: the device no longer holds what the cache says.
+        mem.write_at(4 * 4096, &[0; 8192]).unwrap();
+        let mut out = vec![0; 8192];
+        cached.read_data(4, &mut out).unwrap();
+        assert_eq!(out, vec![7; 8192]);
+        // Any write through the cache replaces or drops the copy.
+        cached
+            .write_data_batch(&[Write { offset: 4 * 4096, data: &[9; 4096], fua: false }])
+            .unwrap();
+        cached.write_at(5 * 4096, &[6; 4096]).unwrap();
+        cached.read_data(4, &mut out).unwrap();
+        assert_eq!((&out[..4096], &out[4096..]), (&[9; 4096][..], &[6; 4096][..]));
+    }
+
+    #[test]
+    fn a_write_overlapped_by_another_write_of_its_block_is_not_cached() {
+        let (_mem, cached) = device(64, 1 << 20);
+        // Another writer's write of block 3 completes between this batch's snapshot and its
+        // completion: replay that order by hand.
+        let since = cached.shard(3).lock().writes_seq;
+        cached.write_at(3 * 4096, &[1; 4096]).unwrap();
+        let mut shard = cached.shard(3).lock();
+        assert!(!shard.unwritten_since(3, since), "the overlapping write is seen");
+        drop(shard);
+        cached
+            .write_data_batch(&[Write { offset: 3 * 4096, data: &[2; 4096], fua: false }])
+            .unwrap();
+        // Alone from its own snapshot on, this one is cached.
+        shard = cached.shard(3).lock();
+        assert_eq!(shard.blocks.get(&3).map(|(d, _)| d[0]), Some(2));
+    }
+
+    #[test]
+    fn a_failed_data_write_leaves_nothing_cached() {
+        let mem = Arc::new(MemDevice::new(16 * 4096));
+        let cached = CachedDevice::new(mem, 4096, 1 << 20);
+        let beyond = Write { offset: 20 * 4096, data: &[1; 4096], fua: false };
+        assert!(cached.write_data_batch(&[beyond]).is_err());
+        assert_eq!(cached.cached_bytes(), 0);
     }
 
     #[test]

@@ -8,9 +8,17 @@
 //! file as it was before or after that writeback, never a size in between. `read` sees
 //! cached pages over what the disk holds.
 //!
-//! Ordering (data=ordered, the default): data of newly allocated blocks is written to the
-//! device before the step's handle stops, so it is on the device before the commit's flush
-//! and therefore durable before the commit block that maps it. Blocks freed by a transaction
+//! Ordering (data=ordered, the default): a step maps blocks in its handle and hands their data
+//! to the handle's [`DeferredData`], which writes it in one batch right after the handle stops
+//! (ext4's writeback submits its I/O outside the handle too), so no handle, and no commit
+//! waiting for handles to stop, waits on a data write. The writes are registered as the
+//! transaction's ordered data: its commit waits for them before its flush, so the data is
+//! durable before the commit block that maps it (or moves the size over it), and a failed
+//! write fails that commit (the journal aborts, the change never commits). The inode
+//! stays locked until the data is written, so no read sees the mapping before the data. Under
+//! errors=continue data is written inside the handle instead, so a failed write can be undone
+//! in it and the file system go on (`write_data_out`). Blocks
+//! freed by a transaction
 //! are not reused until it is durable (`groups.rs`), so in-place data never lands in a block
 //! the last durable state still gives to another file. data=writeback gives no more than that
 //! here (it is accepted as an option and behaves like ordered). data=journal logs file data
@@ -19,12 +27,16 @@
 //! The tail of the block holding EOF is kept zero on disk (zeroed when a file shrinks and
 //! before it grows), so bytes past an old EOF read back as zeros, as POSIX requires.
 
+use std::sync::Arc;
+
+use blockdev::Write;
 use ondisk::ext4;
 
 use crate::adapters::{extent_ctx, ReadIo};
+use crate::clean_cache::CachedDevice;
 use crate::error::{FsError, Result};
 use crate::extent_tree::{self, ExtentCtx, Lookup};
-use crate::filesystem::{now, DataMode, Filesystem, Txn};
+use crate::filesystem::{now, DataMode, ErrorPolicy, Filesystem, Txn};
 use crate::groups::Reservation;
 use crate::inodes::{InodeData, InodeGuard, InodeSlot};
 use crate::meta_io::MetaIo;
@@ -48,6 +60,67 @@ pub enum FallocateMode {
     KeepSize,
     /// Deallocate the range, which then reads as zeros (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE).
     PunchHole,
+}
+
+/// File data a handle's changes refer to, written after the handle stops (module docs).
+/// Dropped unwritten (a handle given up on an error path), it is written then, so a
+/// registered commit never waits for it in vain.
+///
+/// Every deferred write is the transaction's ordered data, overwrites of mapped blocks too:
+/// the handle also moves the on-disk size over what it wrote (an append inside the last
+/// block maps nothing new), and that size must not become durable before the bytes under it.
+#[derive(Default)]
+pub(crate) struct DeferredData {
+    writes: Vec<(u64, Vec<u8>)>,
+    /// The transaction's commit waits for this once a write is deferred.
+    ordered: Option<Arc<journal::DataInFlight>>,
+}
+
+impl DeferredData {
+    /// Queues `data` for device offset `offset`; the handle's transaction will not commit
+    /// before it is written.
+    pub fn push(&mut self, handle: &journal::Handle, offset: u64, data: Vec<u8>) -> Result<()> {
+        if self.ordered.is_none() {
+            let in_flight = journal::DataInFlight::new();
+            handle.add_ordered_data(in_flight.clone())?;
+            self.ordered = Some(in_flight);
+        }
+        self.writes.push((offset, data));
+        Ok(())
+    }
+
+    /// Writes everything queued in one batch (merged and submitted together by the device)
+    /// and reports the result to the commit waiting for it. `handle_stopped` is the handle's
+    /// outcome: if it failed (the journal aborted), nothing is written, as nothing of it
+    /// commits.
+    pub fn write(&mut self, dev: &CachedDevice, handle_stopped: bool) -> Result<()> {
+        let writes = std::mem::take(&mut self.writes);
+        let ordered = self.ordered.take();
+        if writes.is_empty() {
+            if let Some(in_flight) = ordered {
+                in_flight.complete(Ok(()));
+            }
+            return Ok(());
+        }
+        let result = if handle_stopped {
+            let batch: Vec<Write<'_>> = writes
+                .iter()
+                .map(|(offset, data)| Write { offset: *offset, data, fua: false })
+                .collect();
+            dev.write_data_batch(&batch)
+        } else {
+            Err(blockdev::DeviceError::Io {
+                op: blockdev::Op::Write,
+                offset: writes[0].0,
+                source: std::io::Error::from_raw_os_error(crate::error::errno::EIO),
+            })
+        };
+        if let Some(in_flight) = ordered {
+            let offset = writes[0].0;
+            in_flight.complete(result.as_ref().map(|_| ()).map_err(|e| (offset, e.errno())));
+        }
+        Ok(result?)
+    }
 }
 
 /// What one writeback step may use (see [`Filesystem::write_step_credits`]).
@@ -380,10 +453,8 @@ impl Filesystem {
         let head_partial = in_block != 0;
         let tail_partial = !(in_block + chunk.len()).is_multiple_of(bs);
         if !head_partial && !tail_partial && self.options.data != DataMode::Journal {
-            // Whole blocks (writeback's usual run of pages): straight to the device, without
-            // another copy.
-            self.dev.write_at(pblk * bs as u64, chunk)?;
-            return Ok(());
+            // Whole blocks (writeback's usual run of pages).
+            return self.write_data_out(txn, pblk, chunk);
         }
         let mut image = vec![0u8; blocks * bs];
         if !fresh && (head_partial || tail_partial) {
@@ -408,8 +479,21 @@ impl Filesystem {
             }
             return Ok(());
         }
-        self.dev.write_at(pblk * bs as u64, &image)?;
-        Ok(())
+        self.write_data_out(txn, pblk, &image)
+    }
+
+    /// Writes whole blocks of file data at `pblk`: once the handle stops (module docs), or,
+    /// under errors=continue, right now, inside the handle, so that a failed write can still
+    /// be undone in that handle (its new blocks freed: `write_step`) and the file system goes
+    /// on. Deferred, a failed write cannot be undone: the transaction that maps the blocks
+    /// fails its commit, which is what errors=remount-ro does anyway.
+    fn write_data_out(&self, txn: &mut Txn<'_>, pblk: u64, blocks: &[u8]) -> Result<()> {
+        let offset = pblk * u64::from(self.block_size());
+        if self.options.errors == ErrorPolicy::Continue {
+            let write = Write { offset, data: blocks, fua: false };
+            return Ok(self.clean_cache.write_data_batch(&[write])?);
+        }
+        txn.deferred.push(&txn.handle, offset, blocks.to_vec())
     }
 
     /// Before a write or truncate moves EOF from inside a block, zero the rest of that block on

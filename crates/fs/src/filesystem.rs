@@ -38,6 +38,7 @@ use journal::{Handle, Journal, JournalConfig};
 use ondisk::ext4::{self, feature, Superblock};
 use parking_lot::Mutex;
 
+use crate::data::DeferredData;
 use crate::dcache::DentryCache;
 use crate::error::{FsError, Result};
 use crate::error_policy::ErrorRecordSaved;
@@ -490,6 +491,7 @@ impl Filesystem {
             blocks_delta: 0,
             fresh: HashSet::new(),
             revoke_freed_data: self.options.data == DataMode::Journal,
+            deferred: DeferredData::default(),
         })
     }
 
@@ -578,6 +580,17 @@ pub(crate) struct Txn<'a> {
     /// blocks, or file data under data=journal), so neither recovery nor a checkpoint may write
     /// an old copy over the blocks' next owner.
     pub revoke_freed_data: bool,
+    /// File data the handle's changes refer to, written once the handle stops (`data.rs`).
+    pub deferred: DeferredData,
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // Given up without `stop` (an error path): whatever data the transaction maps is
+        // written still, so its commit is not kept waiting; a failure surfaces through that
+        // commit.
+        let _ = self.deferred.write(&self.fs.clean_cache, true);
+    }
 }
 
 impl Txn<'_> {
@@ -599,8 +612,15 @@ impl Txn<'_> {
         Ok((start, len))
     }
 
-    pub fn stop(self) -> Result<ondisk::Tid> {
-        Ok(self.handle.stop()?)
+    /// Stops the handle, then writes the data its changes refer to ([`DeferredData`]). A
+    /// failed data write is a file-system error ([`Filesystem::fail`]), as a failed write
+    /// inside the handle was.
+    pub fn stop(mut self) -> Result<ondisk::Tid> {
+        let stopped = self.handle.stop_in_place();
+        let written = self.deferred.write(&self.fs.clean_cache, stopped.is_ok());
+        let tid = stopped?;
+        written.map_err(|err| self.fs.fail(err))?;
+        Ok(tid)
     }
 }
 
