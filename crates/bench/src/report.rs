@@ -63,14 +63,14 @@ fn stage_table(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "\nstages, ms per transaction over the median run (run: open; slot: due, waiting for a \
-         committing slot; cfl: held by conflicts; lock: locked until frozen; write: log blocks; \
-         fq: written, waiting for the flush stage; flush: written to durable, of which dflush \
+         committing slot; cfl: held by conflicts; lock: locked until frozen; write: ordered data \
+         and log blocks, of which ord the ordered data; fq: written, waiting for the flush stage; flush: written to durable, of which dflush \
          the device flush and fua the commit blocks); hs-wait: µs per handle waiting to start; \
          in-flight: mean (Little's law) and max"
     );
     let _ = writeln!(
         out,
-        "{:<20} {:<28} {:>4} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>9}",
+        "{:<20} {:<28} {:>4} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>9}",
         "workload",
         "target",
         "thr",
@@ -79,6 +79,7 @@ fn stage_table(out: &mut String, report: &Report) {
         "cfl",
         "lock",
         "write",
+        "ord",
         "fq",
         "flush",
         "dflush",
@@ -94,7 +95,7 @@ fn stage_table(out: &mut String, report: &Report) {
             if e.handles == 0 { 0.0 } else { e.ms_handle_start_wait * 1000.0 / e.handles as f64 };
         let _ = writeln!(
             out,
-            "{:<20} {:<28} {:>4} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7.1} {:>9}",
+            "{:<20} {:<28} {:>4} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7.1} {:>9}",
             truncate(&s.workload, 20),
             truncate(&s.target, 28),
             s.threads,
@@ -103,6 +104,7 @@ fn stage_table(out: &mut String, report: &Report) {
             per(e.ms_conflict_wait),
             per(e.ms_locked),
             per(e.ms_writing),
+            per(e.ms_ordered_wait),
             per(e.ms_flush_queue),
             per(e.ms_flushing),
             per(e.ms_device_flush),
@@ -230,13 +232,14 @@ bytes_written,mb_per_sec,files_created,files_per_sec,fsyncs,fsync_us_p50,fsync_u
 fsync_us_p999,transactions,handles_per_transaction,conflicts_per_transaction,\
 flushes_per_transaction,ms_locked,ms_writing,ms_flushing,queue_depth_mean,queue_depth_max,\
 ms_device_flush,lock_wait_ms_total,ms_running,ms_slot_wait,ms_conflict_wait,ms_flush_queue,\
-ms_commit_fua,handles,ms_handle_start_wait,in_flight_mean,in_flight_max,fsck_clean,error,note";
+ms_commit_fua,handles,ms_handle_start_wait,in_flight_mean,in_flight_max,ms_ordered_wait,fsck_clean,\
+error,note";
 
 fn run_csv_row(r: &RunResult) -> String {
     let e = r.engine.clone().unwrap_or_default();
     let engine = if r.engine.is_some() {
         format!(
-            "{},{:.3},{:.3},{:.3},{:.1},{:.1},{:.1},{:.3},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{:.1},{:.3},{}",
+            "{},{:.3},{:.3},{:.3},{:.1},{:.1},{:.1},{:.3},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{:.1},{:.3},{},{:.1}",
             e.transactions,
             e.handles_per_transaction,
             e.conflicts_per_transaction,
@@ -256,10 +259,11 @@ fn run_csv_row(r: &RunResult) -> String {
             e.handles,
             e.ms_handle_start_wait,
             e.in_flight_mean(r.seconds),
-            e.in_flight_max
+            e.in_flight_max,
+            e.ms_ordered_wait
         )
     } else {
-        ",".repeat(19)
+        ",".repeat(20)
     };
     format!(
         "{},{},{},{},{:.3},{},{:.1},{},{},{:.3},{},{:.1},{},{},{},{},{},{},{},{}",

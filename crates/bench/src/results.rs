@@ -46,6 +46,9 @@ pub struct EngineFigures {
     pub ms_flush_queue: f64,
     #[serde(default)]
     pub ms_commit_fua: f64,
+    /// The commit writing ordered file data or waiting for its writers (part of writing).
+    #[serde(default)]
+    pub ms_ordered_wait: f64,
     /// Handles started, and milliseconds they waited to start (a locked transaction, log
     /// space), summed over handles.
     #[serde(default)]

@@ -527,6 +527,7 @@ impl Prepared {
             ms_conflict_wait: a.ms_conflict_wait - b.ms_conflict_wait,
             ms_flush_queue: a.ms_flush_queue - b.ms_flush_queue,
             ms_commit_fua: a.ms_commit_fua - b.ms_commit_fua,
+            ms_ordered_wait: a.ms_ordered_wait - b.ms_ordered_wait,
             handles: a.handles - b.handles,
             ms_handle_start_wait: a.ms_handle_start_wait - b.ms_handle_start_wait,
             in_flight_max: a.in_flight_max,
