@@ -384,7 +384,8 @@ impl Groups {
         let found = bitmap.read(|bits| {
             let is_free =
                 |i: u32| bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && !pending_covers(&state, i);
-            let first = (start..limit).chain(0..start.min(limit)).find(|&i| is_free(i))?;
+            let first = next_allocatable(bits, &state, start, limit)
+                .or_else(|| next_allocatable(bits, &state, 0, start.min(limit)))?;
             let mut len = 1;
             while len < want && first + len < limit && is_free(first + len) {
                 len += 1;
@@ -558,9 +559,8 @@ impl Groups {
         let first_ino = self.sb.first_ino;
         let base = group * geo.inodes_per_group;
         let found = bitmap.read(|bits| {
-            (0..geo.inodes_per_group).find(|&i| {
-                bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && base + i + 1 >= first_ino
-            })
+            let reserved_below = first_ino.saturating_sub(base + 1).min(geo.inodes_per_group);
+            next_clear_bit(bits, reserved_below, geo.inodes_per_group)
         });
         let Some(index) = found else {
             return Err(FsError::corrupted(
@@ -832,11 +832,54 @@ impl Groups {
 }
 
 fn pending_covers(state: &GroupState, offset: u32) -> bool {
+    pending_end(state, offset).is_some()
+}
+
+/// The end of the pending-free range that covers `offset`, if one does.
+fn pending_end(state: &GroupState, offset: u32) -> Option<u32> {
     state
         .pending_free
         .range(..=offset)
         .next_back()
-        .is_some_and(|(&start, &(len, _))| offset < start + len)
+        .map(|(&start, &(len, _))| start + len)
+        .filter(|&end| offset < end)
+}
+
+/// The first clear bit of `bits` in `from..limit`. Whole bytes of set bits are skipped eight
+/// bytes at a time: an allocator scanning a nearly full group bit by bit spent a tenth of
+/// tokubench's time here.
+fn next_clear_bit(bits: &[u8], from: u32, limit: u32) -> Option<u32> {
+    let mut i = from;
+    while i < limit {
+        if i.is_multiple_of(64) && i + 64 <= limit {
+            let at = (i / 8) as usize;
+            let word = u64::from_le_bytes(bits[at..at + 8].try_into().expect("eight bytes"));
+            if word == u64::MAX {
+                i += 64;
+                continue;
+            }
+            // The lowest clear bit of the word (bit k of byte j is bit 8j + k).
+            return Some(i + (!word).trailing_zeros());
+        }
+        if bits[(i / 8) as usize] & (1 << (i % 8)) == 0 {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The first block in `from..limit` that is clear in `bits` and not pending free (freed by a
+/// transaction not yet durable); pending ranges are stepped over whole.
+fn next_allocatable(bits: &[u8], state: &GroupState, from: u32, limit: u32) -> Option<u32> {
+    let mut at = from;
+    while let Some(free) = next_clear_bit(bits, at, limit) {
+        match pending_end(state, free) {
+            Some(end) => at = end,
+            None => return Some(free),
+        }
+    }
+    None
 }
 
 /// Byte offset of `i_links_count` in an inode record.
@@ -884,5 +927,50 @@ fn system_zone(
 fn mark_bitmap_end(bits: &mut [u8], used: u32) {
     for i in used as usize..bits.len() * 8 {
         bits[i / 8] |= 1 << (i % 8);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bit-by-bit answer the word-skipping scan must give.
+    fn slow_clear_bit(bits: &[u8], from: u32, limit: u32) -> Option<u32> {
+        (from..limit).find(|&i| bits[(i / 8) as usize] & (1 << (i % 8)) == 0)
+    }
+
+    #[test]
+    fn the_word_skipping_scan_finds_what_a_bit_by_bit_scan_finds() {
+        let mut rng = ondisk::testing::Rng::new(7);
+        for _ in 0..2000 {
+            let mut bits = vec![0xFFu8; 64];
+            // A few clear bits anywhere, sometimes none.
+            for _ in 0..rng.below(4) {
+                let i = rng.below(512) as usize;
+                bits[i / 8] &= !(1 << (i % 8));
+            }
+            let from = rng.below(512) as u32;
+            let limit = from + rng.below(513 - u64::from(from)) as u32;
+            assert_eq!(
+                next_clear_bit(&bits, from, limit),
+                slow_clear_bit(&bits, from, limit),
+                "{bits:x?} from {from} limit {limit}"
+            );
+        }
+    }
+
+    #[test]
+    fn pending_free_blocks_are_stepped_over() {
+        let mut state = GroupState {
+            desc: GroupDesc::parse(&[0u8; 64], 64).expect("zeros parse"),
+            pending_free: BTreeMap::new(),
+            verified: [false; 2],
+        };
+        let bits = vec![0u8; 16];
+        state.pending_free.insert(3, (5, Tid(9)));
+        state.pending_free.insert(8, (2, Tid(9)));
+        assert_eq!(next_allocatable(&bits, &state, 0, 128), Some(0));
+        assert_eq!(next_allocatable(&bits, &state, 3, 128), Some(10));
+        assert_eq!(next_allocatable(&bits, &state, 3, 10), None);
     }
 }

@@ -94,8 +94,20 @@ impl FileCache {
 /// written back. Its lock is a leaf: nothing is locked while it is held.
 #[derive(Default)]
 pub(crate) struct DirtyInodes {
-    inodes: Mutex<HashMap<u32, (Arc<InodeSlot>, Instant)>>,
+    inodes: Mutex<DirtySet>,
     bytes: AtomicU64,
+    /// Held by the one writer writing back for everybody over `dirty_bytes_max`
+    /// (`Filesystem::balance_dirty`); the others wait on it, as the kernel's
+    /// balance_dirty_pages throttles writers while the flusher catches up.
+    pub balancing: Mutex<()>,
+}
+
+/// Dirty inodes by number, and in the order they became dirty (so the oldest are found
+/// without sorting: tokubench keeps tens of thousands dirty, and sorted them on every write).
+#[derive(Default)]
+struct DirtySet {
+    by_ino: HashMap<u32, Instant>,
+    by_age: BTreeMap<(Instant, u32), Arc<InodeSlot>>,
 }
 
 impl DirtyInodes {
@@ -114,24 +126,32 @@ impl DirtyInodes {
 
     /// Records that `slot`'s inode has dirty pages since `since` (no-op if already recorded).
     pub fn mark(&self, slot: &Arc<InodeSlot>, since: Instant) {
-        self.inodes.lock().entry(slot.ino).or_insert_with(|| (slot.clone(), since));
+        let mut set = self.inodes.lock();
+        if let std::collections::hash_map::Entry::Vacant(entry) = set.by_ino.entry(slot.ino) {
+            entry.insert(since);
+            set.by_age.insert((since, slot.ino), slot.clone());
+        }
     }
 
     /// Records that inode `ino` has no dirty pages any more.
     pub fn clear(&self, ino: u32) {
-        self.inodes.lock().remove(&ino);
+        let mut set = self.inodes.lock();
+        if let Some(since) = set.by_ino.remove(&ino) {
+            set.by_age.remove(&(since, ino));
+        }
+        debug_assert_eq!(set.by_ino.len(), set.by_age.len());
     }
 
-    /// The dirty inodes, oldest first; with `older_than`, only those dirty since before it.
-    pub fn oldest_first(&self, older_than: Option<Instant>) -> Vec<Arc<InodeSlot>> {
-        let mut list: Vec<_> = self
-            .inodes
+    /// The dirty inodes, oldest first, at most `max`; with `older_than`, only those dirty since
+    /// before it.
+    pub fn oldest_first(&self, older_than: Option<Instant>, max: usize) -> Vec<Arc<InodeSlot>> {
+        self.inodes
             .lock()
-            .values()
-            .filter(|(_, since)| older_than.is_none_or(|limit| *since < limit))
-            .map(|(slot, since)| (*since, slot.clone()))
-            .collect();
-        list.sort_by_key(|(since, slot)| (*since, slot.ino));
-        list.into_iter().map(|(_, slot)| slot).collect()
+            .by_age
+            .iter()
+            .take_while(|((since, _), _)| older_than.is_none_or(|limit| *since < limit))
+            .take(max)
+            .map(|(_, slot)| slot.clone())
+            .collect()
     }
 }

@@ -345,7 +345,7 @@ impl Filesystem {
 
     /// Writes back every dirty inode (sync, unmount).
     pub(crate) fn writeback_all(&self) -> Result<()> {
-        self.writeback_list(self.dirty.oldest_first(None))
+        self.writeback_list(self.dirty.oldest_first(None, usize::MAX))
     }
 
     /// Writes back the inodes whose oldest dirty data is older than
@@ -354,23 +354,33 @@ impl Filesystem {
         let Some(cutoff) = Instant::now().checked_sub(self.options.dirty_expire) else {
             return Ok(());
         };
-        self.writeback_list(self.dirty.oldest_first(Some(cutoff)))
+        self.writeback_list(self.dirty.oldest_first(Some(cutoff), usize::MAX))
     }
 
     /// After a write, while the dirty total is over the limit, writes back the oldest dirty
-    /// inodes (the caller holds no inode lock).
+    /// inodes until it is half that (the caller holds no inode lock). One writer does it at a
+    /// time; the others over the limit wait for it and then find the total below the limit,
+    /// instead of all writing back the same oldest inodes.
     pub(crate) fn balance_dirty(&self) {
         let max = self.options.dirty_bytes_max;
         if self.dirty.bytes() <= max {
             return;
         }
-        for slot in self.dirty.oldest_first(None) {
-            if self.dirty.bytes() <= max / 2 {
+        let _balancing = self.dirty.balancing.lock();
+        // An inode that fails to write back is skipped (it stays dirty for fsync, sync and
+        // unmount to report), so one bad file cannot stall every writer; a batch that makes no
+        // progress ends the round.
+        while self.dirty.bytes() > max / 2 {
+            let before = self.dirty.bytes();
+            for slot in self.dirty.oldest_first(None, BALANCE_BATCH) {
+                let _ = self.writeback_inode(&slot);
+                if self.dirty.bytes() <= max / 2 {
+                    break;
+                }
+            }
+            if self.dirty.bytes() >= before {
                 break;
             }
-            // An inode that fails to write back is skipped (it stays dirty for fsync, sync
-            // and unmount to report), so one bad file cannot stall every writer.
-            let _ = self.writeback_inode(&slot);
         }
     }
 
@@ -419,6 +429,9 @@ impl Filesystem {
 
 /// Credits for growing the on-disk size past the last page (the inode block).
 const GROW_CREDITS: u64 = 4;
+/// Dirty inodes `balance_dirty` takes from the oldest end at a time (bounds the list it
+/// copies while others keep writing).
+const BALANCE_BATCH: usize = 256;
 
 /// A run of consecutive cached pages, as one writeback hands it to its steps.
 struct DirtyRun {
