@@ -3,6 +3,24 @@
 //! Exit codes: 0 success; 1 the operation failed (the message says why); 2 bad usage (clap, or
 //! an option value a subcommand rejects before doing anything).
 
+/// See Cargo.toml for why quill brings its own allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc's `mi_option_purge_delay` (its place in `mi_option_e` in mimalloc.h, the same in the
+/// v2 and v3 sources libmimalloc-sys builds; the crate names the option after it, not this one).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Never give freed pages back to the OS (see Cargo.toml): -1 is "no purging at all".
+fn keep_freed_memory() {
+    // SAFETY: setting an option is thread-safe in mimalloc and takes plain integers.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    // The neighbour the crate does name pins the numbering this relies on.
+    const _: () = assert!(libmimalloc_sys::mi_option_use_numa_nodes - 1 == MI_OPTION_PURGE_DELAY);
+    // SAFETY: reading an option takes a plain integer.
+    debug_assert_eq!(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }, -1);
+}
+
 mod bench_cmd;
 mod crashtest_cmd;
 mod dump;
@@ -95,6 +113,7 @@ enum JournalCommand {
 }
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     if mount_helper::called_as_helper() {
         return mount_helper::main();
     }
