@@ -59,12 +59,22 @@ pub struct Fault {
     pub sticky: bool,
     /// Match only I/O whose byte range overlaps this range; ignored for flushes.
     pub offset_range: Option<Range<u64>>,
+    /// Match only writes whose data begins with these bytes (a block of one kind: a JBD2 commit
+    /// block, say, whichever way it is written).
+    pub data_prefix: Option<Vec<u8>>,
 }
 
 impl Fault {
     /// Fails the first matching op with EIO, once.
     pub fn new(on: FaultOn) -> Fault {
-        Fault { on, after: 0, errno: libc::EIO, sticky: false, offset_range: None }
+        Fault {
+            on,
+            after: 0,
+            errno: libc::EIO,
+            sticky: false,
+            offset_range: None,
+            data_prefix: None,
+        }
     }
 
     pub fn after(mut self, ops_ok: u64) -> Fault {
@@ -88,9 +98,19 @@ impl Fault {
         self
     }
 
-    fn matches(&self, op: Op, offset: u64, len: usize) -> bool {
+    pub fn data_prefix(mut self, prefix: &[u8]) -> Fault {
+        self.data_prefix = Some(prefix.to_vec());
+        self
+    }
+
+    fn matches(&self, op: Op, offset: u64, len: usize, data: Option<&[u8]>) -> bool {
         if !self.on.matches(op) {
             return false;
+        }
+        if let Some(prefix) = &self.data_prefix {
+            if !data.is_some_and(|d| d.starts_with(prefix)) {
+                return false;
+            }
         }
         match (&self.offset_range, op) {
             (None, _) | (Some(_), Op::Flush) => true,
@@ -147,10 +167,16 @@ impl FaultDevice {
     }
 
     /// Counts the op against every armed fault and returns the error to inject, if any.
-    fn decide(&self, op: Op, offset: u64, len: usize) -> Result<(), DeviceError> {
+    fn decide(
+        &self,
+        op: Op,
+        offset: u64,
+        len: usize,
+        data: Option<&[u8]>,
+    ) -> Result<(), DeviceError> {
         let mut errno = None;
         for armed in self.armed.lock().iter_mut() {
-            if !armed.fault.matches(op, offset, len) {
+            if !armed.fault.matches(op, offset, len, data) {
                 continue;
             }
             armed.matched += 1;
@@ -169,9 +195,15 @@ impl FaultDevice {
         }
     }
 
-    fn checked(&self, op: Op, offset: u64, len: usize) -> Result<(), DeviceError> {
+    fn checked(
+        &self,
+        op: Op,
+        offset: u64,
+        len: usize,
+        data: Option<&[u8]>,
+    ) -> Result<(), DeviceError> {
         check_range(op, offset, len, self.inner.size_bytes())?;
-        self.decide(op, offset, len)
+        self.decide(op, offset, len, data)
     }
 }
 
@@ -181,22 +213,22 @@ impl BlockDevice for FaultDevice {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
-        self.checked(Op::Read, offset, buf.len())?;
+        self.checked(Op::Read, offset, buf.len(), None)?;
         self.inner.read_at(offset, buf)
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.checked(Op::Write, offset, data.len())?;
+        self.checked(Op::Write, offset, data.len(), Some(data))?;
         self.inner.write_at(offset, data)
     }
 
     fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.checked(Op::WriteFua, offset, data.len())?;
+        self.checked(Op::WriteFua, offset, data.len(), Some(data))?;
         self.inner.write_fua_at(offset, data)
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
-        self.decide(Op::Flush, 0, 0)?;
+        self.decide(Op::Flush, 0, 0, None)?;
         self.inner.flush()
     }
 
@@ -210,7 +242,7 @@ impl BlockDevice for FaultDevice {
         let mut passing = Vec::with_capacity(writes.len());
         for w in writes {
             let op = if w.fua { Op::WriteFua } else { Op::Write };
-            match self.decide(op, w.offset, w.data.len()) {
+            match self.decide(op, w.offset, w.data.len(), Some(w.data)) {
                 Ok(()) => passing.push(*w),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -265,6 +297,18 @@ mod tests {
         assert!(matches!(dev.write_at(3, &[0; 512]), Err(DeviceError::Misaligned { .. })));
         dev.write_at(0, &[0; 512]).unwrap();
         assert!(dev.write_at(0, &[0; 512]).is_err());
+    }
+
+    #[test]
+    fn a_data_prefix_matches_only_writes_that_begin_with_it() {
+        let dev = device();
+        dev.inject(Fault::new(FaultOn::AnyWrite).data_prefix(&[7, 7]));
+        let mut other = [0u8; 512];
+        other[0] = 7;
+        dev.write_at(0, &other).unwrap();
+        let batch = [Write { offset: 512, data: &[7; 512], fua: true }];
+        assert_eq!(dev.write_batch(&batch).unwrap_err().errno(), libc::EIO);
+        assert_eq!(dev.injected_failures(), 1);
     }
 
     #[test]

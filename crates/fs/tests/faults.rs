@@ -127,12 +127,19 @@ enum Target {
     JournalWrite,
     /// Plain writes outside the journal (file data, checkpoints of metadata home).
     HomeWrite,
-    /// FUA writes (commit blocks).
+    /// Commit blocks (FUA writes, or plain ones under commit_record = chained).
     CommitWrite,
     Flush,
     Read,
     /// ENOSPC from the device on any write (a thin-provisioned device out of space).
     NoSpaceWrite,
+}
+
+/// The first eight bytes of every JBD2 commit block (magic, block type).
+fn commit_header() -> Vec<u8> {
+    let mut header = ondisk::jbd2::JBD2_MAGIC.to_be_bytes().to_vec();
+    header.extend_from_slice(&(ondisk::jbd2::BlockType::Commit as u32).to_be_bytes());
+    header
 }
 
 impl Target {
@@ -144,7 +151,10 @@ impl Target {
                 // would be needed; the part after it is the larger and holds file data.
                 Fault::new(FaultOn::Write).in_range(journal.end..image_bytes)
             }
-            Target::CommitWrite => Fault::new(FaultOn::WriteFua).in_range(journal.clone()),
+            // A FUA write, or a plain one under commit_record = chained: matched by header.
+            Target::CommitWrite => Fault::new(FaultOn::AnyWrite)
+                .in_range(journal.clone())
+                .data_prefix(&commit_header()),
             Target::Flush => Fault::new(FaultOn::Flush),
             Target::Read => Fault::new(FaultOn::Read),
             Target::NoSpaceWrite => Fault::new(FaultOn::AnyWrite).errno(errno::ENOSPC),
@@ -184,15 +194,14 @@ impl CountingDevice {
         *self.counts.lock().entry(what).or_default() += 1;
     }
 
-    fn count_write(&self, offset: u64, len: usize, fua: bool) {
+    fn count_write(&self, offset: u64, data: &[u8], fua: bool) {
+        let len = data.len();
         let in_journal = offset < self.journal.end && self.journal.start < offset + len as u64;
-        if fua {
-            if in_journal {
-                self.count("commit");
-            }
-        } else if in_journal {
+        if in_journal && data.starts_with(&commit_header()) {
+            self.count("commit");
+        } else if in_journal && !fua {
             self.count("journal");
-        } else if offset + len as u64 > self.journal.end {
+        } else if !in_journal && offset + len as u64 > self.journal.end {
             self.count("home");
         }
         self.count("any-write");
@@ -212,11 +221,11 @@ impl BlockDevice for CountingDevice {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.count_write(offset, data.len(), false);
+        self.count_write(offset, data, false);
         self.inner.write_at(offset, data)
     }
     fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.count_write(offset, data.len(), true);
+        self.count_write(offset, data, true);
         self.inner.write_fua_at(offset, data)
     }
     fn flush(&self) -> Result<(), DeviceError> {
@@ -225,7 +234,7 @@ impl BlockDevice for CountingDevice {
     }
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
         for w in writes {
-            self.count_write(w.offset, w.data.len(), w.fua);
+            self.count_write(w.offset, w.data, w.fua);
         }
         self.inner.write_batch(writes)
     }

@@ -10,8 +10,12 @@
 //! are waiting, so a lone transaction is flushed at once. Stock recovery stops at the first
 //! transaction without a valid commit block, so every crash leaves a prefix of whole
 //! transactions. Groups are made durable strictly in tid order.
+//!
+//! With `commit_record = chained` a commit block is written plainly and the next flush makes
+//! it durable along with the next transactions' log blocks (`flush_stage_chained`).
 
 use crate::commit::commit_block_position;
+use crate::config::CommitRecord;
 use crate::error::Result;
 use crate::journal::Shared;
 use crate::stats;
@@ -24,29 +28,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The flush thread's loop (only with `committing_max > 1`).
 pub(crate) fn flush_stage(shared: &Arc<Shared>) {
+    if shared.config.commit_record == CommitRecord::Chained {
+        return flush_stage_chained(shared);
+    }
     loop {
-        let group: Vec<Tid> = loop {
-            let ticket = shared.flush_wake.ticket();
-            let st = shared.state.read(&shared.locks);
-            if st.aborted().is_err() {
-                return;
-            }
-            let group: Vec<Tid> = st
-                .txns()
-                .iter()
-                .skip_while(|e| e.state() == TxnState::Durable)
-                .take_while(|e| e.state() == TxnState::Written)
-                .take(shared.config.flush_batch_max)
-                .map(|e| e.tid())
-                .collect();
-            if !group.is_empty() {
-                break group;
-            }
-            if st.stopping() {
-                return;
-            }
-            drop(st);
-            shared.flush_wake.wait(ticket);
+        let Some(group) = wait_for_written(shared, shared.config.flush_batch_max, false) else {
+            return;
         };
         if make_durable(shared, &group).is_err() {
             return;
@@ -54,18 +41,103 @@ pub(crate) fn flush_stage(shared: &Arc<Shared>) {
     }
 }
 
-/// Makes the consecutive Written transactions `group` durable. On error the journal aborts.
+/// Waits until transactions are Written (the first `max` of the consecutive Written ones after
+/// the durable prefix, `tid` order), or, with `pending`, returns at once with what is Written
+/// now (maybe nothing). `None`: the journal aborted or is stopping.
+fn wait_for_written(shared: &Shared, max: usize, pending: bool) -> Option<Vec<Tid>> {
+    loop {
+        let ticket = shared.flush_wake.ticket();
+        let st = shared.state.read(&shared.locks);
+        if st.aborted().is_err() {
+            return None;
+        }
+        let group: Vec<Tid> = st
+            .txns()
+            .iter()
+            .skip_while(|e| e.state() == TxnState::Durable)
+            .skip(usize::from(pending))
+            .take_while(|e| e.state() == TxnState::Written)
+            .take(max)
+            .map(|e| e.tid())
+            .collect();
+        if !group.is_empty() || pending {
+            return Some(group);
+        }
+        if st.stopping() {
+            return None;
+        }
+        drop(st);
+        shared.flush_wake.wait(ticket);
+    }
+}
+
+/// `commit_record = chained`: a commit block is a plain write that the *next* flush makes
+/// durable, the flush that also covers the log blocks of the transactions written meanwhile,
+/// so a stream of transactions costs one flush each instead of a flush and a FUA write.
+///
+/// | step | durable after it |
+/// |---|---|
+/// | flush | the pending commit block (T-1 durable); T's log blocks (T was Written before) |
+/// | write T's commit block (no FUA) | nothing more: it waits for the next flush |
+///
+/// At most one commit block is ever written and not yet flushed, and it is the first
+/// non-durable transaction's, written only after its own log blocks and every earlier commit
+/// block were flushed: every crash leaves a prefix of whole transactions, and no valid commit
+/// block lies past the end recovery finds (T+1's commit block is written only once T's is
+/// durable). A transaction is acknowledged (fsync returns) after the flush that follows its
+/// commit block. One commit block per flush: `flush_batch_max` does not apply.
+fn flush_stage_chained(shared: &Arc<Shared>) {
+    // The transaction whose commit block is written and waits for the next flush.
+    let mut pending: Option<Tid> = None;
+    loop {
+        let Some(written) = wait_for_written(shared, 1, pending.is_some()) else { return };
+        let next = written.first().copied();
+        let flush_started = Instant::now();
+        if let Err(e) = shared.dev.flush() {
+            shared.abort_on("flushing log and commit blocks", e);
+            return;
+        }
+        stats::add(&shared.counters.flushes, 1);
+        stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
+        if let Some(tid) = pending.take() {
+            mark_durable(shared, &[tid], flush_started);
+        }
+        if let Some(tid) = next {
+            let commit_started = Instant::now();
+            if write_commit_blocks(shared, &[tid], false).is_err() {
+                return;
+            }
+            stats::add_time(&shared.counters.ns_commit_fua, commit_started.elapsed());
+            pending = Some(tid);
+        }
+    }
+}
+
+/// Makes the consecutive Written transactions `group` durable: one flush, then their commit
+/// blocks with FUA. On error the journal aborts.
 pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     assert!(!group.is_empty() && group.len() <= shared.config.flush_batch_max);
     let flush_started = Instant::now();
     shared.dev.flush().map_err(|e| shared.abort_on("flushing log blocks", e))?;
     stats::add(&shared.counters.flushes, 1);
     stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
+    // FUA, in tid order, one after the other: a commit block is written only once every
+    // earlier one is durable. So no crash leaves a valid commit block past the end recovery
+    // finds, and a tid reused after recovery can never meet a stale commit block of its own
+    // (JBD2 has the same guarantee with one committing transaction). The group still shares
+    // its single flush.
+    let fua_started = Instant::now();
+    write_commit_blocks(shared, group, true)?;
+    stats::add_time(&shared.counters.ns_commit_fua, fua_started.elapsed());
+    mark_durable(shared, group, flush_started);
+    Ok(())
+}
 
+/// Writes the commit blocks of the Written transactions `group`, in tid order, each with FUA
+/// (`fua`) or as a plain write for a later flush.
+fn write_commit_blocks(shared: &Shared, group: &[Tid], fua: bool) -> Result<()> {
     let (sec, nsec) = commit_time();
-    // Each commit block with its device offset, and what each transaction froze.
-    type Commits = (Vec<(u64, Vec<u8>)>, Vec<(Tid, Arc<Frozen>)>);
-    let (commits, frozen): Commits = {
+    let commits: Vec<(u64, Vec<u8>)> = {
         let st = shared.state.read(&shared.locks);
         group
             .iter()
@@ -73,26 +145,36 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
                 let entry = st.txns().get(tid).expect("a written transaction exists");
                 assert_eq!(entry.state(), TxnState::Written, "{tid:?} flushed out of order");
                 let block = encode_commit_block(&shared.format, tid, sec, nsec, entry.v1_crc);
-                let offset = shared.log_offset(commit_block_position(&st, tid));
-                ((offset, block), (tid, entry.frozen.clone()))
+                (shared.log_offset(commit_block_position(&st, tid)), block)
             })
-            .unzip()
+            .collect()
     };
-    // FUA, in tid order, one after the other: a commit block is written only once every
-    // earlier one is durable. So no crash leaves a valid commit block past the end recovery
-    // finds, and a tid reused after recovery can never meet a stale commit block of its own
-    // (JBD2 has the same guarantee with one committing transaction). The group still shares
-    // its single flush.
-    let fua_started = Instant::now();
     for (offset, block) in &commits {
-        shared
-            .dev
-            .write_fua_at(*offset, block)
-            .map_err(|e| shared.abort_on("writing a commit block", e))?;
+        let written = if fua {
+            shared.dev.write_fua_at(*offset, block)
+        } else {
+            shared.dev.write_at(*offset, block)
+        };
+        written.map_err(|e| shared.abort_on("writing a commit block", e))?;
     }
-    stats::add_time(&shared.counters.ns_commit_fua, fua_started.elapsed());
-    stats::add(&shared.counters.fua_writes, commits.len() as u64);
+    if fua {
+        stats::add(&shared.counters.fua_writes, commits.len() as u64);
+    }
     stats::add(&shared.counters.log_blocks_written, commits.len() as u64);
+    Ok(())
+}
+
+/// The Written transactions `group` are durable (their commit blocks are on the media): the
+/// frozen versions become what checkpoints write home, fsync waiters wake. `flush_started`:
+/// when the flush that made them durable began.
+fn mark_durable(shared: &Shared, group: &[Tid], flush_started: Instant) {
+    let frozen: Vec<(Tid, Arc<Frozen>)> = {
+        let st = shared.state.read(&shared.locks);
+        group
+            .iter()
+            .map(|&tid| (tid, st.txns().get(tid).expect("a written transaction").frozen.clone()))
+            .collect()
+    };
     publish_durable_revokes(shared, &frozen);
 
     // The versions become what checkpoints write home before the transactions are marked
@@ -131,7 +213,6 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     shared.changed.wake_all();
     // Durable versions free conflicts and committing slots.
     shared.commit_wake.wake_all();
-    Ok(())
 }
 
 /// The group's revokes are durable: record it on the revoked buffers, so no checkpoint writes

@@ -11,7 +11,7 @@ mod common;
 use blockdev::memory::MemDevice;
 use blockdev::recording::{CrashKind, CrashOptions, RecordingDevice};
 use common::*;
-use journal::{recover, superblock, JournalConfig};
+use journal::{recover, superblock};
 use ondisk::jbd2::ChecksumVersion;
 use ondisk::Tid;
 use std::collections::HashMap;
@@ -113,9 +113,20 @@ fn every_crash_state_of_the_classic_preset_recovers_a_committed_prefix_with_ever
     explore("classic", 0, seed("crash classic", 11));
 }
 
+/// The paper's compound flush: up to five transactions share a flush, then their commit blocks
+/// go out with FUA in turn.
+const COMPOUND_FLUSH: &str =
+    "cjfs,commit_record=fua,committing_max=5,flush_batch_max=5,versions_max=5";
+
 #[test]
 fn every_crash_state_with_compound_flush_and_shadow_versions_recovers_a_committed_prefix() {
-    explore("cjfs", 0, seed("crash cjfs", 12));
+    explore(COMPOUND_FLUSH, 0, seed("crash cjfs compound flush", 12));
+}
+
+#[test]
+fn every_crash_state_with_chained_commit_blocks_recovers_a_committed_prefix() {
+    explore("cjfs", 0, seed("crash cjfs chained", 16));
+    explore("dual,commit_record=chained", 0, seed("crash dual chained", 17));
 }
 
 #[test]
@@ -139,10 +150,14 @@ fn every_crash_state_with_cooperative_commit_and_checkpoint_io_recovers_a_commit
 /// replayed once its tid is reused.
 #[test]
 fn a_second_crash_after_recovery_never_replays_stale_transactions_of_the_first_life() {
-    let seed = seed("two lives", 13);
+    two_lives(COMPOUND_FLUSH, seed("two lives, compound flush", 13));
+    two_lives("cjfs", seed("two lives, chained", 18));
+}
+
+fn two_lives(spec: &str, seed: u64) {
     let (formatted, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
     let first = Arc::new(RecordingDevice::new(formatted.snapshot()));
-    let journal = open(first.clone(), &loc, JournalConfig::cjfs());
+    let journal = open(first.clone(), &loc, config(spec));
     let layout = StampLayout { threads: 4, shared_blocks: 6, spread_blocks: 0 };
     run_stamp_workload(&journal, &layout, 250, 2, &|tid| first.mark(tid.0 as u64));
     journal.abandon();
@@ -160,7 +175,7 @@ fn a_second_crash_after_recovery_never_replays_stale_transactions_of_the_first_l
         recover(&*image, &loc, 1).unwrap();
         let after_first = image.snapshot();
         let second = Arc::new(RecordingDevice::new(after_first.clone()));
-        let journal = open(second.clone(), &loc, JournalConfig::cjfs());
+        let journal = open(second.clone(), &loc, config(spec));
         for round in 1..=rounds {
             let counter = journal.read_buffer(counter_block).unwrap();
             let data = journal.read_buffer(first_data_block + round as u64).unwrap();
@@ -182,12 +197,15 @@ fn a_second_crash_after_recovery_never_replays_stale_transactions_of_the_first_l
         for crash in second.crash_states(&options) {
             let image = Arc::new(MemDevice::from_bytes(second.materialize(&crash)));
             recover(&*image, &loc, 1)
-                .unwrap_or_else(|e| panic!("second life, {}: {e}", crash.describe()));
+                .unwrap_or_else(|e| panic!("{spec}, second life, {}: {e}", crash.describe()));
             let block = |b: u64| read_block(&*image, b);
             let reached = u32::from_le_bytes(block(counter_block)[..4].try_into().unwrap());
             let acked = crash.marks.iter().copied().max().unwrap_or(0) as u32;
-            let context =
-                format!("first life {}, second life {}", state.describe(), crash.describe());
+            let context = format!(
+                "{spec}: first life {}, second life {}",
+                state.describe(),
+                crash.describe()
+            );
             assert!(
                 reached >= acked,
                 "{context}: acknowledged round {acked} lost (reached {reached})"

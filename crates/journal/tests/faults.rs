@@ -141,12 +141,18 @@ fn eio_on_a_log_block_write_aborts_the_journal_and_loses_no_acknowledged_transac
 
 #[test]
 fn eio_on_a_commit_block_write_aborts_the_journal() {
-    // Commit blocks are the only FUA writes into the log (a compound flush writes several).
+    // A commit block is a FUA write (a compound flush writes several), or a plain write the
+    // next flush covers (commit_record = chained): matched by its header either way.
+    let mut commit_header = ondisk::jbd2::JBD2_MAGIC.to_be_bytes().to_vec();
+    commit_header.extend_from_slice(&(ondisk::jbd2::BlockType::Commit as u32).to_be_bytes());
     for spec in specs() {
         run_with_fault(
             spec,
             0,
-            Fault::new(FaultOn::WriteFua).in_range(log_range()).after(15),
+            Fault::new(FaultOn::AnyWrite)
+                .in_range(log_range())
+                .data_prefix(&commit_header)
+                .after(15),
             "commit write",
         );
     }
