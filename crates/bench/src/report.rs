@@ -25,8 +25,8 @@ pub fn format_table(report: &Report) -> String {
             );
             let _ = writeln!(
                 out,
-                "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}",
-                "target", "thr", "median", "min..max", "ratio", "MB/s", "fs p50", "fs p99", "fs p99.9",
+                "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8} {:>7} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}",
+                "target", "thr", "median", "min..max", "ratio", "MB/s", "fs avg", "fs p50", "fs p99", "fs p99.9",
                 "%lim", "hdl/tx", "cfl/tx", "flms/tx", "qd", "fsck"
             );
         }
@@ -176,13 +176,14 @@ fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
     };
     let latency = |v: u64| if r.fsyncs == 0 { "-".to_string() } else { v.to_string() };
     format!(
-        "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8.1} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}",
+        "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8.1} {:>7} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}",
         truncate(&s.target, 28),
         s.threads,
         number(s.median),
         format!("{}..{}", number(s.min), number(s.max)),
         ratio,
         r.mb_per_sec,
+        latency(r.fsync_us_mean),
         latency(r.fsync_us_p50),
         latency(r.fsync_us_p99),
         latency(r.fsync_us_p999),
@@ -299,13 +300,13 @@ pub fn write_csv(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
         runs.push('\n');
     }
     let mut summary = String::from(
-        "workload,target,threads,rounds,headline,median,min,max,vs_baseline,fsync_us_p50,fsync_us_p99,fsync_us_p999\n",
+        "workload,target,threads,rounds,headline,median,min,max,vs_baseline,fsync_us_p50,fsync_us_p99,fsync_us_p999,fsync_us_mean\n",
     );
     for s in &report.summaries {
         let r = &s.median_run;
         let _ = writeln!(
             summary,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&s.workload),
             csv_field(&s.target),
             s.threads,
@@ -317,7 +318,8 @@ pub fn write_csv(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
             s.vs_baseline.map_or(String::new(), |v| format!("{v:.4}")),
             r.fsync_us_p50,
             r.fsync_us_p99,
-            r.fsync_us_p999
+            r.fsync_us_p999,
+            r.fsync_us_mean
         );
     }
     let files = vec![dir.join("runs.csv"), dir.join("summary.csv")];

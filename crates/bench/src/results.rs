@@ -120,6 +120,9 @@ pub struct RunResult {
     pub fsync_us_p50: u64,
     pub fsync_us_p99: u64,
     pub fsync_us_p999: u64,
+    /// The mean fsync latency (the CJFS paper reports averages beside tails).
+    #[serde(default)]
+    pub fsync_us_mean: u64,
     /// The fsync latency distribution, at most [`CDF_POINTS`] (microseconds, fraction ≤).
     pub fsync_cdf: Vec<(u64, f64)>,
     pub engine: Option<EngineFigures>,
@@ -158,6 +161,10 @@ impl RunResult {
         self.fsync_us_p50 = percentile(&samples, 50.0);
         self.fsync_us_p99 = percentile(&samples, 99.0);
         self.fsync_us_p999 = percentile(&samples, 99.9);
+        self.fsync_us_mean = match samples.len() as u64 {
+            0 => 0,
+            n => samples.iter().sum::<u64>() / n,
+        };
         self.fsync_cdf = latency_cdf(&samples);
     }
 
@@ -380,6 +387,17 @@ mod tests {
         b.seconds = 1.0;
         let s = summarize(&[a, b], Some("a"));
         assert_eq!(s[1].vs_baseline, Some(2.0), "twice as fast as the baseline");
+    }
+
+    #[test]
+    fn fsync_latencies_give_percentiles_and_the_mean() {
+        let mut r = RunResult::default();
+        r.set_fsync_latencies(vec![10, 1, 3, 2]);
+        assert_eq!((r.fsyncs, r.fsync_us_mean), (4, 4));
+        assert_eq!((r.fsync_us_p50, r.fsync_us_p999), (2, 10));
+        let mut none = RunResult::default();
+        none.set_fsync_latencies(Vec::new());
+        assert_eq!(none.fsync_us_mean, 0);
     }
 
     #[test]
