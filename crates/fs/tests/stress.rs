@@ -44,6 +44,11 @@ const THREADS: usize = 64;
 const WATCHDOG: Duration = Duration::from_secs(120);
 /// The shared directory's name; each thread's own is `t<N>`.
 const SHARED: &str = "shared";
+/// Live files and bytes one thread keeps at most: the workload runs for a fixed time, so the
+/// faster the file system the more it would create and append, and 64 threads once ran the
+/// 48 MB image out of inodes. 64 x 48 files and 64 x 256 KiB stay well inside it.
+const LIVE_FILES_MAX: usize = 48;
+const LIVE_BYTES_MAX: usize = 256 << 10;
 
 fn run_length() -> Duration {
     Duration::from_millis(env_count("QUILL_STRESS_MS", 1500) as u64)
@@ -110,7 +115,10 @@ fn stress_thread(
     while Instant::now() < until {
         log.ops += 1;
         let live: Vec<usize> = (0..log.files.len()).filter(|&i| !log.files[i].unlinked).collect();
-        if live.len() < 3 || rng.chance(6) {
+        let live_bytes: usize =
+            live.iter().map(|&i| log.files[i].versions.last().map_or(0, Vec::len)).sum();
+        let full = live.len() >= LIVE_FILES_MAX || live_bytes >= LIVE_BYTES_MAX;
+        if !full && (live.len() < 3 || rng.chance(6)) {
             let shared = rng.chance(2);
             let (dir, name) = match shared {
                 true => (SHARED.to_string(), format!("t{thread}-f{}", log.files.len())),
@@ -127,7 +135,13 @@ fn stress_thread(
         }
         let file = &mut log.files[live[rng.below(live.len() as u64) as usize]];
         let current = file.versions.last().unwrap().clone();
-        match rng.below(12) {
+        // At the bound, appends become overwrites and creates become unlinks.
+        let op = match rng.below(12) {
+            0..=2 if full && !current.is_empty() => 3,
+            _ if full && rng.chance(3) => 11,
+            op => op,
+        };
+        match op {
             op @ 0..=5 => {
                 let len = 1 + rng.below(3000) as usize;
                 let offset = if op < 3 || current.is_empty() {
