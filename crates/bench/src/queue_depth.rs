@@ -68,6 +68,12 @@ impl BlockDevice for QueueDepthDevice {
     fn flush(&self) -> Result<(), DeviceError> {
         self.track(1, || self.inner.flush())
     }
+    fn has_cache_barrier(&self) -> bool {
+        self.inner.has_cache_barrier()
+    }
+    fn write_barrier_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.track(1, || self.inner.write_barrier_at(offset, data))
+    }
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
         self.track(writes.len() as u64, || self.inner.write_batch(writes))
     }

@@ -30,7 +30,9 @@ pub enum FaultOn {
     Write,
     /// FUA writes: `write_fua_at` and the FUA members of a batch.
     WriteFua,
-    /// Every write, plain or FUA, alone or in a batch.
+    /// Order-preserving writes (`write_barrier_at`).
+    WriteBarrier,
+    /// Every write, plain, FUA or order-preserving, alone or in a batch.
     AnyWrite,
     Flush,
 }
@@ -41,7 +43,8 @@ impl FaultOn {
             FaultOn::Read => op == Op::Read,
             FaultOn::Write => op == Op::Write,
             FaultOn::WriteFua => op == Op::WriteFua,
-            FaultOn::AnyWrite => op == Op::Write || op == Op::WriteFua,
+            FaultOn::WriteBarrier => op == Op::WriteBarrier,
+            FaultOn::AnyWrite => matches!(op, Op::Write | Op::WriteFua | Op::WriteBarrier),
             FaultOn::Flush => op == Op::Flush,
         }
     }
@@ -230,6 +233,15 @@ impl BlockDevice for FaultDevice {
     fn flush(&self) -> Result<(), DeviceError> {
         self.decide(Op::Flush, 0, 0, None)?;
         self.inner.flush()
+    }
+
+    fn has_cache_barrier(&self) -> bool {
+        self.inner.has_cache_barrier()
+    }
+
+    fn write_barrier_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.checked(Op::WriteBarrier, offset, data.len(), Some(data))?;
+        self.inner.write_barrier_at(offset, data)
     }
 
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {

@@ -35,6 +35,8 @@ pub enum Op {
     Read,
     Write,
     WriteFua,
+    /// An order-preserving write ([`BlockDevice::write_barrier_at`]).
+    WriteBarrier,
     Flush,
 }
 
@@ -48,6 +50,9 @@ pub enum DeviceError {
     OutOfRange { op: Op, offset: u64, len: usize, size: u64 },
     #[error("{op:?} of {len} bytes at byte {offset} is not aligned to {SECTOR_SIZE}-byte sectors")]
     Misaligned { op: Op, offset: u64, len: usize },
+    /// The device has no such operation (a cache barrier on a device without one).
+    #[error("{op:?} at byte {offset}: this device does not support it")]
+    Unsupported { op: Op, offset: u64 },
     /// Opening or creating a device failed (including finding its size).
     #[error("cannot open {}: {source}", path.display())]
     Open { path: PathBuf, source: io::Error },
@@ -60,6 +65,7 @@ impl DeviceError {
             DeviceError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             DeviceError::OutOfRange { .. } => libc::ENOSPC,
             DeviceError::Misaligned { .. } => libc::EINVAL,
+            DeviceError::Unsupported { .. } => libc::EOPNOTSUPP,
             DeviceError::Open { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -82,6 +88,20 @@ pub trait BlockDevice: Send + Sync {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError>;
     fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError>;
     fn flush(&self) -> Result<(), DeviceError>;
+    /// Whether [`BlockDevice::write_barrier_at`] works: a cache barrier, as eMMC devices and
+    /// the barrier-enabled I/O stack (BarrierFS) offer and the CJFS paper assumes of its SSD.
+    /// Files, and so quill's image devices, have none.
+    fn has_cache_barrier(&self) -> bool {
+        false
+    }
+    /// An order-preserving write (BarrierFS's `REQ_ORDERED | REQ_BARRIER`): `data` reaches the
+    /// media only after every write that completed before this call did. Like a plain write it
+    /// is durable only after a later flush, and it says nothing about writes issued after it.
+    /// Without a cache barrier: [`DeviceError::Unsupported`].
+    fn write_barrier_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        check_range(Op::WriteBarrier, offset, data.len(), self.size_bytes())?;
+        Err(DeviceError::Unsupported { op: Op::WriteBarrier, offset })
+    }
     /// Submit several writes together. The default submits them one after another; devices
     /// with internal parallelism override it.
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
@@ -123,6 +143,12 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn flush(&self) -> Result<(), DeviceError> {
         (**self).flush()
+    }
+    fn has_cache_barrier(&self) -> bool {
+        (**self).has_cache_barrier()
+    }
+    fn write_barrier_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        (**self).write_barrier_at(offset, data)
     }
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
         (**self).write_batch(writes)

@@ -117,6 +117,15 @@ impl BlockDevice for MemDevice {
     fn flush(&self) -> Result<(), DeviceError> {
         Ok(())
     }
+
+    /// Memory has no volatile cache, so every write is ordered.
+    fn has_cache_barrier(&self) -> bool {
+        true
+    }
+
+    fn write_barrier_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.write(Op::WriteBarrier, offset, data)
+    }
 }
 
 #[cfg(test)]

@@ -74,6 +74,7 @@ fn eight_threads_writing_reading_and_flushing_leave_a_consistent_log() {
                 assert!(*covers <= writes, "a flush covers writes logged after it");
                 covers_max = covers_max.max(*covers);
             }
+            RecordedOp::Barrier => panic!("this test writes no barriers"),
             RecordedOp::Mark(label) => {
                 // The flush that returned before this mark covered all of the thread's earlier
                 // writes (a flush covers what completed before it was issued).

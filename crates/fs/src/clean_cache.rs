@@ -252,6 +252,16 @@ impl BlockDevice for CachedDevice {
         self.inner.flush()
     }
 
+    fn has_cache_barrier(&self) -> bool {
+        self.inner.has_cache_barrier()
+    }
+
+    fn write_barrier_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let result = self.inner.write_barrier_at(offset, data);
+        self.written(offset, data.len());
+        result
+    }
+
     fn write_batch(&self, writes: &[Write<'_>]) -> Result<(), DeviceError> {
         let result = self.inner.write_batch(writes);
         for w in writes {
