@@ -12,8 +12,11 @@
 //! Options follow a colon, comma-separated: `lib:preset=cjfs,data=journal`.
 //! - quill (`lib`, `quill-fuse`): `preset=` any of [`journal::config::PRESETS`], any journal setting
 //!   (`versions_max=3`, …), `data=ordered|journal|writeback`, `io=auto|direct|buffered` (how the
-//!   image file is opened, [`IoMode`]; the path taken is added to each run's note); `lib` also
-//!   `dev=file|simssd`.
+//!   image file is opened, [`IoMode`]; the path taken is added to each run's note),
+//!   `journal_mib=` (the journal's size at mkfs; mke2fs's default otherwise); `lib` also
+//!   `dev=file|simssd`, and with `dev=simssd` the device's latency model: `ssd=default|970pro`
+//!   ([`SimSsdConfig::profile`]) and any of its fields on top (`ssd_flush_us=900`,
+//!   `ssd_channels=4`, …).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -50,7 +53,7 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LibDevice {
     File,
-    SimSsd,
+    SimSsd(SimSsdConfig),
 }
 
 /// A parsed target.
@@ -63,6 +66,9 @@ pub struct TargetSpec {
     pub lib_device: LibDevice,
     /// quill targets on an image file: how the file is opened.
     pub io: IoMode,
+    /// quill targets: the journal's size (`journal_mib=`); None: mke2fs's default for the
+    /// image size (64 MiB for the default 2 GiB image).
+    pub journal_mib: Option<u32>,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -102,6 +108,7 @@ impl TargetSpec {
             lib_device: LibDevice::File,
             io: IoMode::default(),
             fast_commit: false,
+            journal_mib: None,
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -121,6 +128,24 @@ impl TargetSpec {
                         })?;
                     }
                 }
+                // ssd= picks the simulated SSD's profile and ssd_* fields go on top, wherever
+                // they are written; dev=simssd takes the result.
+                let mut ssd = SimSsdConfig::default();
+                let mut ssd_options = false;
+                for option in options.iter().filter(|o| o.starts_with("ssd=")) {
+                    let profile = &option[4..];
+                    ssd = SimSsdConfig::profile(profile).ok_or_else(|| {
+                        format!(
+                            "{text}: ssd={profile}? expected one of {}",
+                            SimSsdConfig::PROFILES.join(", ")
+                        )
+                    })?;
+                }
+                for option in options.iter().filter(|o| o.starts_with("ssd_")) {
+                    if let Some((key, value)) = option.split_once('=') {
+                        ssd.set(&key[4..], value).map_err(|e| format!("{text}: ssd_{e}"))?;
+                    }
+                }
                 for option in options.iter().filter(|o| !o.starts_with("preset=")) {
                     let (key, value) = option
                         .split_once('=')
@@ -135,12 +160,26 @@ impl TargetSpec {
                             }
                         }
                         "io" => spec.io = value.parse().map_err(|e| format!("{text}: {e}"))?,
+                        "journal_mib" => {
+                            let mib: u32 = value
+                                .parse()
+                                .ok()
+                                .filter(|&m| (4..=4096).contains(&m))
+                                .ok_or_else(|| {
+                                    format!("{text}: journal_mib={value}? (4..=4096)")
+                                })?;
+                            spec.journal_mib = Some(mib);
+                        }
                         "dev" if kind == Kind::Lib => {
                             spec.lib_device = match value {
                                 "file" => LibDevice::File,
-                                "simssd" => LibDevice::SimSsd,
+                                "simssd" => LibDevice::SimSsd(ssd),
                                 _ => return Err(format!("{text}: dev={value}? (file or simssd)")),
                             }
+                        }
+                        // Read before this loop.
+                        _ if kind == Kind::Lib && (key == "ssd" || key.starts_with("ssd_")) => {
+                            ssd_options = true;
                         }
                         _ => spec
                             .quill
@@ -148,6 +187,9 @@ impl TargetSpec {
                             .set(key, value)
                             .map_err(|e| format!("{text}: {e}"))?,
                     }
+                }
+                if ssd_options && !matches!(spec.lib_device, LibDevice::SimSsd(_)) {
+                    return Err(format!("{text}: ssd options need dev=simssd"));
                 }
             }
             Kind::KernelExt4 | Kind::Fuse2fs => {
@@ -232,13 +274,13 @@ impl TargetSpec {
                         prepared.io_path = Some(dev.io_path().to_string());
                         (Arc::new(dev), None)
                     }
-                    LibDevice::SimSsd => {
-                        let ssd = Arc::new(SimSsd::new(env.image_bytes, SimSsdConfig::default()));
+                    LibDevice::SimSsd(config) => {
+                        let ssd = Arc::new(SimSsd::new(env.image_bytes, config));
                         (ssd.clone(), Some(ssd))
                     }
                 };
                 prepared.simssd = simssd;
-                let quill = open_quill(dev, &self.quill, sparse_file)?;
+                let quill = open_quill(dev, self, sparse_file)?;
                 prepared.api = Some(Box::new(LibApi::new(quill.fs.clone())));
                 prepared.quill = Some(quill);
             }
@@ -247,7 +289,7 @@ impl TargetSpec {
                     .map_err(|e| e.to_string())?;
                 prepared.image = Some(image.clone());
                 prepared.io_path = Some(dev.io_path().to_string());
-                let quill = open_quill(Arc::new(dev), &self.quill, true)?;
+                let quill = open_quill(Arc::new(dev), self, true)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
                 let config = quill_fuse::MountConfig {
@@ -312,10 +354,15 @@ pub struct QuillSide {
 /// every flush, which neither a block device nor the kernel target pays.
 fn open_quill(
     dev: Arc<dyn BlockDevice>,
-    options: &MountOptions,
+    spec: &TargetSpec,
     sparse_file: bool,
 ) -> Result<QuillSide, String> {
-    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: !sparse_file, ..Default::default() };
+    let options = &spec.quill;
+    let mut mkfs = fs::mkfs::MkfsOptions { device_zeroed: !sparse_file, ..Default::default() };
+    if let Some(mib) = spec.journal_mib {
+        mkfs.journal_blocks =
+            Some((u64::from(mib) * (1 << 20) / u64::from(mkfs.block_size)) as u32);
+    }
     fs::mkfs::mkfs(dev.as_ref(), &mkfs).map_err(|e| format!("quill mkfs: {e}"))?;
     let queue = Arc::new(QueueDepthDevice::new(dev));
     let fs = Filesystem::open(queue.clone(), options.clone()).map_err(|e| format!("open: {e}"))?;
@@ -653,6 +700,15 @@ mod tests {
         assert_eq!(TargetSpec::parse("lib").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("lib:io=buffered").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
+        let ssd = TargetSpec::parse("lib:ssd_flush_us=900,dev=simssd,ssd=970pro").unwrap();
+        let want = SimSsdConfig { flush_us: 900, ..SimSsdConfig::samsung_970_pro() };
+        assert_eq!(ssd.lib_device, LibDevice::SimSsd(want));
+        assert_eq!(
+            TargetSpec::parse("quill-fuse:journal_mib=1024").unwrap().journal_mib,
+            Some(1024)
+        );
+        let plain = TargetSpec::parse("lib:dev=simssd").unwrap();
+        assert_eq!(plain.lib_device, LibDevice::SimSsd(SimSsdConfig::default()));
         for bad in [
             "lib:io=cached",
             "nfs",
@@ -661,6 +717,12 @@ mod tests {
             "lib:data=bogus",
             "lib:frobnicate=1",
             "quill-fuse:dev=simssd",
+            "lib:ssd=970pro",
+            "lib:dev=simssd,ssd=optane",
+            "lib:dev=simssd,ssd_flush_us=soon",
+            "quill-fuse:ssd_flush_us=9",
+            "lib:journal_mib=2",
+            "lib:journal_mib=big",
         ] {
             let err = TargetSpec::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad}");
