@@ -13,6 +13,17 @@
 //!
 //! With `commit_record = chained` a commit block is written plainly and the next flush makes
 //! it durable along with the next transactions' log blocks (`flush_stage_chained`).
+//!
+//! With `commit_record = barrier` (a device with a cache barrier, as BarrierFS and CJFS assume)
+//! the order comes from the device instead of a flush:
+//!
+//! `log blocks of T1..Tk (written) → commit blocks of T1..Tk, each an order-preserving write,
+//! in tid order → one flush → T1..Tk durable`
+//!
+//! Each commit block reaches the media after everything written before it: its own log
+//! blocks and every earlier commit block. So a crash still leaves a prefix of whole
+//! transactions and no valid commit block past the end recovery finds, with one flush per
+//! group and no FUA write.
 
 use crate::commit::commit_block_position;
 use crate::config::CommitRecord;
@@ -104,7 +115,7 @@ fn flush_stage_chained(shared: &Arc<Shared>) {
         }
         if let Some(tid) = next {
             let commit_started = Instant::now();
-            if write_commit_blocks(shared, &[tid], false).is_err() {
+            if write_commit_blocks(shared, &[tid], CommitWrite::Plain).is_err() {
                 return;
             }
             stats::add_time(&shared.counters.ns_commit_fua, commit_started.elapsed());
@@ -117,6 +128,17 @@ fn flush_stage_chained(shared: &Arc<Shared>) {
 /// blocks with FUA. On error the journal aborts.
 pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     assert!(!group.is_empty() && group.len() <= shared.config.flush_batch_max);
+    if shared.config.commit_record == CommitRecord::Barrier {
+        let ordered_started = Instant::now();
+        write_commit_blocks(shared, group, CommitWrite::Barrier)?;
+        stats::add_time(&shared.counters.ns_commit_fua, ordered_started.elapsed());
+        let flush_started = Instant::now();
+        shared.dev.flush().map_err(|e| shared.abort_on("flushing log and commit blocks", e))?;
+        stats::add(&shared.counters.flushes, 1);
+        stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
+        mark_durable(shared, group, ordered_started);
+        return Ok(());
+    }
     let flush_started = Instant::now();
     shared.dev.flush().map_err(|e| shared.abort_on("flushing log blocks", e))?;
     stats::add(&shared.counters.flushes, 1);
@@ -127,15 +149,26 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     // (JBD2 has the same guarantee with one committing transaction). The group still shares
     // its single flush.
     let fua_started = Instant::now();
-    write_commit_blocks(shared, group, true)?;
+    write_commit_blocks(shared, group, CommitWrite::Fua)?;
     stats::add_time(&shared.counters.ns_commit_fua, fua_started.elapsed());
     mark_durable(shared, group, flush_started);
     Ok(())
 }
 
-/// Writes the commit blocks of the Written transactions `group`, in tid order, each with FUA
-/// (`fua`) or as a plain write for a later flush.
-fn write_commit_blocks(shared: &Shared, group: &[Tid], fua: bool) -> Result<()> {
+/// How a commit block is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CommitWrite {
+    /// Durable on completion.
+    Fua,
+    /// Durable after a later flush.
+    Plain,
+    /// Ordered after every earlier write, durable after a later flush.
+    Barrier,
+}
+
+/// Writes the commit blocks of the Written transactions `group`, in tid order, one after the
+/// other.
+fn write_commit_blocks(shared: &Shared, group: &[Tid], how: CommitWrite) -> Result<()> {
     let (sec, nsec) = commit_time();
     let commits: Vec<(u64, Vec<u8>)> = {
         let st = shared.state.read(&shared.locks);
@@ -150,14 +183,14 @@ fn write_commit_blocks(shared: &Shared, group: &[Tid], fua: bool) -> Result<()> 
             .collect()
     };
     for (offset, block) in &commits {
-        let written = if fua {
-            shared.dev.write_fua_at(*offset, block)
-        } else {
-            shared.dev.write_at(*offset, block)
+        let written = match how {
+            CommitWrite::Fua => shared.dev.write_fua_at(*offset, block),
+            CommitWrite::Plain => shared.dev.write_at(*offset, block),
+            CommitWrite::Barrier => shared.dev.write_barrier_at(*offset, block),
         };
         written.map_err(|e| shared.abort_on("writing a commit block", e))?;
     }
-    if fua {
+    if how == CommitWrite::Fua {
         stats::add(&shared.counters.fua_writes, commits.len() as u64);
     }
     stats::add(&shared.counters.log_blocks_written, commits.len() as u64);

@@ -38,7 +38,7 @@
 
 use crate::buffer::{Buffer, BufferCache};
 use crate::checkpoint;
-use crate::config::JournalConfig;
+use crate::config::{CommitRecord, JournalConfig};
 use crate::coop_io::Published;
 use crate::error::{JournalError, Result};
 use crate::handle::{start_handle, Handle};
@@ -224,6 +224,13 @@ impl Journal {
         read_only: bool,
     ) -> Result<Journal> {
         config.validate().map_err(JournalError::Invalid)?;
+        if config.commit_record == CommitRecord::Barrier && !read_only && !dev.has_cache_barrier() {
+            return Err(JournalError::Invalid(
+                "commit_record = barrier needs a device with a cache barrier; this one has none \
+                 (use fua or chained)"
+                    .into(),
+            ));
+        }
         let mut sb = read_superblock(&*dev, &location)?;
         // A read-only journal never writes and never replays: attached to a log that still
         // holds transactions (a norecovery mount), reads see the home blocks as they are.

@@ -129,6 +129,28 @@ fn every_crash_state_with_chained_commit_blocks_recovers_a_committed_prefix() {
     explore("dual,commit_record=chained", 0, seed("crash dual chained", 17));
 }
 
+/// The CJFS paper's device: each commit block is an order-preserving write after its log
+/// blocks, and one flush makes a compound-flush group durable. A commit block written plainly
+/// instead (no order) fails this test: the recording device lets it reach the media before its
+/// log blocks.
+#[test]
+fn every_crash_state_with_barrier_commit_blocks_recovers_a_committed_prefix() {
+    explore("cjfs,commit_record=barrier,flush_batch_max=5", 0, seed("crash cjfs barrier", 19));
+    explore("classic,commit_record=barrier", 0, seed("crash classic barrier", 20));
+}
+
+/// A device without a cache barrier (here an overlay, like a file image) cannot order a commit
+/// block: the journal refuses to open rather than write commit blocks it cannot order.
+#[test]
+fn barrier_commit_blocks_are_refused_on_a_device_without_a_cache_barrier() {
+    let (formatted, loc) = formatted_mem(JOURNAL_BLOCKS, ChecksumVersion::V3);
+    let plain = Arc::new(blockdev::overlay::OverlayDevice::new(formatted));
+    let err = journal::Journal::open(plain, loc, config("cjfs,commit_record=barrier"))
+        .err()
+        .expect("barrier commit blocks on a device without a barrier");
+    assert!(err.to_string().contains("cache barrier"), "{err}");
+}
+
 #[test]
 fn every_crash_state_with_cooperative_commit_and_checkpoint_io_recovers_a_committed_prefix() {
     explore(
@@ -152,6 +174,7 @@ fn every_crash_state_with_cooperative_commit_and_checkpoint_io_recovers_a_commit
 fn a_second_crash_after_recovery_never_replays_stale_transactions_of_the_first_life() {
     two_lives(COMPOUND_FLUSH, seed("two lives, compound flush", 13));
     two_lives("cjfs", seed("two lives, chained", 18));
+    two_lives("cjfs,commit_record=barrier", seed("two lives, barrier", 21));
 }
 
 fn two_lives(spec: &str, seed: u64) {
