@@ -63,12 +63,18 @@ fn a_thousand_crash_images_pass_every_check() {
     for kind in ["FlushBoundary", "Subset", "Torn"] {
         assert!(after(&summary, kind) > 0, "{kind} states: {summary}");
     }
-    // Every preset takes its turn (a preset added to PRESETS joins without a change here).
+    // Every configuration takes its turn: each preset and each variant of the rotation
+    // (`cjfs,commit_record=barrier`); one added there joins without a change here.
     let by_preset = &summary[summary.find("by preset: ").expect("images by preset")..];
+    let mut specs: Vec<String> =
+        crashtest::explore::default_configs().into_iter().map(|c| c.preset).collect();
+    specs.sort();
+    specs.dedup();
+    assert!(journal::config::PRESETS.iter().all(|p| specs.iter().any(|s| s == p)));
     let mut per_preset = 0;
-    for preset in journal::config::PRESETS {
-        let n = after(by_preset, preset);
-        assert!(n > 0, "{preset}: no crash images: {summary}");
+    for spec in &specs {
+        let n = after(by_preset, spec);
+        assert!(n > 0, "{spec}: no crash images: {summary}");
         per_preset += n;
     }
     assert_eq!(per_preset, images, "every image has its preset: {summary}");

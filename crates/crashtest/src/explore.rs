@@ -70,13 +70,15 @@ impl Options {
 }
 
 /// Every journal preset of `journal::config::PRESETS` (a preset added there joins the rotation
-/// on its own); ordered and journalled data; a page cache that holds the whole workload or one
-/// that writes back every few blocks.
+/// on its own), and CJFS as the paper runs it on a device with a cache barrier (the recording
+/// device has one); ordered and journalled data; a page cache that holds the whole workload or
+/// one that writes back every few blocks.
 pub fn default_configs() -> Vec<Config> {
     let mut out = Vec::new();
+    let specs = journal::config::PRESETS.iter().copied().chain(["cjfs,commit_record=barrier"]);
     for dirty_kib in [64 * 1024, 16] {
         for data in ["ordered", "journal"] {
-            for preset in journal::config::PRESETS {
+            for preset in specs.clone() {
                 let config = Config {
                     preset: preset.to_string(),
                     data: data.into(),
@@ -639,6 +641,9 @@ pub fn op_log(rec: &Recording) -> String {
                 format!("write #{seq} block {block} (+{}) {} bytes{fua}", offset % 4096, data.len())
             }
             RecordedOp::Flush { covers } => format!("flush covering writes #0..#{covers}"),
+            RecordedOp::Barrier => {
+                "barrier: the next write is ordered after every earlier one".to_string()
+            }
             RecordedOp::Mark(label) => {
                 let (t, k, end) = crate::run::decode_mark(*label);
                 format!("mark: thread {t} op {k} {}", if end { "returned" } else { "starts" })

@@ -222,7 +222,8 @@ pub const SETUP: usize = 0xFFFF;
 /// How the file system is made and mounted for a workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// A journal preset (`journal::JournalConfig::PRESETS`).
+    /// A journal preset (`journal::JournalConfig::PRESETS`), optionally with settings on top:
+    /// `cjfs,commit_record=barrier`.
     pub preset: String,
     /// `ordered` or `journal`.
     pub data: String,

@@ -154,6 +154,8 @@ fn single_and_threaded_workloads_each_rotate_through_every_preset_and_configurat
             assert_eq!(n, 2, "{preset}, data={data}: one config per page-cache size");
         }
     }
+    let barrier = configs.iter().filter(|c| c.preset == "cjfs,commit_record=barrier").count();
+    assert_eq!(barrier, 4, "CJFS with barrier commit blocks, in both data modes and cache sizes");
     // Today's list, and lists whose length is a multiple of threaded_every (as 6 presets
     // make 24 configurations with threaded_every 8), where a single rotation over k would
     // split the configurations between the two kinds of workload.
