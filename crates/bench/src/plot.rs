@@ -635,6 +635,22 @@ fn fit(s: &str, width: i32, size: f64) -> String {
     out
 }
 
+/// `s`, shortened in the middle with "..." to about `width` pixels at `size`: legend labels
+/// that differ only at their ends stay apart.
+fn fit_middle(s: &str, width: i32, size: f64) -> String {
+    if text_width(s, size) <= width {
+        return s.to_string();
+    }
+    let keep = ((width as f64 / (size / 1.24 * 0.6)) as usize).saturating_sub(3).max(2);
+    let chars: Vec<char> = s.chars().collect();
+    let head = keep / 2;
+    let tail = keep - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push_str("...");
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
 /// A marker centred on `at` (pixels): circles for the first ten targets, then triangles,
 /// squares and diamonds-as-crosses, so more than ten targets stay apart.
 fn draw_marker<DB: DrawingBackend>(
@@ -659,8 +675,34 @@ fn draw_figure<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure) 
         (w as i32 / 2, 14),
         text(26.0, HPos::Center, VPos::Top),
     ))?;
-    let longest = fig.legend.iter().map(|(_, l)| text_width(l, 17.0)).max().unwrap_or(0);
-    let legend_width = (longest + 60).clamp(140, (w as i32 * 3 / 10).max(140)) as u32;
+    // Labels too long for the legend lose the prefix they all share, which heads the legend
+    // instead: `lib:dev=simssd,ssd=970pro,` over `preset=cjfs`, `preset=barrierfs`, ...
+    let widest = (w as i32 * 3 / 10).max(140);
+    let too_long = fig.legend.iter().any(|(_, l)| text_width(l, 17.0) + 60 > widest);
+    let labels: Vec<String> = fig.legend.iter().map(|(_, l)| l.clone()).collect();
+    let shared = if too_long { crate::report::shared_label_prefix(&labels) } else { 0 };
+    // `shared` may pass the end of a label the others extend (`a` beside `a,b=1`) by one: such
+    // a label is shown by its last setting.
+    let heading = (shared > 0).then(|| {
+        let first = &labels[0];
+        first[..shared.min(first.len())].to_string()
+    });
+    let entries: Vec<(usize, String)> = fig
+        .legend
+        .iter()
+        .map(|(c, l)| {
+            let text = if shared == 0 {
+                l.clone()
+            } else if l.len() > shared {
+                l[shared..].to_string()
+            } else {
+                l[l.rfind([':', ',']).map_or(0, |i| i + 1)..].to_string()
+            };
+            (*c, text)
+        })
+        .collect();
+    let longest = entries.iter().map(|(_, l)| text_width(l, 17.0)).max().unwrap_or(0);
+    let legend_width = (longest + 60).clamp(140, widest) as u32;
     let (_, body) = root.split_vertically(TITLE_HEIGHT);
     let (plots, legend) = body.split_horizontally(w.saturating_sub(legend_width));
     let areas = plots.split_evenly((1, fig.panels.len().max(1)));
@@ -668,20 +710,30 @@ fn draw_figure<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure) 
         draw_panel(root, area, panel)?;
     }
     let mark = fig.panels.first().map_or(Mark::Lines, |p| p.mark);
-    draw_legend(root, &legend, &fig.legend, legend_width as i32, mark)
+    draw_legend(root, &legend, heading.as_deref(), &entries, legend_width as i32, mark)
 }
 
 fn draw_legend<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     area: &DrawingArea<DB, Shift>,
+    heading: Option<&str>,
     entries: &[(usize, String)],
     width: i32,
     mark: Mark,
 ) -> DrawResult<DB> {
     let (xs, ys) = area.get_pixel_range();
     let x = xs.start + 8;
+    let mut top = ys.start + 30;
+    if let Some(heading) = heading {
+        root.draw(&Text::new(
+            fit(heading, width - 12, 15.0),
+            (x, top),
+            text(15.0, HPos::Left, VPos::Center),
+        ))?;
+        top += 26;
+    }
     for (i, (colour, label)) in entries.iter().enumerate() {
-        let y = ys.start + 30 + i as i32 * 26;
+        let y = top + i as i32 * 26;
         if y > ys.end - 10 {
             break;
         }
@@ -699,7 +751,7 @@ fn draw_legend<DB: DrawingBackend>(
             }
         }
         root.draw(&Text::new(
-            fit(label, width - 50, 17.0),
+            fit_middle(label, width - 50, 17.0),
             (x + 38, y),
             text(17.0, HPos::Left, VPos::Center),
         ))?;
@@ -1074,6 +1126,11 @@ mod tests {
         summaries[5].median_run.engine =
             Some(EngineFigures { handles_per_transaction: f64::NAN, ..Default::default() });
         summaries[9].median_run.engine = Some(EngineFigures::default());
+        // Labels too long for the legend, one the prefix of another (the legend is then headed
+        // by the shared prefix, which passes the end of the shorter label).
+        let long = "lib:dev=simssd,ssd=970pro,journal_mib=512";
+        summaries.push(sum("long", long, 1, 1.0));
+        summaries.push(sum("long", &format!("{long},preset=cjfs,commit_record=barrier"), 1, 2.0));
         let report = Report { summaries, ..Default::default() };
         let tmp = TempDir::new("odd");
         let out = write_plots(&report, &tmp.0).expect("odd data still draws");
@@ -1090,6 +1147,7 @@ mod tests {
             "engine-recovery.svg",
             "throughput-weird-name-1.svg",
             "throughput-weird-name-1-2.svg",
+            "throughput-long.svg",
         ] {
             assert!(names.contains(&want.to_string()), "{want} missing from {names:?}");
         }
@@ -1115,6 +1173,11 @@ mod tests {
         assert_eq!(ticks, ["100", "200", "500", "1k"]);
         assert_eq!(slug("Weird/Name  #1"), "weird-name-1");
         assert_eq!(slug("///"), "unnamed");
+        let label = "preset=cjfs,commit_record=barrier,committing_max=5";
+        let short = fit_middle(label, 200, 17.0);
+        assert!(short.starts_with("preset=") && short.ends_with("max=5"), "{short}");
+        assert!(text_width(&short, 17.0) <= 200, "{short}");
+        assert_eq!(fit_middle("lib", 200, 17.0), "lib");
     }
 
     /// The SVGs need no font: run in a child process (where no font was ever registered), the

@@ -11,6 +11,8 @@ use crate::results::{Report, RunResult, Summary};
 /// fsync limit, the engine's figures and the e2fsck verdict; then failed runs, if any.
 pub fn format_table(report: &Report) -> String {
     let mut out = String::new();
+    let labels = TargetLabels::new(report);
+    labels.key(&mut out);
     let limit = report.probe.as_ref().map(|p| p.fdatasyncs_per_sec_limit);
     let mut workload = "";
     for s in &report.summaries {
@@ -30,10 +32,10 @@ pub fn format_table(report: &Report) -> String {
                 "%lim", "hdl/tx", "cfl/tx", "flms/tx", "qd", "fsck"
             );
         }
-        let _ = writeln!(out, "{}", row(s, limit));
+        let _ = writeln!(out, "{}", row(s, limit, &labels));
     }
-    stage_table(&mut out, report);
-    lock_wait_table(&mut out, report);
+    stage_table(&mut out, report, &labels);
+    lock_wait_table(&mut out, report, &labels);
     let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
     if !failed.is_empty() {
         let _ = writeln!(out, "\nFAILED RUNS");
@@ -54,7 +56,7 @@ pub fn format_table(report: &Report) -> String {
 
 /// Where the median run's transactions spent their time, per transaction (CJFS's stages:
 /// what each waits on), with handle start waits and transactions in flight.
-fn stage_table(out: &mut String, report: &Report) {
+fn stage_table(out: &mut String, report: &Report, labels: &TargetLabels) {
     let with_engine: Vec<&Summary> =
         report.summaries.iter().filter(|s| s.median_run.engine.is_some()).collect();
     if with_engine.is_empty() {
@@ -97,7 +99,7 @@ fn stage_table(out: &mut String, report: &Report) {
             out,
             "{:<20} {:<28} {:>4} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7.1} {:>9}",
             truncate(&s.workload, 20),
-            truncate(&s.target, 28),
+            labels.get(&s.target),
             s.threads,
             per(e.ms_running),
             per(e.ms_slot_wait),
@@ -117,7 +119,7 @@ fn stage_table(out: &mut String, report: &Report) {
 
 /// Milliseconds waited for each engine lock in the median run of every quill target (the
 /// FAST'18 paper's lock-contention breakdown).
-fn lock_wait_table(out: &mut String, report: &Report) {
+fn lock_wait_table(out: &mut String, report: &Report, labels: &TargetLabels) {
     let with_locks: Vec<&Summary> = report
         .summaries
         .iter()
@@ -140,7 +142,7 @@ fn lock_wait_table(out: &mut String, report: &Report) {
         let mut line = format!(
             "{:<20} {:<28} {:>4}",
             truncate(&s.workload, 20),
-            truncate(&s.target, 28),
+            labels.get(&s.target),
             s.threads
         );
         for name in &names {
@@ -150,7 +152,7 @@ fn lock_wait_table(out: &mut String, report: &Report) {
     }
 }
 
-fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
+fn row(s: &Summary, fsync_limit: Option<f64>, labels: &TargetLabels) -> String {
     let r = &s.median_run;
     let ratio = s.vs_baseline.map_or("-".to_string(), |v| format!("{v:.2}x"));
     let (hdl, cfl, flush, qd) = match &r.engine {
@@ -177,7 +179,7 @@ fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
     let latency = |v: u64| if r.fsyncs == 0 { "-".to_string() } else { v.to_string() };
     format!(
         "{:<28} {:>4} {:>10} {:>19} {:>6} {:>8.1} {:>7} {:>7} {:>7} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}",
-        truncate(&s.target, 28),
+        labels.get(&s.target),
         s.threads,
         number(s.median),
         format!("{}..{}", number(s.min), number(s.max)),
@@ -194,6 +196,101 @@ fn row(s: &Summary, fsync_limit: Option<f64>) -> String {
         qd,
         fsck
     )
+}
+
+/// Width of the target column.
+const TARGET_WIDTH: usize = 28;
+
+/// The target column's text for each target. When every label fits, the label itself; else
+/// each target is numbered in order of appearance and shown as `#k` and what follows the
+/// prefix all labels share (cut at a `:` or `,`), so rows that differ only late in a long label
+/// stay apart; a key above the tables gives every label in full.
+struct TargetLabels {
+    /// (full label, column text), in order of appearance.
+    labels: Vec<(String, String)>,
+    shortened: bool,
+}
+
+impl TargetLabels {
+    fn new(report: &Report) -> TargetLabels {
+        let mut full: Vec<String> = Vec::new();
+        for s in &report.summaries {
+            if !full.contains(&s.target) {
+                full.push(s.target.clone());
+            }
+        }
+        let shortened = full.iter().any(|l| l.chars().count() > TARGET_WIDTH);
+        if !shortened {
+            let labels = full.into_iter().map(|l| (l.clone(), l)).collect();
+            return TargetLabels { labels, shortened };
+        }
+        let common = shared_label_prefix(&full);
+        let labels = full
+            .into_iter()
+            .enumerate()
+            .map(|(k, label)| {
+                let tag = format!("#{} ", k + 1);
+                let room = TARGET_WIDTH - tag.len();
+                let text = if label.len() > common {
+                    format!("{tag}{}", truncate(&label[common..], room))
+                } else {
+                    // The label is the shared prefix itself (a baseline the others extend).
+                    format!("{tag}{}", truncate_front(&label, room))
+                };
+                (label, text)
+            })
+            .collect();
+        TargetLabels { labels, shortened }
+    }
+
+    fn get(&self, target: &str) -> String {
+        self.labels
+            .iter()
+            .find(|(full, _)| full == target)
+            .map_or_else(|| truncate(target, TARGET_WIDTH), |(_, text)| text.clone())
+    }
+
+    /// The key to shortened labels, if any were shortened.
+    fn key(&self, out: &mut String) {
+        if !self.shortened {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\ntargets (the tables show #k and the label after the prefix they share):"
+        );
+        for (k, (full, _)) in self.labels.iter().enumerate() {
+            let _ = writeln!(out, "  #{} {full}", k + 1);
+        }
+    }
+}
+
+/// Bytes of the longest prefix every label shares that ends just after a `:` or `,`, or 0
+/// with fewer than two labels (the tables and the plots' legends drop it from long labels).
+pub(crate) fn shared_label_prefix(labels: &[String]) -> usize {
+    let [first, rest @ ..] = labels else { return 0 };
+    if rest.is_empty() {
+        return 0;
+    }
+    // Each label ends with a comma here, so a label that the others extend with `,...` is
+    // shared whole.
+    let first = format!("{first},");
+    let mut shared = first.len();
+    for label in rest {
+        let label = format!("{label},");
+        shared = first.bytes().zip(label.bytes()).take(shared).take_while(|(a, b)| a == b).count();
+    }
+    first[..shared].rfind([':', ',']).map_or(0, |i| i + 1)
+}
+
+/// `s` cut to its last `n` characters, marked with a leading `~`.
+fn truncate_front(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    if count <= n {
+        return s.to_string();
+    }
+    let tail: String = s.chars().skip(count - (n - 1)).collect();
+    format!("~{tail}")
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -373,5 +470,42 @@ mod tests {
         let summary_csv = std::fs::read_to_string(&files[1]).unwrap();
         assert_eq!(summary_csv.lines().count(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn long_target_labels_are_numbered_shown_without_their_shared_prefix_and_keyed() {
+        let base = "lib:dev=simssd,ssd=970pro,journal_mib=512";
+        let targets = [
+            base.to_string(),
+            format!("{base},preset=cjfs,commit_record=barrier"),
+            format!("{base},preset=cjfs,commit_record=barrier,committing_max=5"),
+        ];
+        let runs: Vec<RunResult> = targets
+            .iter()
+            .map(|t| {
+                let mut r = RunResult {
+                    workload: "varmail-shared".into(),
+                    target: t.clone(),
+                    threads: 1,
+                    seconds: 1.0,
+                    ops: 100,
+                    ..Default::default()
+                };
+                r.set_rates();
+                r
+            })
+            .collect();
+        let report = Report { summaries: summarize(&runs, None), runs, ..Default::default() };
+        let labels = TargetLabels::new(&report);
+        let texts: Vec<String> = targets.iter().map(|t| labels.get(t)).collect();
+        assert_eq!(texts[0], "#1 ~d=970pro,journal_mib=512");
+        assert_eq!(texts[1], "#2 preset=cjfs,commit_recor~");
+        assert!(texts.iter().all(|t| t.chars().count() <= TARGET_WIDTH), "{texts:?}");
+        let table = format_table(&report);
+        for (k, t) in targets.iter().enumerate() {
+            assert!(table.contains(&format!("  #{} {t}\n", k + 1)), "key for {t}:\n{table}");
+        }
+        // Short labels stay as they are, with no key.
+        assert_eq!(shared_label_prefix(&["lib".into(), "kernel-ext4".into()]), 0);
     }
 }
