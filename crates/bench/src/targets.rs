@@ -4,7 +4,7 @@
 //! | target | what it is | image made by |
 //! |---|---|---|
 //! | `lib` | quill in-process ([`fs::Filesystem`] called directly) on an image file, or with `dev=simssd` on the simulated SSD | quill's mkfs |
-//! | `quill-fuse` | quill mounted through FUSE in this process (the kernel's VFS in the path) | quill's mkfs |
+//! | `quill-fuse` | quill mounted through FUSE in this process (the kernel's VFS in the path), on an image file or the simulated SSD | quill's mkfs |
 //! | `kernel-ext4` | the kernel's ext4 on a loop-mounted image | mkfs.ext4 |
 //! | `fuse2fs` | e2fsprogs' FUSE driver | mkfs.ext4 |
 //! | `dir:PATH` | any mounted directory (a fresh subdirectory, removed after) | — |
@@ -13,7 +13,7 @@
 //! - quill (`lib`, `quill-fuse`): `preset=` any of [`journal::config::PRESETS`], any journal setting
 //!   (`versions_max=3`, …), `data=ordered|journal|writeback`, `io=auto|direct|buffered` (how the
 //!   image file is opened, [`IoMode`]; the path taken is added to each run's note),
-//!   `journal_mib=` (the journal's size at mkfs; mke2fs's default otherwise); `lib` also
+//!   `journal_mib=` (the journal's size at mkfs; mke2fs's default otherwise),
 //!   `dev=file|simssd`, and with `dev=simssd` the device's latency model: `ssd=default|970pro`
 //!   ([`SimSsdConfig::profile`]) and any of its fields on top (`ssd_flush_us=900`,
 //!   `ssd_channels=4`, …).
@@ -49,9 +49,9 @@ pub enum Kind {
     Dir(PathBuf),
 }
 
-/// Where `lib` keeps its image.
+/// Where a quill target (`lib`, `quill-fuse`) keeps its image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LibDevice {
+pub enum QuillDevice {
     File,
     SimSsd(SimSsdConfig),
 }
@@ -63,7 +63,7 @@ pub struct TargetSpec {
     pub kind: Kind,
     /// quill targets: the mount options.
     pub quill: MountOptions,
-    pub lib_device: LibDevice,
+    pub quill_device: QuillDevice,
     /// quill targets on an image file: how the file is opened.
     pub io: IoMode,
     /// quill targets: the journal's size (`journal_mib=`); None: mke2fs's default for the
@@ -105,7 +105,7 @@ impl TargetSpec {
             label: text.to_string(),
             kind: kind.clone(),
             quill: MountOptions::default(),
-            lib_device: LibDevice::File,
+            quill_device: QuillDevice::File,
             io: IoMode::default(),
             fast_commit: false,
             journal_mib: None,
@@ -170,15 +170,15 @@ impl TargetSpec {
                                 })?;
                             spec.journal_mib = Some(mib);
                         }
-                        "dev" if kind == Kind::Lib => {
-                            spec.lib_device = match value {
-                                "file" => LibDevice::File,
-                                "simssd" => LibDevice::SimSsd(ssd),
+                        "dev" => {
+                            spec.quill_device = match value {
+                                "file" => QuillDevice::File,
+                                "simssd" => QuillDevice::SimSsd(ssd),
                                 _ => return Err(format!("{text}: dev={value}? (file or simssd)")),
                             }
                         }
                         // Read before this loop.
-                        _ if kind == Kind::Lib && (key == "ssd" || key.starts_with("ssd_")) => {
+                        _ if key == "ssd" || key.starts_with("ssd_") => {
                             ssd_options = true;
                         }
                         _ => spec
@@ -188,7 +188,7 @@ impl TargetSpec {
                             .map_err(|e| format!("{text}: {e}"))?,
                     }
                 }
-                if ssd_options && !matches!(spec.lib_device, LibDevice::SimSsd(_)) {
+                if ssd_options && !matches!(spec.quill_device, QuillDevice::SimSsd(_)) {
                     return Err(format!("{text}: ssd options need dev=simssd"));
                 }
             }
@@ -247,6 +247,31 @@ impl TargetSpec {
         }
     }
 
+    /// A quill target's device: a fresh image file at `image`, or a simulated SSD (whose media
+    /// `check` copies to a file for e2fsck).
+    fn make_quill_device(
+        &self,
+        env: &Env,
+        image: &Path,
+        io: FileOptions,
+        prepared: &mut Prepared,
+    ) -> Result<Arc<dyn BlockDevice>, String> {
+        match self.quill_device {
+            QuillDevice::File => {
+                let dev = FileDevice::create_with(image, env.image_bytes, io)
+                    .map_err(|e| e.to_string())?;
+                prepared.image = Some(image.to_path_buf());
+                prepared.io_path = Some(dev.io_path().to_string());
+                Ok(Arc::new(dev))
+            }
+            QuillDevice::SimSsd(config) => {
+                let ssd = Arc::new(SimSsd::new(env.image_bytes, config));
+                prepared.simssd = Some(ssd.clone());
+                Ok(ssd)
+            }
+        }
+    }
+
     /// Makes a fresh file system (image, mount) for one run; `id` makes its names unique.
     pub fn setup(&self, env: &Env, id: &str) -> Result<Prepared, String> {
         let image = env.scratch.join(format!("{id}.img"));
@@ -265,31 +290,14 @@ impl TargetSpec {
         let io = FileOptions { io: self.io, ..FileOptions::default() };
         match &self.kind {
             Kind::Lib => {
-                let sparse_file = self.lib_device == LibDevice::File;
-                let (dev, simssd): (Arc<dyn BlockDevice>, _) = match self.lib_device {
-                    LibDevice::File => {
-                        let dev = FileDevice::create_with(&image, env.image_bytes, io)
-                            .map_err(|e| e.to_string())?;
-                        prepared.image = Some(image.clone());
-                        prepared.io_path = Some(dev.io_path().to_string());
-                        (Arc::new(dev), None)
-                    }
-                    LibDevice::SimSsd(config) => {
-                        let ssd = Arc::new(SimSsd::new(env.image_bytes, config));
-                        (ssd.clone(), Some(ssd))
-                    }
-                };
-                prepared.simssd = simssd;
-                let quill = open_quill(dev, self, sparse_file)?;
+                let dev = self.make_quill_device(env, &image, io, &mut prepared)?;
+                let quill = open_quill(dev, self, self.quill_device == QuillDevice::File)?;
                 prepared.api = Some(Box::new(LibApi::new(quill.fs.clone())));
                 prepared.quill = Some(quill);
             }
             Kind::QuillFuse => {
-                let dev = FileDevice::create_with(&image, env.image_bytes, io)
-                    .map_err(|e| e.to_string())?;
-                prepared.image = Some(image.clone());
-                prepared.io_path = Some(dev.io_path().to_string());
-                let quill = open_quill(Arc::new(dev), self, true)?;
+                let dev = self.make_quill_device(env, &image, io, &mut prepared)?;
+                let quill = open_quill(dev, self, self.quill_device == QuillDevice::File)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
                 let config = quill_fuse::MountConfig {
@@ -702,13 +710,15 @@ mod tests {
         assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
         let ssd = TargetSpec::parse("lib:ssd_flush_us=900,dev=simssd,ssd=970pro").unwrap();
         let want = SimSsdConfig { flush_us: 900, ..SimSsdConfig::samsung_970_pro() };
-        assert_eq!(ssd.lib_device, LibDevice::SimSsd(want));
+        assert_eq!(ssd.quill_device, QuillDevice::SimSsd(want));
         assert_eq!(
             TargetSpec::parse("quill-fuse:journal_mib=1024").unwrap().journal_mib,
             Some(1024)
         );
+        let fuse = TargetSpec::parse("quill-fuse:dev=simssd,ssd=970pro").unwrap();
+        assert_eq!(fuse.quill_device, QuillDevice::SimSsd(SimSsdConfig::samsung_970_pro()));
         let plain = TargetSpec::parse("lib:dev=simssd").unwrap();
-        assert_eq!(plain.lib_device, LibDevice::SimSsd(SimSsdConfig::default()));
+        assert_eq!(plain.quill_device, QuillDevice::SimSsd(SimSsdConfig::default()));
         for bad in [
             "lib:io=cached",
             "nfs",
@@ -716,7 +726,6 @@ mod tests {
             "lib:preset=zfs",
             "lib:data=bogus",
             "lib:frobnicate=1",
-            "quill-fuse:dev=simssd",
             "lib:ssd=970pro",
             "lib:dev=simssd,ssd=optane",
             "lib:dev=simssd,ssd_flush_us=soon",
