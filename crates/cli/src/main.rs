@@ -75,11 +75,14 @@ Options (-o, comma-separated, later ones win):
   errors=remount-ro|continue      on a file-system error: stop writing (default), or
                                   report it, mark the image for e2fsck and go on
   allow_other                     let every user in (permissions are still checked)
-  preset=NAME                     journal preset: classic (default), dual, cjfs,
-                                  fast18-io, fast18, all
+  preset=NAME                     journal preset: classic (default), dual, barrierfs,
+                                  cjfs, fast18-io, fast18, all
   committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N,
-  lists=locked|lockfree, commit_io=thread|cooperative, checkpoint_io=mutex|cooperative
+  lists=locked|lockfree, commit_io=thread|cooperative, checkpoint_io=mutex|cooperative,
+  commit_record=fua|chained|barrier
                                   one journal technique setting, on top of the preset
+                                  (barrier needs a device with a cache barrier: an image
+                                  file has none, and the mount is refused)
   threads=N                       FUSE worker threads (default 2 per core, at least 4)
   io=buffered|direct|auto         image file through the page cache (default), O_DIRECT,
                                   or O_DIRECT where the file system takes it

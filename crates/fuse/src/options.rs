@@ -140,7 +140,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 })?);
             }
             "committing_max" | "flush_batch_max" | "versions_max" | "recovery_threads"
-            | "coalescing" | "lists" | "commit_io" | "checkpoint_io" => {
+            | "coalescing" | "lists" | "commit_io" | "checkpoint_io" | "commit_record" => {
                 // Checked by JournalConfig::set once the preset is known.
                 let value = need(key, value)?.to_string();
                 settings.retain(|(k, _)| k != key);
@@ -317,6 +317,8 @@ mod tests {
         let spec = parse(&["flush_batch_max=4,versions_max=2,recovery_threads=3"], false).unwrap();
         assert_eq!((spec.fs.journal.flush_batch_max, spec.fs.journal.versions_max), (4, 2));
         assert_eq!(spec.fs.journal.recovery_threads, 3);
+        let spec = parse(&["preset=dual,commit_record=chained"], false).unwrap();
+        assert_eq!(spec.fs.journal.commit_record, journal::config::CommitRecord::Chained);
     }
 
     #[test]
@@ -329,6 +331,8 @@ mod tests {
             ("threads=0", "threads=0"),
             ("committing_max=0", "committing_max"),
             ("coalescing=2", "coalescing=2"),
+            ("commit_record=fast", "commit_record=fast"),
+            ("commit_record=chained", "committing_max"),
             ("ro=1", "takes no value"),
             ("data", "needs a value"),
             ("log=", "needs a value"),
