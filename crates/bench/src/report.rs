@@ -208,7 +208,6 @@ const TARGET_WIDTH: usize = 28;
 struct TargetLabels {
     /// (full label, column text), in order of appearance.
     labels: Vec<(String, String)>,
-    shortened: bool,
 }
 
 impl TargetLabels {
@@ -219,10 +218,9 @@ impl TargetLabels {
                 full.push(s.target.clone());
             }
         }
-        let shortened = full.iter().any(|l| l.chars().count() > TARGET_WIDTH);
-        if !shortened {
+        if full.iter().all(|l| l.chars().count() <= TARGET_WIDTH) {
             let labels = full.into_iter().map(|l| (l.clone(), l)).collect();
-            return TargetLabels { labels, shortened };
+            return TargetLabels { labels };
         }
         let common = shared_label_prefix(&full);
         let labels = full
@@ -240,7 +238,7 @@ impl TargetLabels {
                 (label, text)
             })
             .collect();
-        TargetLabels { labels, shortened }
+        TargetLabels { labels }
     }
 
     fn get(&self, target: &str) -> String {
@@ -252,7 +250,7 @@ impl TargetLabels {
 
     /// The key to shortened labels, if any were shortened.
     fn key(&self, out: &mut String) {
-        if !self.shortened {
+        if self.labels.iter().all(|(full, text)| full == text) {
             return;
         }
         let _ = writeln!(

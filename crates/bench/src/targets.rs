@@ -128,24 +128,10 @@ impl TargetSpec {
                         })?;
                     }
                 }
-                // ssd= picks the simulated SSD's profile and ssd_* fields go on top, wherever
-                // they are written; dev=simssd takes the result.
-                let mut ssd = SimSsdConfig::default();
-                let mut ssd_options = false;
-                for option in options.iter().filter(|o| o.starts_with("ssd=")) {
-                    let profile = &option[4..];
-                    ssd = SimSsdConfig::profile(profile).ok_or_else(|| {
-                        format!(
-                            "{text}: ssd={profile}? expected one of {}",
-                            SimSsdConfig::PROFILES.join(", ")
-                        )
-                    })?;
-                }
-                for option in options.iter().filter(|o| o.starts_with("ssd_")) {
-                    if let Some((key, value)) = option.split_once('=') {
-                        ssd.set(&key[4..], value).map_err(|e| format!("{text}: ssd_{e}"))?;
-                    }
-                }
+                // The simulated SSD's model: ssd= picks a profile and ssd_* fields go on top,
+                // wherever they are written; dev=simssd takes the result after the loop.
+                let mut ssd_profile = None;
+                let mut ssd_fields = Vec::new();
                 for option in options.iter().filter(|o| !o.starts_with("preset=")) {
                     let (key, value) = option
                         .split_once('=')
@@ -173,14 +159,20 @@ impl TargetSpec {
                         "dev" => {
                             spec.quill_device = match value {
                                 "file" => QuillDevice::File,
-                                "simssd" => QuillDevice::SimSsd(ssd),
+                                "simssd" => QuillDevice::SimSsd(SimSsdConfig::default()),
                                 _ => return Err(format!("{text}: dev={value}? (file or simssd)")),
                             }
                         }
-                        // Read before this loop.
-                        _ if key == "ssd" || key.starts_with("ssd_") => {
-                            ssd_options = true;
+                        "ssd" => {
+                            let profile = SimSsdConfig::profile(value).ok_or_else(|| {
+                                format!(
+                                    "{text}: ssd={value}? expected one of {}",
+                                    SimSsdConfig::PROFILES.join(", ")
+                                )
+                            })?;
+                            ssd_profile = Some(profile);
                         }
+                        _ if key.starts_with("ssd_") => ssd_fields.push((&key[4..], value)),
                         _ => spec
                             .quill
                             .journal
@@ -188,8 +180,17 @@ impl TargetSpec {
                             .map_err(|e| format!("{text}: {e}"))?,
                     }
                 }
-                if ssd_options && !matches!(spec.quill_device, QuillDevice::SimSsd(_)) {
-                    return Err(format!("{text}: ssd options need dev=simssd"));
+                match &mut spec.quill_device {
+                    QuillDevice::SimSsd(config) => {
+                        *config = ssd_profile.unwrap_or_default();
+                        for (key, value) in ssd_fields {
+                            config.set(key, value).map_err(|e| format!("{text}: ssd_{e}"))?;
+                        }
+                    }
+                    QuillDevice::File if ssd_profile.is_some() || !ssd_fields.is_empty() => {
+                        return Err(format!("{text}: ssd options need dev=simssd"));
+                    }
+                    QuillDevice::File => {}
                 }
             }
             Kind::KernelExt4 | Kind::Fuse2fs => {
@@ -247,29 +248,30 @@ impl TargetSpec {
         }
     }
 
-    /// A quill target's device: a fresh image file at `image`, or a simulated SSD (whose media
-    /// `check` copies to a file for e2fsck).
-    fn make_quill_device(
+    /// A quill target's device, formatted with quill's mkfs and opened: a fresh image file at
+    /// `image`, or a simulated SSD (whose media `check` copies to a file for e2fsck).
+    fn open_quill(
         &self,
         env: &Env,
         image: &Path,
-        io: FileOptions,
         prepared: &mut Prepared,
-    ) -> Result<Arc<dyn BlockDevice>, String> {
-        match self.quill_device {
+    ) -> Result<QuillSide, String> {
+        let dev: Arc<dyn BlockDevice> = match self.quill_device {
             QuillDevice::File => {
+                let io = FileOptions { io: self.io, ..FileOptions::default() };
                 let dev = FileDevice::create_with(image, env.image_bytes, io)
                     .map_err(|e| e.to_string())?;
                 prepared.image = Some(image.to_path_buf());
                 prepared.io_path = Some(dev.io_path().to_string());
-                Ok(Arc::new(dev))
+                Arc::new(dev)
             }
             QuillDevice::SimSsd(config) => {
                 let ssd = Arc::new(SimSsd::new(env.image_bytes, config));
                 prepared.simssd = Some(ssd.clone());
-                Ok(ssd)
+                ssd
             }
-        }
+        };
+        format_and_open_quill(dev, self)
     }
 
     /// Makes a fresh file system (image, mount) for one run; `id` makes its names unique.
@@ -287,17 +289,14 @@ impl TargetSpec {
             mount: MountState::None,
             io_path: None,
         };
-        let io = FileOptions { io: self.io, ..FileOptions::default() };
         match &self.kind {
             Kind::Lib => {
-                let dev = self.make_quill_device(env, &image, io, &mut prepared)?;
-                let quill = open_quill(dev, self, self.quill_device == QuillDevice::File)?;
+                let quill = self.open_quill(env, &image, &mut prepared)?;
                 prepared.api = Some(Box::new(LibApi::new(quill.fs.clone())));
                 prepared.quill = Some(quill);
             }
             Kind::QuillFuse => {
-                let dev = self.make_quill_device(env, &image, io, &mut prepared)?;
-                let quill = open_quill(dev, self, self.quill_device == QuillDevice::File)?;
+                let quill = self.open_quill(env, &image, &mut prepared)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
                 let config = quill_fuse::MountConfig {
@@ -355,17 +354,17 @@ pub struct QuillSide {
     stats_at_start: Arc<parking_lot::Mutex<JournalStats>>,
 }
 
-/// Formats `dev` with quill's mkfs and opens it. `sparse_file`: `dev` is a freshly created
-/// sparse image file, whose journal and inode tables mkfs then writes out, as `mkfs.ext4 -E
+/// Formats `dev` with quill's mkfs and opens it. An image file is freshly created and sparse,
+/// so mkfs writes out its journal and inode tables, as `mkfs.ext4 -E
 /// lazy_itable_init=0,lazy_journal_init=0` does for the kernel targets: otherwise the first pass
 /// of the log would pay the host file system's block allocation (a host journal commit) in
 /// every flush, which neither a block device nor the kernel target pays.
-fn open_quill(
+fn format_and_open_quill(
     dev: Arc<dyn BlockDevice>,
     spec: &TargetSpec,
-    sparse_file: bool,
 ) -> Result<QuillSide, String> {
     let options = &spec.quill;
+    let sparse_file = spec.quill_device == QuillDevice::File;
     let mut mkfs = fs::mkfs::MkfsOptions { device_zeroed: !sparse_file, ..Default::default() };
     if let Some(mib) = spec.journal_mib {
         mkfs.journal_blocks =

@@ -62,17 +62,7 @@ impl BlockDevice for LyingDevice {
 }
 
 pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
-    // A preset, then settings on top: `cjfs,commit_record=barrier`.
-    let mut parts = config.preset.split(',');
-    let preset = parts.next().unwrap_or_default();
-    let mut journal =
-        JournalConfig::preset(preset).ok_or_else(|| format!("unknown journal preset {preset}"))?;
-    for setting in parts {
-        let (name, value) = setting
-            .split_once('=')
-            .ok_or_else(|| format!("{}: {setting} is not NAME=VALUE", config.preset))?;
-        journal.set(name, value).map_err(|e| format!("{}: {e}", config.preset))?;
-    }
+    let mut journal = JournalConfig::from_spec(&config.preset)?;
     journal.commit_interval = Duration::from_secs(3600);
     let data = match config.data.as_str() {
         "ordered" => DataMode::Ordered,

@@ -178,7 +178,8 @@ impl JournalConfig {
     /// and chained commit blocks (BarrierFS's ordered commit record without a barrier: one
     /// flush per transaction, which beat a compound flush of up to five transactions followed
     /// by their FUA commit blocks at every thread count), plus parallel recovery.
-    /// `flush_batch_max` matters only with `commit_record = fua` (the paper's compound flush).
+    /// `flush_batch_max` matters only with `commit_record = fua` or `barrier` (the paper's
+    /// compound flush).
     pub fn cjfs() -> Self {
         JournalConfig {
             committing_max: 3,
@@ -219,6 +220,21 @@ impl JournalConfig {
             recovery_threads: FAST18_RECOVERY_THREADS,
             ..Self::cjfs()
         }
+    }
+
+    /// A preset with settings on top, comma-separated: `cjfs,commit_record=barrier`.
+    pub fn from_spec(spec: &str) -> Result<Self, String> {
+        let mut parts = spec.split(',');
+        let preset = parts.next().unwrap_or_default();
+        let mut config =
+            Self::preset(preset).ok_or_else(|| format!("unknown journal preset {preset}"))?;
+        for setting in parts {
+            let (name, value) = setting
+                .split_once('=')
+                .ok_or_else(|| format!("{spec}: {setting} is not NAME=VALUE"))?;
+            config.set(name, value).map_err(|e| format!("{spec}: {e}"))?;
+        }
+        Ok(config)
     }
 
     pub fn preset(name: &str) -> Option<Self> {

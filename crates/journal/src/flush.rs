@@ -104,54 +104,49 @@ fn flush_stage_chained(shared: &Arc<Shared>) {
         let Some(written) = wait_for_written(shared, 1, pending.is_some()) else { return };
         let next = written.first().copied();
         let flush_started = Instant::now();
-        if let Err(e) = shared.dev.flush() {
-            shared.abort_on("flushing log and commit blocks", e);
+        if device_flush(shared, "flushing log and commit blocks").is_err() {
             return;
         }
-        stats::add(&shared.counters.flushes, 1);
-        stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
         if let Some(tid) = pending.take() {
             mark_durable(shared, &[tid], flush_started);
         }
         if let Some(tid) = next {
-            let commit_started = Instant::now();
             if write_commit_blocks(shared, &[tid], CommitWrite::Plain).is_err() {
                 return;
             }
-            stats::add_time(&shared.counters.ns_commit_fua, commit_started.elapsed());
             pending = Some(tid);
         }
     }
 }
 
 /// Makes the consecutive Written transactions `group` durable: one flush, then their commit
-/// blocks with FUA. On error the journal aborts.
+/// blocks with FUA; or, with `commit_record = barrier`, their commit blocks as ordered writes,
+/// then one flush. On error the journal aborts.
 pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     assert!(!group.is_empty() && group.len() <= shared.config.flush_batch_max);
+    let started = Instant::now();
     if shared.config.commit_record == CommitRecord::Barrier {
-        let ordered_started = Instant::now();
         write_commit_blocks(shared, group, CommitWrite::Barrier)?;
-        stats::add_time(&shared.counters.ns_commit_fua, ordered_started.elapsed());
-        let flush_started = Instant::now();
-        shared.dev.flush().map_err(|e| shared.abort_on("flushing log and commit blocks", e))?;
-        stats::add(&shared.counters.flushes, 1);
-        stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
-        mark_durable(shared, group, ordered_started);
-        return Ok(());
+        device_flush(shared, "flushing log and commit blocks")?;
+    } else {
+        device_flush(shared, "flushing log blocks")?;
+        // FUA, in tid order, one after the other: a commit block is written only once every
+        // earlier one is durable. So no crash leaves a valid commit block past the end
+        // recovery finds, and a tid reused after recovery can never meet a stale commit block
+        // of its own (JBD2 has the same guarantee with one committing transaction). The group
+        // still shares its single flush.
+        write_commit_blocks(shared, group, CommitWrite::Fua)?;
     }
-    let flush_started = Instant::now();
-    shared.dev.flush().map_err(|e| shared.abort_on("flushing log blocks", e))?;
+    mark_durable(shared, group, started);
+    Ok(())
+}
+
+/// One device flush, counted and timed; on error the journal aborts, saying it was `doing`.
+fn device_flush(shared: &Shared, doing: &str) -> Result<()> {
+    let started = Instant::now();
+    shared.dev.flush().map_err(|e| shared.abort_on(doing, e))?;
     stats::add(&shared.counters.flushes, 1);
-    stats::add_time(&shared.counters.ns_device_flush, flush_started.elapsed());
-    // FUA, in tid order, one after the other: a commit block is written only once every
-    // earlier one is durable. So no crash leaves a valid commit block past the end recovery
-    // finds, and a tid reused after recovery can never meet a stale commit block of its own
-    // (JBD2 has the same guarantee with one committing transaction). The group still shares
-    // its single flush.
-    let fua_started = Instant::now();
-    write_commit_blocks(shared, group, CommitWrite::Fua)?;
-    stats::add_time(&shared.counters.ns_commit_fua, fua_started.elapsed());
-    mark_durable(shared, group, flush_started);
+    stats::add_time(&shared.counters.ns_device_flush, started.elapsed());
     Ok(())
 }
 
@@ -167,8 +162,9 @@ enum CommitWrite {
 }
 
 /// Writes the commit blocks of the Written transactions `group`, in tid order, one after the
-/// other.
+/// other (timed as the commit-block share of the flush stage).
 fn write_commit_blocks(shared: &Shared, group: &[Tid], how: CommitWrite) -> Result<()> {
+    let started = Instant::now();
     let (sec, nsec) = commit_time();
     let commits: Vec<(u64, Vec<u8>)> = {
         let st = shared.state.read(&shared.locks);
@@ -194,6 +190,7 @@ fn write_commit_blocks(shared: &Shared, group: &[Tid], how: CommitWrite) -> Resu
         stats::add(&shared.counters.fua_writes, commits.len() as u64);
     }
     stats::add(&shared.counters.log_blocks_written, commits.len() as u64);
+    stats::add_time(&shared.counters.ns_commit_fua, started.elapsed());
     Ok(())
 }
 

@@ -77,14 +77,7 @@ impl<D: BlockDevice, F: Fn(&[blockdev::Write<'_>]) + Send + Sync> BlockDevice
 /// A configuration from a spec: a preset name, then `,name=value` settings
 /// (`"classic,commit_io=cooperative"`).
 pub fn config(spec: &str) -> JournalConfig {
-    let mut parts = spec.split(',');
-    let preset = parts.next().unwrap();
-    let mut config = JournalConfig::preset(preset).unwrap_or_else(|| panic!("preset {preset}"));
-    for setting in parts {
-        let (name, value) = setting.split_once('=').expect("name=value");
-        config.set(name, value).unwrap_or_else(|e| panic!("{spec}: {e}"));
-    }
-    config
+    JournalConfig::from_spec(spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
 }
 
 /// The cooperative I/O settings alone and together, on the JBD2 preset and on CJFS.
