@@ -22,7 +22,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle, FontTransform};
 
-use crate::results::{EngineFigures, Report, Summary};
+use crate::results::{EngineFigures, Report, RunResult, Summary};
+use crate::workloads::open_loop_rate;
 
 /// Files written by [`write_plots`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -497,6 +498,78 @@ fn figures(report: &Report) -> Vec<Figure> {
                 panels,
             });
         }
+    }
+    figures.extend(open_loop_figures(report, &colour, &mut names));
+    figures
+}
+
+/// For each workload run open loop at two rates or more: the response time p99 and the
+/// served rate against the offered rate, per target, at the largest pool size.
+fn open_loop_figures(
+    report: &Report,
+    colour: &dyn Fn(&str) -> usize,
+    names: &mut Names,
+) -> Vec<Figure> {
+    let open: Vec<&Summary> =
+        report.summaries.iter().filter(|s| open_loop_rate(&s.workload).is_some()).collect();
+    let base = |s: &&Summary| s.workload.split('@').next().unwrap_or("").to_string();
+    let mut bases: Vec<String> = Vec::new();
+    for b in open.iter().map(base) {
+        if !bases.contains(&b) {
+            bases.push(b);
+        }
+    }
+    let mut figures = Vec::new();
+    for workload in bases {
+        let sums: Vec<&Summary> = open.iter().copied().filter(|s| base(s) == workload).collect();
+        let Some(pool) = sums.iter().map(|s| s.threads).max() else { continue };
+        let sums: Vec<&Summary> = sums.into_iter().filter(|s| s.threads == pool).collect();
+        let mut rates: Vec<f64> = sums.iter().filter_map(|s| open_loop_rate(&s.workload)).collect();
+        rates.sort_by(f64::total_cmp);
+        rates.dedup();
+        if rates.len() < 2 {
+            continue;
+        }
+        let targets = first_seen(&sums, |s| s.target.as_str());
+        let panel = |title: &str, y_label: &str, metric: &dyn Fn(&RunResult) -> f64| Panel {
+            title: Some(title.to_string()),
+            x: XAxis::Categories(rates.iter().map(|r| r.to_string()).collect()),
+            x_label: "offered iterations/s".to_string(),
+            y: YAxis::Linear,
+            y_label: y_label.to_string(),
+            mark: Mark::Lines,
+            series: targets
+                .iter()
+                .map(|t| Series {
+                    colour: colour(t),
+                    points: rates
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, &rate)| {
+                            let s = sums.iter().find(|s| {
+                                s.target == *t && open_loop_rate(&s.workload) == Some(rate)
+                            })?;
+                            Some(DataPoint {
+                                x: i as f64,
+                                y: finite(metric(&s.median_run))?,
+                                err: None,
+                            })
+                        })
+                        .collect(),
+                })
+                .collect(),
+        };
+        figures.push(Figure {
+            name: names.claim(format!("open-loop-{}", slug(&workload))),
+            title: format!("{workload}, open loop: {}", threads_label(pool)),
+            size: ENGINE_SIZE,
+            legend: targets.iter().map(|t| (colour(t), t.to_string())).collect(),
+            panels: vec![
+                panel("response p99", "ms from arrival", &|r| r.response_us_p99 as f64 / 1000.0),
+                panel("response mean", "ms from arrival", &|r| r.response_us_mean as f64 / 1000.0),
+                panel("served", "iterations/s", &RunResult::served_per_sec),
+            ],
+        });
     }
     figures
 }
@@ -1072,6 +1145,43 @@ mod tests {
                 assert_eq!(*colour, want, "{} in {}", label, fig.name);
             }
         }
+    }
+
+    #[test]
+    fn open_loop_runs_at_two_rates_or_more_get_a_response_against_offered_rate_figure() {
+        let mut runs = Vec::new();
+        for (rates, workload) in
+            [(&[100.0, 400.0][..], "varmail-shared"), (&[50.0][..], "oltp-insert")]
+        {
+            for &rate in rates {
+                for target in ["lib", "lib:preset=cjfs"] {
+                    let mut r = RunResult {
+                        workload: format!("{workload}@{rate}/s"),
+                        target: target.into(),
+                        threads: 16,
+                        seconds: 2.0,
+                        ops: 100,
+                        ..Default::default()
+                    };
+                    r.set_open_loop(rate, 2 * rate as u64, 0, vec![rate as u64 * 10; 100]);
+                    r.set_rates();
+                    runs.push(r);
+                }
+            }
+        }
+        let report = Report { summaries: summarize(&runs, None), runs, ..Default::default() };
+        let figs = figures(&report);
+        let open: Vec<&Figure> = figs.iter().filter(|f| f.name.starts_with("open-loop-")).collect();
+        assert_eq!(open.len(), 1, "oltp-insert ran at one rate only");
+        let fig = open[0];
+        assert_eq!(fig.name, "open-loop-varmail-shared");
+        assert_eq!(fig.panels.len(), 3);
+        let p99 = &fig.panels[0];
+        assert!(matches!(&p99.x, XAxis::Categories(c) if c == &["100", "400"]));
+        let ys: Vec<f64> = p99.series[0].points.iter().map(|p| p.y).collect();
+        assert_eq!(ys, [1.0, 4.0], "p99 in ms, by offered rate");
+        let served: Vec<f64> = fig.panels[2].series[1].points.iter().map(|p| p.y).collect();
+        assert_eq!(served, [100.0, 400.0], "arrivals over seconds, none unserved");
     }
 
     #[test]

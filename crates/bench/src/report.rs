@@ -34,6 +34,7 @@ pub fn format_table(report: &Report) -> String {
         }
         let _ = writeln!(out, "{}", row(s, limit, &labels));
     }
+    open_loop_table(&mut out, report, &labels);
     stage_table(&mut out, report, &labels);
     lock_wait_table(&mut out, report, &labels);
     let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
@@ -52,6 +53,53 @@ pub fn format_table(report: &Report) -> String {
         }
     }
     out
+}
+
+/// The open-loop runs' offered and served rates and response times (median runs).
+fn open_loop_table(out: &mut String, report: &Report, labels: &TargetLabels) {
+    let open: Vec<&Summary> =
+        report.summaries.iter().filter(|s| s.median_run.arrival_rate > 0.0).collect();
+    if open.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nopen loop, median runs (offered: iterations arriving per second; served: iterations \
+         finished per second; unserved: arrivals no thread reached by the end; response: ms \
+         from arrival to end, queueing included)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<28} {:<28} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "workload",
+        "target",
+        "thr",
+        "offered",
+        "served",
+        "unserved",
+        "rs avg",
+        "rs p50",
+        "rs p99",
+        "rs p99.9"
+    );
+    for s in open {
+        let r = &s.median_run;
+        let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
+        let _ = writeln!(
+            out,
+            "{:<28} {:<28} {:>4} {:>8} {:>8.1} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            truncate(&s.workload, 28),
+            labels.get(&s.target),
+            s.threads,
+            r.arrival_rate,
+            r.served_per_sec(),
+            r.unserved,
+            ms(r.response_us_mean),
+            ms(r.response_us_p50),
+            ms(r.response_us_p99),
+            ms(r.response_us_p999)
+        );
+    }
 }
 
 /// Where the median run's transactions spent their time, per transaction (CJFS's stages:
@@ -328,8 +376,9 @@ bytes_written,mb_per_sec,files_created,files_per_sec,fsyncs,fsync_us_p50,fsync_u
 fsync_us_p999,transactions,handles_per_transaction,conflicts_per_transaction,\
 flushes_per_transaction,ms_locked,ms_writing,ms_flushing,queue_depth_mean,queue_depth_max,\
 ms_device_flush,lock_wait_ms_total,ms_running,ms_slot_wait,ms_conflict_wait,ms_flush_queue,\
-ms_commit_fua,handles,ms_handle_start_wait,in_flight_mean,in_flight_max,ms_ordered_wait,fsck_clean,\
-error,note";
+ms_commit_fua,handles,ms_handle_start_wait,in_flight_mean,in_flight_max,ms_ordered_wait,\
+arrival_rate,arrivals,unserved,response_us_mean,response_us_p50,response_us_p99,response_us_p999,\
+fsck_clean,error,note";
 
 fn run_csv_row(r: &RunResult) -> String {
     let e = r.engine.clone().unwrap_or_default();
@@ -362,7 +411,7 @@ fn run_csv_row(r: &RunResult) -> String {
         ",".repeat(20)
     };
     format!(
-        "{},{},{},{},{:.3},{},{:.1},{},{},{:.3},{},{:.1},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{:.3},{},{:.1},{},{},{:.3},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
         csv_field(&r.workload),
         csv_field(&r.target),
         r.threads,
@@ -380,6 +429,13 @@ fn run_csv_row(r: &RunResult) -> String {
         r.fsync_us_p99,
         r.fsync_us_p999,
         engine,
+        r.arrival_rate,
+        r.arrivals,
+        r.unserved,
+        r.response_us_mean,
+        r.response_us_p50,
+        r.response_us_p99,
+        r.response_us_p999,
         r.fsck_clean.map_or(String::new(), |c| c.to_string()),
         csv_field(r.error.as_deref().unwrap_or("")),
         csv_field(&r.note)
@@ -468,6 +524,40 @@ mod tests {
         let summary_csv = std::fs::read_to_string(&files[1]).unwrap();
         assert_eq!(summary_csv.lines().count(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn open_loop_runs_are_judged_by_their_response_time_and_get_their_own_table() {
+        let workload = crate::workloads::Workload::VarmailShared.label(Some(400.0));
+        assert_eq!(workload, "varmail-shared@400/s");
+        let run = |target: &str, response_ms: u64| {
+            let mut r = RunResult {
+                workload: workload.clone(),
+                target: target.into(),
+                threads: 8,
+                seconds: 2.0,
+                ops: 13 * 790,
+                ..Default::default()
+            };
+            r.set_open_loop(400.0, 800, 10, vec![response_ms * 1000; 790]);
+            r.set_rates();
+            r
+        };
+        let runs = vec![run("lib", 8), run("lib:preset=cjfs", 2)];
+        let report = Report {
+            summaries: summarize(&runs, Some("lib")),
+            runs,
+            baseline: Some("lib".into()),
+            ..Default::default()
+        };
+        let cjfs = &report.summaries[1];
+        assert_eq!((cjfs.median, cjfs.vs_baseline), (2000.0, Some(4.0)), "a quarter the p99");
+        let table = format_table(&report);
+        assert!(table.contains("headline response p99 (us), lower is better"), "{table}");
+        let row = table.lines().find(|l| l.starts_with(&workload) && l.contains("cjfs")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // offered, served per second, unserved, then the response in ms.
+        assert_eq!(&cells[3..8], ["400", "395.0", "10", "2.00", "2.00"], "{row}");
     }
 
     #[test]

@@ -126,6 +126,24 @@ pub struct RunResult {
     /// The fsync latency distribution, at most [`CDF_POINTS`] (microseconds, fraction ≤).
     pub fsync_cdf: Vec<(u64, f64)>,
     pub engine: Option<EngineFigures>,
+    /// Open loop only (a workload reported as `<name>@<rate>/s`): the offered rate in
+    /// iterations per second, the iterations that arrived in the measured phase and those
+    /// left unserved at its end, and the response time (arrival to end, queueing included)
+    /// in microseconds.
+    #[serde(default)]
+    pub arrival_rate: f64,
+    #[serde(default)]
+    pub arrivals: u64,
+    #[serde(default)]
+    pub unserved: u64,
+    #[serde(default)]
+    pub response_us_mean: u64,
+    #[serde(default)]
+    pub response_us_p50: u64,
+    #[serde(default)]
+    pub response_us_p99: u64,
+    #[serde(default)]
+    pub response_us_p999: u64,
     /// `e2fsck -fn` on the image after the target was torn down: `Some(true)` clean,
     /// `Some(false)` not clean, `None` not checked (a plain directory, or no e2fsck).
     pub fsck_clean: Option<bool>,
@@ -153,19 +171,49 @@ pub fn latency_cdf(sorted: &[u64]) -> Vec<(u64, f64)> {
     points
 }
 
+/// p50, p99, p99.9 and the mean of sorted latency samples (all 0 when there are none).
+fn latency_figures(sorted: &[u64]) -> [u64; 4] {
+    let mean = match sorted.len() as u64 {
+        0 => 0,
+        n => sorted.iter().sum::<u64>() / n,
+    };
+    [percentile(sorted, 50.0), percentile(sorted, 99.0), percentile(sorted, 99.9), mean]
+}
+
 impl RunResult {
     /// Fills the latency fields from unsorted fsync samples (microseconds).
     pub fn set_fsync_latencies(&mut self, mut samples: Vec<u64>) {
         samples.sort_unstable();
         self.fsyncs = samples.len() as u64;
-        self.fsync_us_p50 = percentile(&samples, 50.0);
-        self.fsync_us_p99 = percentile(&samples, 99.0);
-        self.fsync_us_p999 = percentile(&samples, 99.9);
-        self.fsync_us_mean = match samples.len() as u64 {
-            0 => 0,
-            n => samples.iter().sum::<u64>() / n,
-        };
+        [self.fsync_us_p50, self.fsync_us_p99, self.fsync_us_p999, self.fsync_us_mean] =
+            latency_figures(&samples);
         self.fsync_cdf = latency_cdf(&samples);
+    }
+
+    /// Fills the open-loop fields from the offered rate, the arrival counts and the unsorted
+    /// response times (microseconds) of the served iterations.
+    pub fn set_open_loop(
+        &mut self,
+        rate: f64,
+        arrivals: u64,
+        unserved: u64,
+        mut response_us: Vec<u64>,
+    ) {
+        response_us.sort_unstable();
+        self.arrival_rate = rate;
+        self.arrivals = arrivals;
+        self.unserved = unserved;
+        [
+            self.response_us_p50,
+            self.response_us_p99,
+            self.response_us_p999,
+            self.response_us_mean,
+        ] = latency_figures(&response_us);
+    }
+
+    /// Open loop: iterations served per second (arrivals less the unserved, over the run).
+    pub fn served_per_sec(&self) -> f64 {
+        self.arrivals.saturating_sub(self.unserved) as f64 / self.seconds.max(1e-9)
     }
 
     /// Derives the rates from the counts and `seconds`.
@@ -191,6 +239,8 @@ pub enum Headline {
     FsyncP99,
     /// Run time in seconds (lower is better).
     Seconds,
+    /// Open loop: the response time p99 in microseconds, from arrival (lower is better).
+    ResponseP99,
 }
 
 impl Headline {
@@ -200,6 +250,7 @@ impl Headline {
             Headline::FilesPerSec => r.files_per_sec,
             Headline::FsyncP99 => r.fsync_us_p99 as f64,
             Headline::Seconds => r.seconds,
+            Headline::ResponseP99 => r.response_us_p99 as f64,
         }
     }
 
@@ -214,12 +265,17 @@ impl Headline {
             Headline::FilesPerSec => "files/s",
             Headline::FsyncP99 => "fsync p99 (us)",
             Headline::Seconds => "seconds",
+            Headline::ResponseP99 => "response p99 (us)",
         }
     }
 }
 
 /// The headline figure of a workload by name.
 pub fn headline(workload: &str) -> Headline {
+    if crate::workloads::open_loop_rate(workload).is_some() {
+        // At a rate both sides sustain their throughput is the same; the response differs.
+        return Headline::ResponseP99;
+    }
     match workload {
         "tokubench" => Headline::FilesPerSec,
         "fsync-under-load" => Headline::FsyncP99,

@@ -30,6 +30,10 @@ pub struct Plan {
     /// fileserver's file count and mean size.
     pub fileserver: workloads::fileserver::Shape,
     pub seed: u64,
+    /// Open-loop offered rates, iterations per second (see [`WorkloadParams::arrival_rate`]):
+    /// every workload that sweeps threads runs once per rate, as `<workload>@<rate>/s`, with
+    /// the thread count as the size of the serving pool. Empty: the closed loop.
+    pub arrival_rates: Vec<f64>,
 }
 
 /// Progress, for a progress bar and log lines.
@@ -50,6 +54,7 @@ pub enum Event<'a> {
 struct Job {
     round: usize,
     workload: Workload,
+    arrival_rate: Option<f64>,
     threads: usize,
     target: usize,
 }
@@ -66,21 +71,38 @@ impl Plan {
             }
         }
         let dbench = workloads::dbench::available();
+        let rates: Vec<Option<f64>> = if self.arrival_rates.is_empty() {
+            vec![None]
+        } else {
+            self.arrival_rates.iter().map(|&r| Some(r)).collect()
+        };
         let mut jobs = Vec::new();
         for round in 0..self.rounds {
             for &workload in &self.workloads {
                 let threads: &[usize] =
                     if workload.sweeps_threads() { &self.threads } else { &[1] };
-                for &threads in threads {
-                    for &target in &usable {
-                        if self.applies(
-                            workload,
-                            &self.targets[target],
-                            &dbench,
-                            round == 0,
-                            &mut skipped,
-                        ) {
-                            jobs.push(Job { round, workload, threads, target });
+                for &arrival_rate in &rates {
+                    if arrival_rate.is_some() && !workload.runs_open_loop() {
+                        let line = format!(
+                            "{}: SKIP, it has no open-loop form (--arrival-rates)",
+                            workload.name()
+                        );
+                        if !skipped.contains(&line) {
+                            skipped.push(line);
+                        }
+                        continue;
+                    }
+                    for &threads in threads {
+                        for &target in &usable {
+                            if self.applies(
+                                workload,
+                                &self.targets[target],
+                                &dbench,
+                                round == 0,
+                                &mut skipped,
+                            ) {
+                                jobs.push(Job { round, workload, arrival_rate, threads, target });
+                            }
                         }
                     }
                 }
@@ -147,14 +169,14 @@ pub fn run_plan(plan: &Plan, on: &mut dyn FnMut(Event)) -> Report {
             "round {}/{}: {} on {}, {} threads",
             job.round + 1,
             plan.rounds,
-            job.workload.name(),
+            job.workload.label(job.arrival_rate),
             target.label,
             job.threads
         );
         on(Event::Starting { index, total: jobs.len(), label });
         let id = format!("quill-bench-{}-{index}", std::process::id());
         let mut result = RunResult {
-            workload: job.workload.name().to_string(),
+            workload: job.workload.label(job.arrival_rate),
             target: target.label.clone(),
             threads: job.threads,
             round: job.round,
@@ -206,6 +228,7 @@ fn run_workload(
     params.seed = plan.seed;
     params.background_mb_per_sec = plan.background_mb_per_sec;
     params.fileserver = plan.fileserver;
+    params.arrival_rate = job.arrival_rate;
     params.on_start = prepared.measure_hook();
     let measured = workloads::run(job.workload, prepared.api(), prepared.mounted_dir(), &params);
     drop(params);
@@ -222,6 +245,9 @@ fn run_workload(
     result.bytes_written = c.bytes_written;
     result.files_created = c.files_created;
     result.set_fsync_latencies(c.fsync_us);
+    if let Some(rate) = job.arrival_rate {
+        result.set_open_loop(rate, measured.arrivals, measured.unserved, c.response_us);
+    }
     result.set_rates();
     if let Some(mb) = measured.mb_per_sec {
         result.mb_per_sec = mb;

@@ -24,6 +24,7 @@ fn plan(targets: &[&str], workloads: &[Workload], threads: &[usize], scratch: &S
         background_mb_per_sec: 20.0,
         fileserver: Default::default(),
         seed: 1,
+        arrival_rates: Vec::new(),
     }
 }
 
@@ -97,6 +98,41 @@ fn every_workload_runs_on_lib_at_its_smallest_size() {
     // recovery needs cp to copy the image; everything else is in-process.
     assert_eq!(runs.len(), 2 * workloads.len());
     check_sane(&runs, e2fsck_present());
+}
+
+/// The open loop: iterations arrive at the offered rate for the whole second, each rate is its
+/// own row, every arrival is served or counted unserved, and a response (from arrival) holds
+/// its iteration's fsyncs. Workloads with no open-loop form are skipped, not run closed.
+#[test]
+fn open_loop_runs_serve_arrivals_at_the_offered_rate() {
+    let scratch = Scratch::new(&std::env::temp_dir()).unwrap();
+    let mut plan = plan(
+        &["lib", "lib:preset=cjfs"],
+        &[Workload::VarmailShared, Workload::OltpInsert, Workload::FsyncUnderLoad],
+        &[3],
+        &scratch,
+    );
+    plan.iterations = None;
+    plan.duration = Duration::from_secs(1);
+    plan.arrival_rates = vec![20.0, 60.0];
+    let runs = run(&plan);
+    assert_eq!(runs.len(), 2 * 2 * 2, "two workloads, two rates, two targets");
+    assert!(runs.iter().all(|r| r.workload != "fsync-under-load"), "no open-loop form");
+    for r in &runs {
+        assert!(r.error.is_none(), "{} on {}: {:?}", r.workload, r.target, r.error);
+        let rate = bench::workloads::open_loop_rate(&r.workload).expect("labelled with its rate");
+        assert_eq!(r.arrival_rate, rate);
+        // A Poisson count over one second: within 5 standard deviations of the rate.
+        let spread = 5.0 * rate.sqrt();
+        assert!((r.arrivals as f64 - rate).abs() <= spread, "{} arrivals at {rate}/s", r.arrivals);
+        let served = r.arrivals - r.unserved;
+        let per_iteration = if r.workload.starts_with("varmail") { 13 } else { 1 };
+        assert_eq!(r.ops, served * per_iteration, "{r:?}");
+        // The pool waited for arrivals: light work at these rates still takes the second.
+        assert!(r.seconds >= 0.8, "{} s: arrivals were not paced", r.seconds);
+        assert!(r.response_us_mean >= r.fsync_us_mean && r.response_us_p99 >= r.response_us_p50);
+        assert_ne!(r.fsck_clean, Some(false), "{} on {}", r.workload, r.target);
+    }
 }
 
 #[test]

@@ -54,6 +54,13 @@ pub struct FsBenchArgs {
     /// Thread counts to sweep, comma-separated (fsync-under-load and recovery run once).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
     threads: Vec<usize>,
+    /// Open loop: offered rates in workload iterations per second (a varmail loop of 13
+    /// flowops, an oltp transaction, ...), comma-separated. Iterations then arrive as a Poisson
+    /// process whether or not earlier ones finished, the thread count is the pool serving them,
+    /// and each rate is reported as <workload>@<rate>/s with the response time from arrival
+    /// (queueing included) as its headline. Default: the closed loop.
+    #[arg(long, value_delimiter = ',')]
+    arrival_rates: Vec<f64>,
     /// Seconds of measurement per run.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
@@ -195,6 +202,9 @@ pub fn run(args: FsBenchArgs) -> Result<()> {
     if args.threads.is_empty() || args.threads.iter().any(|&t| t == 0 || t > 1024) {
         bail!("--threads: each count must be in 1..=1024");
     }
+    if args.arrival_rates.iter().any(|r| !(r.is_finite() && *r > 0.0 && *r <= 1e6)) {
+        bail!("--arrival-rates: each rate must be in (0, 1000000] iterations per second");
+    }
     let size = match args.size.as_str() {
         "default" => Size::Default,
         "smallest" => Size::Smallest,
@@ -254,6 +264,7 @@ pub fn run(args: FsBenchArgs) -> Result<()> {
             file_bytes_mean: args.fileserver_mean_kib.map(|kib| kib << 10),
         },
         seed: args.seed,
+        arrival_rates: args.arrival_rates,
     };
     let mut bar: Option<Progress> = None;
     let mut report = run_plan(&plan, &mut |event| match event {

@@ -17,7 +17,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -90,12 +90,33 @@ impl Workload {
         }
     }
 
+    /// Whether the workload can run open loop ([`WorkloadParams::arrival_rate`]): dbench paces
+    /// itself, fsync-under-load is one fsync thread against a writer, recovery is a replay.
+    pub fn runs_open_loop(self) -> bool {
+        !matches!(self, Workload::Dbench | Workload::FsyncUnderLoad | Workload::Recovery)
+    }
+
+    /// The name a run is reported under: the workload's, with `@<rate>/s` for an open-loop
+    /// run, so each offered rate is its own row (see [`open_loop_rate`]).
+    pub fn label(self, arrival_rate: Option<f64>) -> String {
+        match arrival_rate {
+            None => self.name().to_string(),
+            Some(rate) => format!("{}@{}/s", self.name(), rate),
+        }
+    }
+
     /// Whether the thread count is swept. fsync-under-load is one fsync thread against one
     /// background writer (its load is the writer's MB/s); recovery's replay threads are a
     /// target setting. Both run once per round, at "1 thread".
     pub fn sweeps_threads(self) -> bool {
         !matches!(self, Workload::Recovery | Workload::FsyncUnderLoad)
     }
+}
+
+/// The offered rate of a run reported as `<workload>@<rate>/s` (see [`Workload::label`]).
+pub fn open_loop_rate(label: &str) -> Option<f64> {
+    let (_, rate) = label.split_once('@')?;
+    rate.strip_suffix("/s")?.parse().ok()
 }
 
 /// How big a workload's file set is.
@@ -124,6 +145,11 @@ pub struct WorkloadParams {
     /// Called once the workload's files are prepared, just before its threads start: the
     /// target's engine figures count from here.
     pub on_start: StartHook,
+    /// Open loop: iterations arrive at this many per second (Poisson, from the seed) whether
+    /// or not earlier ones finished, and the threads are a pool serving them in arrival order
+    /// (see [`run_threads`]). `None`: the closed loop, each thread starting its next iteration
+    /// when its last one ends.
+    pub arrival_rate: Option<f64>,
 }
 
 /// See [`WorkloadParams::on_start`].
@@ -147,6 +173,7 @@ impl WorkloadParams {
             background_mb_per_sec: 50.0,
             fileserver: fileserver::Shape::default(),
             on_start: StartHook::default(),
+            arrival_rate: None,
         }
     }
 
@@ -166,6 +193,9 @@ pub struct Counters {
     pub files_created: u64,
     /// fsync/fdatasync latencies in microseconds.
     pub fsync_us: Vec<u64>,
+    /// Open loop: each served iteration's response time in microseconds, from its arrival
+    /// (not from when a thread got to it) to its end, so queueing counts.
+    pub response_us: Vec<u64>,
 }
 
 impl Counters {
@@ -175,6 +205,7 @@ impl Counters {
         self.bytes_written += other.bytes_written;
         self.files_created += other.files_created;
         self.fsync_us.extend(other.fsync_us);
+        self.response_us.extend(other.response_us);
     }
 
     /// fsync (or fdatasync with `data_only`) `file`, recording the latency.
@@ -205,6 +236,10 @@ pub struct Measured {
     pub mb_per_sec: Option<f64>,
     /// Anything the table should say about the run (the reference tool's own figure).
     pub note: String,
+    /// Open loop: iterations that arrived within the measured phase, and how many of them no
+    /// thread had started when it ended (the backlog of an overloaded target).
+    pub arrivals: u64,
+    pub unserved: u64,
 }
 
 /// Whether a thread has more to do.
@@ -213,19 +248,30 @@ pub enum Step {
     Done,
 }
 
-/// Runs `body(thread, iteration, counters)` on `params.threads` threads, released together,
-/// until the budget is spent or every thread says [`Step::Done`]. The first error stops
-/// every thread and is returned, with the thread that met it.
+/// Runs `body(thread, iteration, counters)` on `threads` threads, released together, until the
+/// budget is spent or every thread says [`Step::Done`]; `iteration` counts the thread's own
+/// calls. The first error stops every thread and is returned, with the thread that met it.
+///
+/// Closed loop (the default): each thread runs its next iteration as soon as its last one
+/// ends, so at most `threads` iterations (and fsyncs) are ever in flight and a slower fsync
+/// also slows the arrival of the next. Open loop ([`WorkloadParams::arrival_rate`]): the
+/// iterations' arrival times are drawn up front (a Poisson process, from the seed) and the
+/// threads are a pool taking them in order, each waiting for its arrival's time when early;
+/// a response is timed from the arrival, so time spent queued behind busy threads counts.
 pub fn run_threads<F>(params: &WorkloadParams, threads: usize, body: F) -> io::Result<Measured>
 where
     F: Fn(usize, u64, &mut Counters) -> io::Result<Step> + Sync,
 {
+    let arrivals =
+        params.arrival_rate.map(|rate| arrival_offsets(rate, params.duration, params.seed));
+    let next_arrival = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(threads + 1);
     let (results, seconds) = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|thread| {
                 let (stop, barrier, body) = (&stop, &barrier, &body);
+                let (arrivals, next_arrival) = (arrivals.as_deref(), &next_arrival);
                 scope.spawn(move || -> io::Result<Counters> {
                     let mut counters = Counters::default();
                     barrier.wait();
@@ -237,6 +283,23 @@ where
                         if over {
                             break;
                         }
+                        // Open loop: take the next arrival and wait for its time.
+                        let arrived = match arrivals {
+                            None => None,
+                            Some(offsets) => {
+                                let Some(&at) =
+                                    offsets.get(next_arrival.fetch_add(1, Ordering::Relaxed))
+                                else {
+                                    break;
+                                };
+                                let at = started + at;
+                                let now = Instant::now();
+                                if at > now {
+                                    std::thread::sleep(at - now);
+                                }
+                                Some(at)
+                            }
+                        };
                         match body(thread, iteration, &mut counters) {
                             Ok(Step::More) => {}
                             Ok(Step::Done) => break,
@@ -247,6 +310,9 @@ where
                                     format!("thread {thread}, iteration {iteration}: {err}"),
                                 ));
                             }
+                        }
+                        if let Some(at) = arrived {
+                            counters.response_us.push(at.elapsed().as_micros() as u64);
                         }
                     }
                     Ok(counters)
@@ -268,7 +334,31 @@ where
     for result in results {
         counters.merge(result?);
     }
-    Ok(Measured { seconds, counters, ..Default::default() })
+    // Every arrival a thread took was served before it joined (or the run failed).
+    let (arrivals, unserved) = match &arrivals {
+        None => (0, 0),
+        Some(offsets) => {
+            let served = counters.response_us.len() as u64;
+            (offsets.len() as u64, (offsets.len() as u64).saturating_sub(served))
+        }
+    };
+    Ok(Measured { seconds, counters, arrivals, unserved, ..Default::default() })
+}
+
+/// The arrival times of a Poisson process of `rate` per second over `duration`, as offsets
+/// from the start (exponential gaps drawn from `seed`).
+pub fn arrival_offsets(rate: f64, duration: Duration, seed: u64) -> Vec<Duration> {
+    let gap = rand_distr::Exp::new(rate).expect("arrival rate is positive and finite");
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x6172_7269_7661_6c73); // "arrivals"
+    let mut at = 0.0f64;
+    let mut offsets = Vec::new();
+    loop {
+        at += rand_distr::Distribution::sample(&gap, &mut rng);
+        if at >= duration.as_secs_f64() {
+            return offsets;
+        }
+        offsets.push(Duration::from_secs_f64(at));
+    }
 }
 
 /// Runs `workload` (any but recovery) on `api`; `mounted` is the directory the target is
@@ -281,6 +371,12 @@ pub fn run(
 ) -> io::Result<Measured> {
     if params.threads == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "threads must be at least 1"));
+    }
+    if params.arrival_rate.is_some() && !workload.runs_open_loop() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{} has no open-loop form", workload.name()),
+        ));
     }
     match workload {
         Workload::VarmailShared => varmail::run(api, params, varmail::Layout::Shared),
@@ -352,4 +448,33 @@ pub fn take_entry<'a, E>(
 /// A buffer of `len` bytes of a recognizable, non-zero pattern.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     (0..len).map(|i| (seed as usize).wrapping_add(i.wrapping_mul(31)) as u8 | 1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_are_a_seeded_poisson_process_inside_the_duration() {
+        let second = Duration::from_secs(1);
+        let a = arrival_offsets(10_000.0, second, 7);
+        assert_eq!(a, arrival_offsets(10_000.0, second, 7), "reproducible from the seed");
+        assert_ne!(a, arrival_offsets(10_000.0, second, 8));
+        // 10,000 expected; 5 standard deviations is 500.
+        assert!((a.len() as i64 - 10_000).abs() < 500, "{} arrivals", a.len());
+        assert!(a.windows(2).all(|w| w[0] <= w[1]) && *a.last().unwrap() < second);
+        // Exponential gaps: about 1/e of them longer than the mean gap of 100 µs.
+        let long = a.windows(2).filter(|w| w[1] - w[0] > Duration::from_micros(100)).count();
+        let share = long as f64 / a.len() as f64;
+        assert!((share - (-1.0f64).exp()).abs() < 0.03, "{share}");
+    }
+
+    #[test]
+    fn open_loop_labels_carry_the_rate() {
+        assert_eq!(Workload::OltpInsert.label(None), "oltp-insert");
+        assert_eq!(Workload::OltpInsert.label(Some(2500.0)), "oltp-insert@2500/s");
+        assert_eq!(open_loop_rate("oltp-insert@2500/s"), Some(2500.0));
+        assert_eq!(open_loop_rate("varmail-shared@0.5/s"), Some(0.5));
+        assert_eq!(open_loop_rate("varmail-shared"), None);
+    }
 }
