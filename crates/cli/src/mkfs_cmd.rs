@@ -57,13 +57,15 @@ pub struct MkfsArgs {
     /// Inode size in bytes: a power of two from 128 to the block size [default: 256]
     #[arg(short = 'I', value_name = "INODE_SIZE")]
     inode_size: Option<String>,
-    /// Journal options; quill knows size=MIB, the journal size in MiB (1024 to 10240000
-    /// blocks) [default: mkfs.ext4's size for the file system: 4 MiB to 1 GiB]
-    #[arg(short = 'J', value_name = "size=MIB")]
+    /// Journal options, comma-separated: size=MIB, the log's size in MiB (1024 to 10240000
+    /// blocks) [default: mkfs.ext4's size for the file system: 4 MiB to 1 GiB];
+    /// fast_commit_size=KIB, with -O fast_commit the fast-commit area's size in KiB, added to
+    /// the log [default: a 64th of the log]
+    #[arg(short = 'J', value_name = "size=MIB,fast_commit_size=KIB")]
     journal: Option<String>,
     /// Features to add, or remove with ^, separated by commas (repeatable), e.g.
     /// ^metadata_csum,orphan_file. Accepted: has_journal ext_attr resize_inode dir_index
-    /// orphan_file 64bit flex_bg metadata_csum_seed sparse_super large_file huge_file uninit_bg
+    /// fast_commit orphan_file 64bit flex_bg metadata_csum_seed sparse_super large_file huge_file uninit_bg
     /// (gdt_csum) dir_nlink extra_isize metadata_csum
     #[arg(short = 'O', value_name = "FEATURES")]
     features: Vec<String>,
@@ -145,7 +147,8 @@ fn parse_options(args: &MkfsArgs) -> Result<Plan> {
         options.inode_size = size;
     }
     if let Some(text) = &args.journal {
-        options.journal_blocks = Some(parse_journal(text, options.block_size)?);
+        (options.journal_blocks, options.fast_commit_blocks) =
+            parse_journal(text, options.block_size)?;
     }
     let mut features = Features::default();
     for list in &args.features {
@@ -188,15 +191,18 @@ fn parse_options(args: &MkfsArgs) -> Result<Plan> {
     Ok(Plan { options, quiet: args.quiet })
 }
 
-/// `-J size=MIB` → blocks, as mke2fs's `jsize_to_blks`.
-fn parse_journal(text: &str, block_size: u32) -> Result<u32> {
-    let mut blocks = None;
+/// `-J size=MIB,fast_commit_size=KIB` → (log blocks, fast-commit blocks), as mke2fs's
+/// `jsize_to_blks` and `figure_journal_size` count them (the area in whole blocks, rounded
+/// down). Either may be left out.
+fn parse_journal(text: &str, block_size: u32) -> Result<(Option<u32>, Option<u32>)> {
+    let (mut blocks, mut fast_commit) = (None, None);
+    let kib_per_block = u64::from(block_size) / 1024;
     for option in text.split(',') {
         match option.split_once('=') {
             Some(("size", mib)) => {
                 let mib: u64 =
                     mib.parse().map_err(|_| usage(format!("invalid journal size '{mib}'")))?;
-                let n = mib * 1024 / (u64::from(block_size) / 1024);
+                let n = mib * 1024 / kib_per_block;
                 let n = u32::try_from(n)
                     .ok()
                     .filter(|n| (mkfs::JOURNAL_BLOCKS_MIN..=mkfs::JOURNAL_BLOCKS_MAX).contains(n))
@@ -207,12 +213,26 @@ fn parse_journal(text: &str, block_size: u32) -> Result<u32> {
                     })?;
                 blocks = Some(n);
             }
+            Some(("fast_commit_size", kib)) => {
+                let kib: u64 = kib
+                    .parse()
+                    .map_err(|_| usage(format!("invalid fast-commit area size '{kib}' (KiB)")))?;
+                let n = u32::try_from(kib / kib_per_block)
+                    .ok()
+                    .filter(|&n| n <= mkfs::JOURNAL_BLOCKS_MAX)
+                    .ok_or_else(|| usage(format!("a fast-commit area of {kib} KiB is too big")))?;
+                // As mke2fs: 0 asks for nothing (the default stays); less than a block asks
+                // for an empty area.
+                fast_commit = (kib > 0).then_some(n);
+            }
             _ => {
-                return Err(usage(format!("unsupported journal option '{option}' (only size=MIB)")))
+                return Err(usage(format!(
+                    "unsupported journal option '{option}' (size=MIB, fast_commit_size=KIB)"
+                )))
             }
         }
     }
-    blocks.ok_or_else(|| usage("-J needs size=MIB".into()))
+    Ok((blocks, fast_commit))
 }
 
 /// A decimal (or 0x hex) number with at most one suffix from `suffixes` (letter, shift).
@@ -330,7 +350,12 @@ fn print_summary(image: &Path, r: &MkfsReport) {
         r.reserved_blocks,
         100.0 * r.reserved_blocks as f64 / r.blocks_count as f64
     );
-    if r.journal_blocks > 0 {
+    if r.fast_commit_blocks > 0 {
+        println!(
+            "Journal: {} blocks, of which {} for fast commits",
+            r.journal_blocks, r.fast_commit_blocks
+        );
+    } else if r.journal_blocks > 0 {
         println!("Journal: {} blocks", r.journal_blocks);
     }
     println!("{} free blocks, {} free inodes", r.free_blocks, r.free_inodes);
@@ -352,9 +377,17 @@ mod tests {
     }
 
     #[test]
-    fn journal_size_in_mib_becomes_blocks() {
-        assert_eq!(parse_journal("size=64", 4096).unwrap(), 16384);
-        assert_eq!(parse_journal("size=4", 1024).unwrap(), 4096);
+    fn journal_size_in_mib_and_fast_commit_area_in_kib_become_blocks() {
+        assert_eq!(parse_journal("size=64", 4096).unwrap(), (Some(16384), None));
+        assert_eq!(parse_journal("size=4", 1024).unwrap(), (Some(4096), None));
+        // KiB rounded down to blocks; 0 asks for the default, under a block for none.
+        assert_eq!(parse_journal("fast_commit_size=401", 4096).unwrap(), (None, Some(100)));
+        assert_eq!(parse_journal("fast_commit_size=0", 4096).unwrap(), (None, None));
+        assert_eq!(parse_journal("fast_commit_size=1", 4096).unwrap(), (None, Some(0)));
+        assert_eq!(
+            parse_journal("size=16,fast_commit_size=8", 1024).unwrap(),
+            (Some(16384), Some(8))
+        );
         assert!(parse_journal("size=1", 4096).is_err());
         assert!(parse_journal("device=/dev/sdb", 4096).is_err());
     }

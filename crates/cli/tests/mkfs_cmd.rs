@@ -64,8 +64,10 @@ fn mkfs_passes_every_option_to_the_file_system() {
     let image = scratch.path("opts.img");
     let uuid = "0f6ab5c4-5d9e-4c63-9a5e-1b2c3d4e5f60";
     let o = run(quill()
-        .args(["mkfs", "-q", "-b", "1024", "-i", "8192", "-I", "512", "-J", "size=8"])
-        .args(["-O", "^metadata_csum", "-O", "orphan_file", "-L", "quill-test", "-U", uuid])
+        .args(["mkfs", "-q", "-b", "1024", "-i", "8192", "-I", "512"])
+        .args(["-J", "size=8,fast_commit_size=100"])
+        .args(["-O", "^metadata_csum", "-O", "orphan_file,fast_commit", "-L", "quill-test"])
+        .args(["-U", uuid])
         .args(["-m", "1"])
         .arg(&image)
         .arg("100M"));
@@ -78,12 +80,15 @@ fn mkfs_passes_every_option_to_the_file_system() {
     // 12800 asked for, rounded per group as mkfs.ext4 does (it reports the same).
     assert_eq!(h["Inode count"], "12792");
     assert_eq!(h["Inode size"], "512");
-    assert_eq!(h["Total journal blocks"], "8192");
+    // 8 MiB of log and 100 KiB of fast-commit area.
+    assert_eq!(h["Total journal blocks"], "8292");
+    assert_eq!(h["Fast commit length"], "100");
     assert_eq!(h["Filesystem volume name"], "quill-test");
     assert_eq!(h["Filesystem UUID"], uuid);
     assert_eq!(h["Reserved block count"], "1024");
     let features = &h["Filesystem features"];
     assert!(features.contains("orphan_file") && !features.contains("metadata_csum"), "{features}");
+    assert!(features.contains("fast_commit"), "{features}");
 }
 
 #[test]
@@ -114,12 +119,13 @@ fn mkfs_rejects_bad_option_values_with_one_line_and_status_2() {
     let scratch = Scratch::new("mkfs-usage");
     let image = scratch.path("never.img");
     let img = image.to_str().unwrap();
-    let cases: [(&[&str], &str, &str); 11] = [
+    let cases: [(&[&str], &str, &str); 12] = [
         (&["-b", "3000", img, "64M"], "block size 3000", "3000"),
         (&["-i", "10", img, "64M"], "bytes per inode 10", "10"),
         (&["-I", "100", img, "64M"], "inode size 100", "100"),
         (&["-m", "60", img, "64M"], "reserved 60%", "60"),
         (&["-J", "size=x", img, "64M"], "journal size x", "x"),
+        (&["-J", "fast_commit_size=-1", img, "64M"], "fast-commit area -1", "-1"),
         (&["-J", "device=/dev/sdz", img, "64M"], "external journal", "device"),
         (&["-U", "not-a-uuid", img, "64M"], "bad UUID", "not-a-uuid"),
         (&["-L", "a-label-longer-than-16", img, "64M"], "long label", "a-label-longer-than-16"),

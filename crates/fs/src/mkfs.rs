@@ -126,11 +126,12 @@ pub struct Features {
 /// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
 /// because quill would either write it wrongly (extents off, meta_bg, inline data, ...) or not at
 /// all.
-const EDITABLE_FEATURES: [(&str, Word, u32); 16] = [
+const EDITABLE_FEATURES: [(&str, Word, u32); 17] = [
     ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
     ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
     ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
     ("dir_index", Word::Compat, feature::COMPAT_DIR_INDEX),
+    ("fast_commit", Word::Compat, feature::COMPAT_FAST_COMMIT),
     ("orphan_file", Word::Compat, feature::COMPAT_ORPHAN_FILE),
     ("64bit", Word::Incompat, feature::INCOMPAT_64BIT),
     ("flex_bg", Word::Incompat, feature::INCOMPAT_FLEX_BG),
@@ -146,11 +147,12 @@ const EDITABLE_FEATURES: [(&str, Word, u32); 16] = [
 ];
 
 /// Names dumpe2fs prints for the bits quill can set, in its order.
-const FEATURE_NAMES: [(Word, u32, &str); 18] = [
+const FEATURE_NAMES: [(Word, u32, &str); 19] = [
     (Word::Compat, feature::COMPAT_HAS_JOURNAL, "has_journal"),
     (Word::Compat, feature::COMPAT_EXT_ATTR, "ext_attr"),
     (Word::Compat, feature::COMPAT_RESIZE_INODE, "resize_inode"),
     (Word::Compat, feature::COMPAT_DIR_INDEX, "dir_index"),
+    (Word::Compat, feature::COMPAT_FAST_COMMIT, "fast_commit"),
     (Word::Compat, feature::COMPAT_ORPHAN_FILE, "orphan_file"),
     (Word::Incompat, feature::INCOMPAT_FILETYPE, "filetype"),
     (Word::Incompat, feature::INCOMPAT_EXTENTS, "extent"),
@@ -277,6 +279,10 @@ pub struct MkfsOptions {
     pub inode_size: u16,
     /// Journal size in blocks; `None` is `ext2fs_default_journal_size` for the block count.
     pub journal_blocks: Option<u32>,
+    /// With fast_commit: the fast-commit area's size in blocks (`-J fast_commit_size=`, in
+    /// KiB there), added to the journal. `None` is a 64th of the journal, as mke2fs's
+    /// `EXT2_JOURNAL_TO_FC_BLKS_RATIO`. Ignored without fast_commit, as mke2fs ignores it.
+    pub fast_commit_blocks: Option<u32>,
     pub features: Features,
     /// Volume label, at most 16 bytes.
     pub label: String,
@@ -303,6 +309,7 @@ impl Default for MkfsOptions {
             inode_ratio: None,
             inode_size: INODE_SIZE_DEFAULT,
             journal_blocks: None,
+            fast_commit_blocks: None,
             features: Features::default(),
             label: String::new(),
             uuid: None,
@@ -327,8 +334,10 @@ pub struct MkfsReport {
     pub reserved_blocks: u64,
     pub free_blocks: u64,
     pub free_inodes: u32,
-    /// Journal size in blocks (0 without a journal).
+    /// Journal size in blocks (0 without a journal), the fast-commit area included.
     pub journal_blocks: u32,
+    /// Of which the fast-commit area (0 without fast_commit).
+    pub fast_commit_blocks: u32,
     /// Blocks of the backup superblocks, in group order.
     pub backup_superblocks: Vec<u64>,
     pub uuid: [u8; 16],
@@ -382,7 +391,9 @@ struct Geometry {
     features: Features,
     /// Groups per flex group, 0 without flex_bg.
     flex_size: u32,
+    /// The journal inode's size in blocks: the log and, with fast_commit, its area.
     journal_blocks: u32,
+    fast_commit_blocks: u32,
     orphan_blocks: u32,
 }
 
@@ -430,7 +441,8 @@ impl Geometry {
         let reserved_param = (opts.reserved_percent * blocks_param as f64 / 100.0) as u64;
         let mut geometry = Self::initialize(opts, features, blocks_param, inodes_param)?;
         geometry.reserved_blocks = geometry.reserve(reserved_param, blocks_param);
-        geometry.journal_blocks = geometry.plan_journal(opts.journal_blocks)?;
+        (geometry.journal_blocks, geometry.fast_commit_blocks) =
+            geometry.plan_journal(opts.journal_blocks, opts.fast_commit_blocks)?;
         geometry.orphan_blocks = geometry.plan_orphan_file();
         Ok(geometry)
     }
@@ -596,6 +608,7 @@ impl Geometry {
                     0
                 },
                 journal_blocks: 0,
+                fast_commit_blocks: 0,
                 orphan_blocks: 0,
             });
         }
@@ -612,32 +625,54 @@ impl Geometry {
         (ratio * self.blocks_count as f64 / 100.0) as u64
     }
 
-    /// `figure_journal_size`: the default for the size, or the requested size if sane.
-    fn plan_journal(&mut self, requested: Option<u32>) -> Result<u32> {
+    /// `figure_journal_size`: the log's default size for the file system or the requested one,
+    /// and with fast_commit the area's (a 64th of the log by default). Returns (journal inode
+    /// blocks, of which fast-commit blocks). As in mke2fs, the total is checked only when a
+    /// size was requested, and a requested area rounds down to whole blocks (possibly 0: the
+    /// journal then carves JBD2's default 256 blocks out of the log).
+    fn plan_journal(
+        &mut self,
+        requested: Option<u32>,
+        requested_fc: Option<u32>,
+    ) -> Result<(u32, u32)> {
         if !self.features.compat(feature::COMPAT_HAS_JOURNAL) {
-            return Ok(0);
+            return Ok((0, 0));
         }
-        let Some(blocks) = requested else {
-            let blocks = default_journal_blocks(self.blocks_count);
-            if blocks == 0 {
-                // mke2fs: "Filesystem too small for a journal", and carries on without one.
-                self.features.compat &= !feature::COMPAT_HAS_JOURNAL;
-                self.features.compat &= !feature::COMPAT_ORPHAN_FILE;
+        let fast_commit = self.features.compat(feature::COMPAT_FAST_COMMIT);
+        let log = match requested {
+            Some(blocks) => blocks,
+            None => {
+                let blocks = default_journal_blocks(self.blocks_count);
+                if blocks == 0 {
+                    // mke2fs: "Filesystem too small for a journal", and carries on without one.
+                    self.features.compat &= !feature::COMPAT_HAS_JOURNAL;
+                    self.features.compat &= !feature::COMPAT_ORPHAN_FILE;
+                    return Ok((0, 0));
+                }
+                blocks
             }
-            return Ok(blocks);
         };
-        if !(JOURNAL_BLOCKS_MIN..=JOURNAL_BLOCKS_MAX).contains(&blocks) {
+        let fc = match (fast_commit, requested_fc) {
+            (false, _) => 0,
+            (true, Some(blocks)) => blocks,
+            (true, None) => log / FAST_COMMIT_RATIO,
+        };
+        if requested.is_none() && !(fast_commit && requested_fc.is_some()) {
+            return Ok((log + fc, fc));
+        }
+        let blocks = u64::from(log) + u64::from(fc);
+        if !(u64::from(JOURNAL_BLOCKS_MIN)..=u64::from(JOURNAL_BLOCKS_MAX)).contains(&blocks) {
             return Err(invalid(format!(
                 "a journal of {blocks} blocks is outside {JOURNAL_BLOCKS_MIN}..={JOURNAL_BLOCKS_MAX}"
             )));
         }
-        if u64::from(blocks) > self.initial_free_blocks() / 2 {
+        if blocks > self.initial_free_blocks() / 2 {
             return Err(invalid(format!(
                 "a journal of {blocks} blocks is too big for {} blocks",
                 self.blocks_count
             )));
         }
-        Ok(blocks)
+        Ok((blocks as u32, fc))
     }
 
     /// `ext2fs_default_orphan_file_blocks`.
@@ -729,6 +764,9 @@ fn usage_type_inode_ratio(blocks: u64, bs: u32) -> u32 {
         _ => 65536,
     }
 }
+
+/// `EXT2_JOURNAL_TO_FC_BLKS_RATIO`: the default fast-commit area is this fraction of the log.
+const FAST_COMMIT_RATIO: u32 = 64;
 
 /// `ext2fs_default_journal_size`; 0 means too small for a journal.
 pub fn default_journal_blocks(blocks: u64) -> u32 {
@@ -1380,6 +1418,7 @@ impl ImageWriter {
                 free_blocks: layout.free_blocks,
                 free_inodes: layout.free_inodes,
                 journal_blocks: g.journal_blocks,
+                fast_commit_blocks: g.fast_commit_blocks,
                 backup_superblocks: backup_groups(g).iter().map(|&b| g.group_first(b)).collect(),
                 uuid,
                 features,
@@ -1683,7 +1722,10 @@ impl ImageWriter {
             checksum: if g.csum() { ChecksumVersion::V3 } else { ChecksumVersion::None },
             is_64bit: g.features.incompat(feature::INCOMPAT_64BIT),
             uuid,
-            fast_commit_blocks: 0,
+            // mke2fs records the area's size only; the kernel turns the journal's own
+            // fast-commit feature on when it mounts with fast commits (the log is empty then).
+            fast_commit_blocks: g.fast_commit_blocks,
+            fast_commit_feature: false,
         };
         self.journal = Some((location, options));
         Ok(())

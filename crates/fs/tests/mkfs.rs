@@ -98,11 +98,29 @@ struct Case {
     block_size: u32,
     /// A `-O` list applied to both tools ("" for the defaults).
     features: &'static str,
+    /// `-J size=MIB,fast_commit_size=KIB`, either left out when `None`.
+    journal: (Option<u64>, Option<u64>),
 }
 
 impl Case {
     fn name(&self) -> String {
-        format!("{}MiB-{}-{}", self.size / MIB, self.block_size, self.features)
+        let mut name = format!("{}MiB-{}-{}", self.size / MIB, self.block_size, self.features);
+        if let Some(arg) = self.journal_arg() {
+            name += &format!("-J{arg}");
+        }
+        name
+    }
+
+    /// mkfs.ext4's `-J` argument, if the case has one.
+    fn journal_arg(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(mib) = self.journal.0 {
+            parts.push(format!("size={mib}"));
+        }
+        if let Some(kib) = self.journal.1 {
+            parts.push(format!("fast_commit_size={kib}"));
+        }
+        (!parts.is_empty()).then(|| parts.join(","))
     }
 
     fn options(&self) -> MkfsOptions {
@@ -116,6 +134,16 @@ impl Case {
             hash_seed: fs::mkfs::parse_uuid(HASH_SEED),
             now: Some(FAKE_TIME),
             device_zeroed: true,
+            journal_blocks: self
+                .journal
+                .0
+                .map(|mib| (mib * MIB / u64::from(self.block_size)) as u32),
+            // mke2fs: 0 KiB asks for nothing; less than a block asks for an empty area.
+            fast_commit_blocks: self
+                .journal
+                .1
+                .filter(|&kib| kib > 0)
+                .map(|kib| (kib * 1024 / u64::from(self.block_size)) as u32),
             ..MkfsOptions::default()
         }
     }
@@ -136,6 +164,9 @@ fn stock_mkfs(path: &Path, case: &Case) -> Output {
         .args(["-E", &format!("hash_seed={HASH_SEED},lazy_itable_init=1")]);
     if !case.features.is_empty() {
         cmd.args(["-O", case.features]);
+    }
+    if let Some(arg) = case.journal_arg() {
+        cmd.args(["-J", &arg]);
     }
     run(cmd.arg(path).arg(format!("{}k", case.size / 1024)))
 }
@@ -298,7 +329,7 @@ fn cases(sizes: &[u64], block_sizes: &[u32], features: &[&'static str]) -> Vec<C
     for &size in sizes {
         for &block_size in block_sizes {
             for &features in features {
-                out.push(Case { size: size * MIB, block_size, features });
+                out.push(Case { size: size * MIB, block_size, features, journal: (None, None) });
             }
         }
     }
@@ -328,8 +359,32 @@ fn feature_variants_are_byte_identical_to_mkfs_ext4() {
         "metadata_csum_seed,orphan_file",
         "^has_journal",
         "^metadata_csum,^64bit,^flex_bg",
+        "fast_commit",
+        "fast_commit,^metadata_csum",
+        "fast_commit,^has_journal",
     ];
     check_matrix("features", &cases(&[64, 300], &[1024, 4096], &features));
+}
+
+/// `-J size=` and `-J fast_commit_size=` as mke2fs counts them: KiB rounded down to blocks
+/// (less than a block is an empty area, 0 the default), added to the log, and ignored without
+/// fast_commit.
+#[test]
+fn fast_commit_areas_sized_by_j_options_are_byte_identical_to_mkfs_ext4() {
+    let mut cases = Vec::new();
+    for (features, journal) in [
+        ("fast_commit", (None, Some(401))),
+        ("fast_commit", (None, Some(0))),
+        ("fast_commit", (None, Some(1))),
+        ("fast_commit", (Some(16), Some(8))),
+        ("fast_commit", (Some(4), Some(4096))),
+        ("", (None, Some(400))),
+    ] {
+        for block_size in [1024, 4096] {
+            cases.push(Case { size: 300 * MIB, block_size, features, journal });
+        }
+    }
+    check_matrix("fast-commit", &cases);
 }
 
 #[test]
@@ -339,7 +394,7 @@ fn large_sparse_image_formats_in_seconds_and_checks_clean() {
     }
     let scratch = Scratch::new("large");
     let path = scratch.path("large.img");
-    let case = Case { size: 64 << 30, block_size: 4096, features: "" };
+    let case = Case { size: 64 << 30, block_size: 4096, features: "", journal: (None, None) };
     let started = std::time::Instant::now();
     let dev = FileDevice::create(&path, case.size).unwrap();
     let mut calls = 0;
@@ -388,7 +443,7 @@ fn a_journal_with_more_than_four_extents_gets_the_same_extent_leaf_as_mkfs_ext4(
         return;
     }
     let scratch = Scratch::new("leaf");
-    let case = Case { size: 160 << 30, block_size: 4096, features: "" };
+    let case = Case { size: 160 << 30, block_size: 4096, features: "", journal: (None, None) };
     let (ours, theirs) = (scratch.path("leaf.quill"), scratch.path("leaf.stock"));
     let report = quill_mkfs(&ours, &case).unwrap();
     assert_eq!(report.journal_blocks, 262_144);
@@ -417,7 +472,7 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
     std::fs::write(&path, &garbage).unwrap();
     std::fs::File::options().write(true).open(&path).unwrap().set_len(size).unwrap();
     let dev = FileDevice::open(&path, FileOptions::default()).unwrap();
-    let mut opts = Case { size, block_size: 1024, features: "" }.options();
+    let mut opts = Case { size, block_size: 1024, features: "", journal: (None, None) }.options();
     opts.device_zeroed = false;
     mkfs(&dev, &opts).unwrap();
     assert_e2fsck_clean(&path, "not zeroed");
@@ -443,7 +498,8 @@ fn every_feature_outside_the_supported_list_is_refused_by_name() {
 #[test]
 fn bad_options_are_refused_before_anything_is_written() {
     let dev = MemDevice::new(64 * MIB);
-    let base = Case { size: 64 * MIB, block_size: 4096, features: "" }.options();
+    let base =
+        Case { size: 64 * MIB, block_size: 4096, features: "", journal: (None, None) }.options();
     let bad: [(&str, MkfsOptions); 7] = [
         ("block size 3000", MkfsOptions { block_size: 3000, ..base.clone() }),
         ("inode size 100", MkfsOptions { inode_size: 100, ..base.clone() }),
@@ -486,7 +542,7 @@ fn the_kernel_mounts_a_quill_image_writes_to_it_and_leaves_it_clean() {
     let scratch = Scratch::new("kernel");
     for block_size in [1024u32, 4096] {
         let path = scratch.path(&format!("kernel-{block_size}.img"));
-        let case = Case { size: 64 * MIB, block_size, features: "" };
+        let case = Case { size: 64 * MIB, block_size, features: "", journal: (None, None) };
         quill_mkfs(&path, &case).unwrap();
         let mnt = scratch.path(&format!("mnt-{block_size}"));
         std::fs::create_dir_all(&mnt).unwrap();

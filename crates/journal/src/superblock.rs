@@ -74,8 +74,12 @@ pub struct FormatOptions {
     pub checksum: ChecksumVersion,
     pub is_64bit: bool,
     pub uuid: [u8; 16],
-    /// Blocks reserved at the end for ext4 fast commits (0: none).
+    /// Blocks reserved at the end for ext4 fast commits (`s_num_fc_blks`; 0: none).
     pub fast_commit_blocks: u32,
+    /// Whether the journal's INCOMPAT_FAST_COMMIT is set now, making the area part of the
+    /// layout at once (as a kernel mounted with fast commits leaves it), or left clear (as
+    /// mke2fs leaves it: the log then spans the area until a mount turns it on).
+    pub fast_commit_feature: bool,
 }
 
 impl Default for FormatOptions {
@@ -85,6 +89,7 @@ impl Default for FormatOptions {
             is_64bit: true,
             uuid: *b"quill-journal-id",
             fast_commit_blocks: 0,
+            fast_commit_feature: false,
         }
     }
 }
@@ -106,7 +111,7 @@ pub fn format(
     if options.is_64bit {
         incompat |= feature::INCOMPAT_64BIT;
     }
-    if options.fast_commit_blocks > 0 {
+    if options.fast_commit_feature {
         incompat |= feature::INCOMPAT_FAST_COMMIT;
     }
     let mut sb = JournalSuperblock::new(

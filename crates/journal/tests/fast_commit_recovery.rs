@@ -26,6 +26,7 @@ fn crashed_with_area(area: impl FnOnce(Tid) -> Vec<Vec<u8>>) -> (Vec<u8>, Journa
     let loc = location(JOURNAL_WITH_FC);
     let options = superblock::FormatOptions {
         fast_commit_blocks: FC_BLOCKS,
+        fast_commit_feature: true,
         checksum: ondisk::jbd2::ChecksumVersion::V3,
         ..Default::default()
     };
