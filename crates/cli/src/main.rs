@@ -79,10 +79,12 @@ Options (-o, comma-separated, later ones win):
                                   cjfs, fast18-io, fast18, all
   committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N,
   lists=locked|lockfree, commit_io=thread|cooperative, checkpoint_io=mutex|cooperative,
-  commit_record=fua|chained|barrier
+  commit_record=fua|chained|barrier, fsync_journal=on|off
                                   one journal technique setting, on top of the preset
                                   (barrier needs a device with a cache barrier: an image
-                                  file has none, and the mount is refused)
+                                  file has none, and the mount is refused; fsync_journal,
+                                  iJournaling's per-file fsync as ext4 fast commits, needs
+                                  an image made with -O fast_commit)
   threads=N                       FUSE worker threads (default 2 per core, at least 4)
   io=buffered|direct|auto         image file through the page cache (default), O_DIRECT,
                                   or O_DIRECT where the file system takes it

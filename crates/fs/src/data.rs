@@ -407,7 +407,14 @@ impl Filesystem {
             if pos > data.inode.size {
                 data.inode.size = pos;
             }
-            // The times were set when the data was written (cached); they go out with it.
+            // The times were set when the data was written (cached); they go out with it. A
+            // fast commit expresses the step: the range it wrote (mapped, or converted from
+            // unwritten) and the inode.
+            if *mapped && pos > offset {
+                let last = ((pos - 1) / bs) as u32;
+                data.fc.note_range(txn.handle.tid(), first_lblk as u32, last);
+            }
+            data.fc.expressible_next();
             txn_write_inode(self, txn, ino, data, true)?;
             Ok((pos - offset) as usize)
         })();
@@ -561,6 +568,7 @@ impl Filesystem {
             crate::orphan::add(self, &mut txn, ino, data)?;
             data.inode.size = size;
             touch_mtime_ctime(&mut data.inode);
+            data.fc.ineligible_next("truncate");
             txn_write_inode(self, &mut txn, ino, data, true)
         })();
         self.finish(result, txn)?;
@@ -583,6 +591,7 @@ impl Filesystem {
         self.zero_tail_before_growth(ino, data, size)?;
         let mut txn = self.begin(4, 0)?;
         data.inode.size = size;
+        data.fc.ineligible_next("size change");
         let result = txn_write_inode(self, &mut txn, ino, data, true);
         self.finish(result, txn)
     }
@@ -643,6 +652,7 @@ impl Filesystem {
             txn.revoke_freed_data = revoke;
             let result = (|| {
                 self.remove_blocks(&mut txn, &ectx, data, from as u32, LBLK_LIMIT)?;
+                data.fc.ineligible_next("truncate");
                 txn_write_inode(self, &mut txn, ino, data, true)
             })();
             self.finish(result, txn)?;
@@ -776,6 +786,7 @@ impl Filesystem {
                     data.inode.size = covered;
                 }
                 data.inode.ctime = now();
+                data.fc.ineligible_next("fallocate");
                 txn_write_inode(self, &mut txn, ino, data, true)
             })();
             match result {
@@ -813,6 +824,7 @@ impl Filesystem {
             let result = (|| {
                 self.remove_blocks(&mut txn, &ectx, data, first_whole as u32, last_whole)?;
                 touch_mtime_ctime(&mut data.inode);
+                data.fc.ineligible_next("punch hole");
                 txn_write_inode(self, &mut txn, ino, data, true)
             })();
             self.finish(result, txn)?;

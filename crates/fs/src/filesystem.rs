@@ -192,6 +192,17 @@ impl Filesystem {
         let image = Ext4Image::open(dev.clone())?;
         let sb = image.superblock().clone();
         check_features(&sb, options.read_only)?;
+        if options.journal.fsync_journal
+            && !options.read_only
+            && sb.feature_compat & feature::COMPAT_FAST_COMMIT == 0
+        {
+            // The fast commits would go where e2fsck and the kernel never look.
+            return Err(FsError::Invalid(
+                "fsync_journal=on needs a file system with the fast_commit feature (quill mkfs \
+                 -O fast_commit, or tune2fs -O fast_commit)"
+                    .into(),
+            ));
+        }
         let location = image.journal_location()?;
         let needs_recovery = sb.needs_recovery();
         drop(image);
@@ -453,6 +464,7 @@ impl Filesystem {
         handle
             .modify(&buffer, |b| b[offset..offset + data.raw.len()].copy_from_slice(&data.raw))?;
         drop(orphans);
+        data.fc.note_write(handle.tid());
         data.last_tid = Some(handle.tid());
         if data_change {
             data.last_data_tid = Some(handle.tid());

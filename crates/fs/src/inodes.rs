@@ -42,6 +42,8 @@ pub(crate) struct InodeData {
     /// `DA_ALLOC_CLOSE`), so truncate-and-rewrite without fsync does not come back empty
     /// after a crash.
     pub flush_on_close: bool,
+    /// What a fast commit of this inode's changes would hold (`fsync_journal.rs`).
+    pub fc: crate::fsync_journal::FcTrack,
 }
 
 impl InodeData {
@@ -54,6 +56,7 @@ impl InodeData {
             orphan,
             cache: FileCache::default(),
             flush_on_close: false,
+            fc: Default::default(),
         }
     }
 

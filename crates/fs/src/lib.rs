@@ -41,6 +41,7 @@ mod error_policy;
 mod fast_commit;
 mod file;
 mod filesystem;
+mod fsync_journal;
 mod groups;
 mod inodes;
 mod ops;

@@ -15,6 +15,7 @@ use crate::dir;
 use crate::error::{FsError, Result};
 use crate::extent_tree;
 use crate::filesystem::{now, Filesystem, Txn};
+use crate::fsync_journal::FsyncPlan;
 use crate::inodes::{self, InodeData, InodeGuard, InodeSlot};
 use crate::meta_io::MetaIo;
 use crate::xattr::{self, SetMode, XattrCtx};
@@ -295,20 +296,31 @@ impl Filesystem {
     /// the entry was added in the same transaction that created the inode, or an earlier one.
     pub fn fsync(&self, ino: u32, datasync: bool) -> Result<()> {
         let slot = self.inodes.slot(ino);
-        let tid = {
+        let (tid, plan) = {
             let mut guard = self.lock_live(&slot)?;
             let data = guard.as_mut().expect("loaded");
             self.writeback_locked(ino, data)?;
-            if datasync {
-                data.last_data_tid
-            } else {
-                data.last_tid
-            }
+            let tid = if datasync { data.last_data_tid } else { data.last_tid };
+            let plan = match tid {
+                Some(tid) if !self.journal.last_durable().is_at_or_after(tid) => {
+                    Some(self.fsync_plan(ino, data, tid)?)
+                }
+                _ => None,
+            };
+            (tid, plan)
         };
-        match tid {
-            Some(tid) if !self.journal.last_durable().is_at_or_after(tid) => {
-                // The commit flushes the device before its commit block.
-                self.journal.commit_and_wait(tid)?;
+        match (tid, plan) {
+            (Some(_), Some(FsyncPlan::AlreadyDurable)) => {}
+            (Some(tid), Some(plan)) => {
+                // iJournaling (fsync_journal.rs): the file alone, as a fast commit, when it can;
+                // else the transaction, whose commit flushes the device before its commit block.
+                let fast = match &plan {
+                    FsyncPlan::FastCommit(plan) => self.fast_commit(plan)?,
+                    _ => false,
+                };
+                if !fast {
+                    self.journal.commit_and_wait(tid)?;
+                }
             }
             _ => self.dev.flush()?,
         }
@@ -349,6 +361,9 @@ impl Filesystem {
             inode.mtime = mtime;
         }
         inode.ctime = now();
+        // Mode, owner and times: an INODE record says it all (a size change went through
+        // truncate above, which is not expressible).
+        data.fc.expressible_next();
         self.finish(txn_write_inode(self, &mut txn, ino, data, false), txn)?;
         Ok(self.attr_of(ino, data))
     }
@@ -514,6 +529,7 @@ impl Filesystem {
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, fs.block_size());
             }
+            data.fc.ineligible_next("create");
             fs.write_inode(&mut txn.handle, ino, data, true)?;
             *written = true;
             let data = &mut made.as_mut().expect("made above").0;
@@ -524,6 +540,7 @@ impl Filesystem {
             }
             pdata.inode.mtime = t;
             pdata.inode.ctime = t;
+            pdata.fc.ineligible_next("create");
             txn_write_inode(fs, &mut txn, parent, pdata, true)?;
             Ok(fs.attr_of(ino, data))
         })();
@@ -567,6 +584,7 @@ impl Filesystem {
                 data.inode.size = 0;
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, self.block_size());
+                data.fc.ineligible_next("delete");
                 self.write_inode(&mut txn.handle, ino, &mut data, true)?;
             }
         }
@@ -668,9 +686,11 @@ impl Filesystem {
             let t = now();
             pdata.inode.mtime = t;
             pdata.inode.ctime = t;
+            pdata.fc.ineligible_next("link");
             txn_write_inode(self, &mut txn, new_parent, pdata, true)?;
             data.inode.links_count += 1;
             data.inode.ctime = t;
+            data.fc.ineligible_next("link");
             txn_write_inode(self, &mut txn, ino, data, false)?;
             Ok(self.attr_of(ino, data))
         })();
@@ -722,6 +742,7 @@ impl Filesystem {
             if is_dir {
                 dec_link(&mut pdata.inode);
             }
+            pdata.fc.ineligible_next("unlink");
             txn_write_inode(self, &mut txn, parent, pdata, true)?;
             data.inode.ctime = t;
             self.drop_link(&mut txn, &slot, data, is_dir)
@@ -749,11 +770,13 @@ impl Filesystem {
             dec_link(&mut data.inode);
         }
         if data.inode.links_count > 0 {
+            data.fc.ineligible_next("unlink");
             txn_write_inode(self, txn, ino, data, false)?;
             return Ok(false);
         }
         // Orphan first, so a crash before the blocks are freed still frees them at mount.
         crate::orphan::add(self, txn, ino, data)?;
+        data.fc.ineligible_next("unlink");
         txn_write_inode(self, txn, ino, data, true)?;
         Ok(slot.open_count.load(std::sync::atomic::Ordering::Acquire) == 0)
     }
@@ -796,6 +819,7 @@ impl Filesystem {
             data.inode.dtime = now().sec as u32;
             let is_dir = data.inode.is_dir();
             data.inode.mode = 0;
+            data.fc.ineligible_next("delete");
             txn_write_inode(self, &mut txn, ino, data, true)?;
             self.groups.free_inode(&self.journal, &mut txn.handle, ino, is_dir)
         })();
@@ -906,6 +930,7 @@ impl Filesystem {
         let delta = txn.take_blocks_delta();
         add_blocks(&mut data.inode, delta, self.block_size());
         data.inode.ctime = now();
+        data.fc.ineligible_next("xattr");
         let result = txn_write_inode(self, &mut txn, ino, data, false);
         self.finish(result, txn)
     }

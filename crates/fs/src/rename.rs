@@ -189,6 +189,7 @@ impl Filesystem {
                         }
                     }
                     d.inode.ctime = t;
+                    d.fc.ineligible_next("rename");
                     txn_write_inode(self, &mut txn, dst_ino, d, false)?;
                 }
                 (false, Some(d), Some(_)) => {
@@ -213,6 +214,7 @@ impl Filesystem {
                 inc_link(&mut parents.new_dir().inode, has_dir_nlink);
             }
             sdata.inode.ctime = t;
+            sdata.fc.ineligible_next("rename");
             txn_write_inode(self, &mut txn, src, sdata, false)?;
             for dir_data in
                 [Some(&mut *parents.old), parents.new.as_deref_mut()].into_iter().flatten()
@@ -220,8 +222,10 @@ impl Filesystem {
                 dir_data.inode.mtime = t;
                 dir_data.inode.ctime = t;
             }
+            parents.old.fc.ineligible_next("rename");
             txn_write_inode(self, &mut txn, old_ino, parents.old, true)?;
             if let Some(new) = parents.new.as_deref_mut() {
+                new.fc.ineligible_next("rename");
                 txn_write_inode(self, &mut txn, new_ino, new, true)?;
             }
             Ok(release)

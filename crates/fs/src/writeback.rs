@@ -295,6 +295,7 @@ impl Filesystem {
                 None => self.begin_writeback_handle(ino, data, target_size, GROW_CREDITS)?,
             };
             data.inode.size = target_size;
+            data.fc.ineligible_next("size change");
             let result = txn_write_inode(self, &mut txn, ino, data, true);
             return self.finish(result, txn);
         }

@@ -39,6 +39,11 @@ pub struct JournalConfig {
     pub checkpoint_io: CheckpointIo,
     /// How a commit block becomes durable once its transaction's log blocks are (`flush.rs`).
     pub commit_record: CommitRecord,
+    /// iJournaling (ATC'17): an fsync whose file's changes all sit in the running transaction
+    /// writes them as a file-level transaction of ext4 fast-commit records instead of
+    /// committing it (`fc_commit.rs`). Needs a journal with a fast-commit area (an ext4 file
+    /// system with the fast_commit feature).
+    pub fsync_journal: bool,
 }
 
 /// `commit_record`: how the flush stage makes a commit block durable.
@@ -143,6 +148,7 @@ impl JournalConfig {
             commit_io: CommitIo::Thread,
             checkpoint_io: CheckpointIo::Mutex,
             commit_record: CommitRecord::Fua,
+            fsync_journal: false,
         }
     }
 
@@ -192,6 +198,7 @@ impl JournalConfig {
             commit_io: CommitIo::Thread,
             checkpoint_io: CheckpointIo::Mutex,
             commit_record: CommitRecord::Chained,
+            fsync_journal: false,
         }
     }
 
@@ -278,13 +285,8 @@ impl JournalConfig {
             "flush_batch_max" => self.flush_batch_max = number()?,
             "versions_max" => self.versions_max = number()?,
             "recovery_threads" => self.recovery_threads = number()?,
-            "coalescing" => {
-                self.coalescing = match value {
-                    "on" | "true" | "1" => true,
-                    "off" | "false" | "0" => false,
-                    _ => return Err(format!("coalescing={value}: expected on or off")),
-                }
-            }
+            "coalescing" => self.coalescing = on_off(name, value)?,
+            "fsync_journal" => self.fsync_journal = on_off(name, value)?,
             "lists" => {
                 self.lists = match value {
                     "locked" => Lists::Locked,
@@ -326,6 +328,15 @@ impl JournalConfig {
             _ => return Err(format!("unknown journal setting {name}")),
         }
         self.validate()
+    }
+}
+
+/// A switch's value: on/true/1 or off/false/0.
+fn on_off(name: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{name}={value}: expected on or off")),
     }
 }
 

@@ -41,6 +41,7 @@ use crate::checkpoint;
 use crate::config::{CommitRecord, JournalConfig};
 use crate::coop_io::Published;
 use crate::error::{JournalError, Result};
+use crate::fc_commit::{FastCommitOutcome, FcArea};
 use crate::handle::{start_handle, Handle};
 use crate::location::JournalLocation;
 use crate::locks::{DoneQueues, LockCounters, LockId, TimedMutex, TimedRwLock, WaitQueue};
@@ -52,6 +53,7 @@ use crate::superblock::{read_superblock, SuperblockWriter};
 use crate::transaction::{ListLock, TxnState};
 use crate::{commit, commit_io, flush};
 use blockdev::BlockDevice;
+use ondisk::jbd2::fast_commit::FcRecord;
 use ondisk::jbd2::{feature, LogFormat};
 use ondisk::Tid;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -107,9 +109,25 @@ pub(crate) struct Shared {
     pub commit_wake: WaitQueue,
     /// Work for the flush stage: a transaction became Written.
     pub flush_wake: WaitQueue,
+    /// [immutable] The first transaction of this attach (`fc_commit.rs`: no fast commit in it).
+    pub first_tid: Tid,
+    /// [`j_fc_lock`, outermost] The fast-commit area, with `fsync_journal` on.
+    pub fc_area: Option<FcArea>,
+    /// [its own lock, a leaf] Fast commits that fell back to a full commit, by reason.
+    pub fc_fallbacks: parking_lot::Mutex<Vec<(&'static str, u64)>>,
 }
 
 impl Shared {
+    /// Counts a fast commit that fell back to a full commit (the journal's reasons and the
+    /// file system's), as the kernel's `/proc/fs/ext4/*/fc_info` counts them.
+    pub fn note_fast_commit_fallback(&self, reason: &'static str) {
+        let mut counts = self.fc_fallbacks.lock();
+        match counts.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((reason, 1)),
+        }
+    }
+
     pub fn block_size(&self) -> usize {
         self.location.block_size() as usize
     }
@@ -248,6 +266,11 @@ impl Journal {
         }
         let next_tid = sb.sequence.next();
         sb.feature_incompat |= feature::INCOMPAT_REVOKE;
+        // fsync_journal: the fast-commit area takes the end of the journal, as the kernel's
+        // mount with fast commits does (`jbd2_fc_init`); the log is empty, so it may shrink.
+        if config.fsync_journal && !read_only {
+            sb.feature_incompat |= feature::INCOMPAT_FAST_COMMIT;
+        }
         sb.sequence = next_tid;
         sb.start = sb.first;
         // The superblock is written before the first commit's log blocks, not now (JBD2's
@@ -263,6 +286,8 @@ impl Journal {
             quarter.saturating_sub(quarter.div_ceil(per_descriptor) + 2).max(1)
         };
         let log = LogSpace::new(sb.first, sb.log_end(), sb.first);
+        let fc_area = (sb.fast_commit_blocks() > 0 && config.fsync_journal && !read_only)
+            .then(|| FcArea::new(sb.log_end() + 1, sb.max_len));
         let locks = Arc::new(LockCounters::default());
         let shared = Arc::new(Shared {
             dev,
@@ -286,6 +311,9 @@ impl Journal {
             done: DoneQueues::new(),
             commit_wake: WaitQueue::new(),
             flush_wake: WaitQueue::new(),
+            first_tid: next_tid,
+            fc_area,
+            fc_fallbacks: parking_lot::Mutex::new(Vec::new()),
         });
         // A failed spawn drops `journal`, which stops the threads already running.
         let mut journal = Journal { shared, threads: Vec::new() };
@@ -337,6 +365,26 @@ impl Journal {
             .unwrap_or_else(|never| match never {})
     }
 
+    /// iJournaling's file-level transaction (`fc_commit.rs`): makes `records` (one file's
+    /// INODE, ADD_RANGE and DEL_RANGE records, in replay order) durable in the fast-commit area
+    /// as part of transaction `tid`, which must be the running one, without committing it. The
+    /// caller has written the file's data (not flushed it: this does). On
+    /// [`FastCommitOutcome::Fallback`] nothing was written: commit `tid` instead.
+    pub fn fast_commit(&self, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastCommitOutcome> {
+        crate::fc_commit::fast_commit(&self.shared, tid, records)
+    }
+
+    /// Whether fast commits can be written (`fsync_journal` on, and an area to write them).
+    pub fn fast_commits_enabled(&self) -> bool {
+        self.shared.fc_area.is_some()
+    }
+
+    /// Counts a fast commit the file system did not attempt, by its reason (a directory, a
+    /// hard-linked inode, a rename, ...), in [`JournalStats::fast_commit_fallbacks`].
+    pub fn note_fast_commit_fallback(&self, reason: &'static str) {
+        self.shared.note_fast_commit_fallback(reason);
+    }
+
     /// Commits transaction `tid` if it is not yet durable and waits until it is (fsync).
     pub fn commit_and_wait(&self, tid: Tid) -> Result<()> {
         commit_and_wait(&self.shared, tid)
@@ -385,6 +433,8 @@ impl Journal {
     pub fn stats(&self) -> JournalStats {
         let mut stats = self.shared.counters.snapshot();
         stats.locks = self.shared.locks.snapshot();
+        stats.fast_commit_fallbacks =
+            self.shared.fc_fallbacks.lock().iter().map(|&(r, n)| (r.to_string(), n)).collect();
         stats
     }
 
@@ -466,9 +516,15 @@ impl Journal {
         self.stop_threads();
         while checkpoint::checkpoint_oldest(&shared)? {}
         let next_tid = shared.state.read(&shared.locks).txns().next_tid();
-        // jbd2_mark_journal_empty: the tail tid is the next tid, s_start = 0 means clean.
+        // jbd2_mark_journal_empty: the tail tid is the next tid, s_start = 0 means clean. As
+        // Linux's unmount, the fast-commit bit goes too: a clean journal is plain JBD2, and
+        // the next mount with fast commits sets it again.
         shared.dev.flush().map_err(|e| shared.abort_on("flushing before unmount", e))?;
-        shared.write_tail(next_tid, 0)?;
+        shared.update_superblock(|sb| {
+            sb.sequence = next_tid;
+            sb.start = 0;
+            sb.feature_incompat &= !feature::INCOMPAT_FAST_COMMIT;
+        })?;
         Ok(())
     }
 

@@ -44,6 +44,9 @@ pub(crate) struct Counters {
     pub ns_commit_fua: AtomicU64,
     pub ns_ordered_wait: AtomicU64,
     pub in_flight_max: AtomicU64,
+    pub fast_commits: AtomicU64,
+    pub fast_commit_blocks: AtomicU64,
+    pub ns_fast_commit: AtomicU64,
 }
 
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
@@ -127,6 +130,14 @@ pub struct JournalStats {
     pub ms_ordered_wait: f64,
     /// The most transactions ever in flight at once (Locked to Written: committing slots).
     pub in_flight_max: u64,
+    /// File-level fsync transactions written as fast commits (`fsync_journal`), the area
+    /// blocks they took, and the time they took from the area's lock to durable.
+    pub fast_commits: u64,
+    pub fast_commit_blocks: u64,
+    pub ms_fast_commit: f64,
+    /// fsyncs that wanted a fast commit and committed the transaction instead, by reason (the
+    /// journal's and the file system's; filled by `Journal::stats`).
+    pub fast_commit_fallbacks: Vec<(String, u64)>,
     /// Waits for each of the engine's locks (filled by `Journal::stats`).
     pub locks: LockWaits,
 }
@@ -190,6 +201,10 @@ impl Counters {
             ms_commit_fua: ms(&self.ns_commit_fua),
             ms_ordered_wait: ms(&self.ns_ordered_wait),
             in_flight_max: self.in_flight_max.load(Relaxed),
+            fast_commits: self.fast_commits.load(Relaxed),
+            fast_commit_blocks: self.fast_commit_blocks.load(Relaxed),
+            ms_fast_commit: ms(&self.ns_fast_commit),
+            fast_commit_fallbacks: Vec::new(),
             locks: LockWaits::default(),
         }
     }

@@ -364,6 +364,59 @@ pub fn append_tail(block: &mut Vec<u8>, block_size: usize, crc: u32, tid: Tid) -
     crc
 }
 
+/// Lays out one fast commit of `tid` as the kernel's `ext4_fc_perform_commit` writes it: a HEAD
+/// first when `head` (the first fast commit since the last full commit), then `records` in
+/// order, then a TAIL whose crc covers everything from the first record, in whole blocks of
+/// `block_size` bytes. A record is put in the current block only when it leaves room for
+/// another record header after it (`ext4_fc_reserve_space`); otherwise a PAD fills the block
+/// to its end and the record starts the next one. The TAIL's value fills its block (the Linux
+/// 6.2+ layout), so the next fast commit starts on a block boundary. `records` must hold no
+/// HEAD, PAD or TAIL, and each must fit in one block.
+pub fn pack_fast_commit(
+    records: &[FcRecord<'_>],
+    block_size: usize,
+    tid: Tid,
+    head: bool,
+) -> Vec<Vec<u8>> {
+    let mut blocks = Vec::new();
+    let mut block = Vec::with_capacity(block_size);
+    let mut crc = 0u32;
+    let head = head.then_some(FcRecord::Head { features: 0, tid });
+    // The TAIL's header and tid and crc: what must still fit after the last record.
+    let tail_size = FC_TL_SIZE + TAIL_LEN;
+    assert!(
+        !records.iter().any(|r| matches!(
+            r,
+            FcRecord::Head { .. } | FcRecord::Pad { .. } | FcRecord::Tail { .. }
+        )),
+        "pack_fast_commit adds HEAD, PAD and TAIL itself"
+    );
+    for record in head.iter().chain(records) {
+        let size = FC_TL_SIZE + record.value_len();
+        assert!(size + FC_TL_SIZE <= block_size, "a {size}-byte record fits no block");
+        if block.len() + size + FC_TL_SIZE > block_size {
+            crc = finish_with_pad(&mut block, block_size, crc);
+            blocks.push(std::mem::replace(&mut block, Vec::with_capacity(block_size)));
+        }
+        record.encode(&mut block);
+    }
+    if block.len() + tail_size + FC_TL_SIZE > block_size {
+        crc = finish_with_pad(&mut block, block_size, crc);
+        blocks.push(std::mem::replace(&mut block, Vec::with_capacity(block_size)));
+    }
+    append_tail(&mut block, block_size, crc, tid);
+    blocks.push(block);
+    blocks
+}
+
+/// Fills `block` to `block_size` with a PAD (whose value is zeros) and returns the crc
+/// continued over the whole block.
+fn finish_with_pad(block: &mut Vec<u8>, block_size: usize, crc: u32) -> u32 {
+    let len = block_size - block.len() - FC_TL_SIZE;
+    FcRecord::Pad { len: u16::try_from(len).expect("a block of at most 64 KiB") }.encode(block);
+    crc32c_raw(crc, block)
+}
+
 /// What [`scan_fast_commit_area`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FcScan<'a> {
@@ -588,6 +641,57 @@ mod tests {
         FcRecord::DelRange { ino: 14, logical: 0, len: 1 }.encode(&mut third);
         append_tail(&mut third, 1024, 0, Tid(7));
         vec![first, second, third]
+    }
+
+    #[test]
+    fn packed_fast_commits_scan_back_record_for_record() {
+        let raw = vec![0x5au8; 256];
+        let extent = Extent { logical: 7, len: 3, start: 4242, unwritten: false };
+        let add = FcRecord::AddRange { ino: 12, extent };
+        let inode = FcRecord::Inode { ino: 12, raw: &raw };
+        let del = FcRecord::DelRange { ino: 12, logical: 10, len: 5 };
+        for block_size in [1024usize, 4096] {
+            // Enough records to spill over several blocks, then a second commit without HEAD.
+            let first: Vec<FcRecord<'_>> =
+                (0..40).map(|i| if i % 3 == 0 { inode } else { add }).collect();
+            let second = [del, inode];
+            let mut blocks = pack_fast_commit(&first, block_size, Tid(9), true);
+            let first_blocks = blocks.len();
+            assert!(first_blocks > 1 || block_size == 4096 && first_blocks >= 1);
+            blocks.extend(pack_fast_commit(&second, block_size, Tid(9), false));
+            assert!(blocks.iter().all(|b| b.len() == block_size), "whole blocks");
+            let scan =
+                scan_fast_commit_area(blocks.iter().map(Vec::as_slice), 256, Tid(9)).unwrap();
+            assert_eq!(scan.commits, 2, "both TAILs good at {block_size}");
+            assert_eq!(scan.records_valid, scan.records.len());
+            let content: Vec<FcRecord<'_>> = scan
+                .records
+                .iter()
+                .copied()
+                .filter(|r| !matches!(r, FcRecord::Pad { .. } | FcRecord::Tail { .. }))
+                .collect();
+            let mut expected = vec![FcRecord::Head { features: 0, tid: Tid(9) }];
+            expected.extend(first.iter().copied());
+            expected.extend(second);
+            assert_eq!(content, expected);
+            // Another tid's recovery replays none of it.
+            let other = scan_fast_commit_area(blocks.iter().map(Vec::as_slice), 256, Tid(10));
+            assert_eq!(other.unwrap().commits, 0);
+        }
+    }
+
+    #[test]
+    fn a_record_that_leaves_no_room_for_a_header_moves_to_the_next_block() {
+        // 1024-byte blocks: HEAD (12) + 3 INODE records of 4 + 4 + 256 = 264 bytes end at 804;
+        // a fourth would end at 1068, so it starts block 1 after a PAD.
+        let raw = vec![1u8; 256];
+        let inode = FcRecord::Inode { ino: 5, raw: &raw };
+        let blocks = pack_fast_commit(&[inode; 4], 1024, Tid(3), true);
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(le16(&blocks[0], 804), FC_TAG_PAD);
+        assert_eq!(usize::from(le16(&blocks[0], 806)), 1024 - 804 - 4);
+        assert_eq!(le16(&blocks[1], 0), FC_TAG_INODE);
+        assert_eq!(le16(&blocks[1], 264), FC_TAG_TAIL);
     }
 
     #[test]

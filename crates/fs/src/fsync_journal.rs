@@ -1,0 +1,233 @@
+//! iJournaling's file-level fsync transactions (ATC'17; DESIGN.md §3.6), written as ext4 fast
+//! commits (`fsync_journal = on`): the file system's side.
+//!
+//! An fsync of a file whose changes all sit in the running transaction writes only that file:
+//! the ranges whose mapping changed (ADD_RANGE for what is mapped now, DEL_RANGE for what is not)
+//! and then the INODE record, the order ext4's fast commit writes an inode in. The journal makes
+//! them durable in its fast-commit area (`journal::Journal::fast_commit`) and the transaction
+//! commits later on its own, superseding them. Recovery by quill (`fast_commit.rs`), e2fsck and
+//! the kernel replays them on top of the last full commit.
+//!
+//! Which changes a fast commit expresses is a whitelist, kept per inode for the transaction its
+//! last change joined ([`FcTrack`]): every inode write is inexpressible unless its caller said
+//! otherwise just before it. Expressible today:
+//!
+//! | change | records |
+//! |---|---|
+//! | a writeback step (data written, blocks mapped or unwritten ones converted, size grown) | the step's logical range, then INODE |
+//! | attributes without a size change (mode, owner, times; `setattr`) | INODE |
+//! | an access time (`relatime`) | INODE |
+//!
+//! Everything else falls back to committing the transaction, counted by reason in the journal's
+//! figures (`fast_commit_fallbacks`): the kernel's ineligible operations (xattrs, renames,
+//! fallocate ranges, journaled data) and, for now, every directory-entry change (a file created,
+//! linked or unlinked in the running transaction: CREAT/LINK/UNLINK records are not written
+//! yet), truncation (the orphan list), and fsync of a directory, of a hard-linked inode or of
+//! an inode without extents.
+
+use journal::FastCommitOutcome;
+use ondisk::ext4::{self, Extent};
+use ondisk::jbd2::fast_commit::FcRecord;
+use ondisk::Tid;
+
+use crate::adapters::{extent_ctx, ReadIo};
+use crate::error::Result;
+use crate::extent_tree::{self, Lookup};
+use crate::filesystem::{DataMode, Filesystem};
+use crate::inodes::InodeData;
+
+/// Longest extent an ADD_RANGE may carry: `EXT_INIT_MAX_LEN`, and one less unwritten.
+const ADD_RANGE_MAX: u32 = 32768;
+const ADD_RANGE_UNWRITTEN_MAX: u32 = 32767;
+
+/// The reason counted for an inode write whose caller did not say what it was.
+const OTHER_CHANGE: &str = "metadata change";
+
+/// What one inode's changes in one transaction are, for a fast commit of them.
+#[derive(Debug, Default)]
+pub(crate) struct FcTrack {
+    /// The transaction the rest describes: the one the inode's last change joined.
+    tid: Option<Tid>,
+    /// Why a fast commit cannot express the changes (the first reason seen).
+    ineligible: Option<&'static str>,
+    /// Logical blocks whose mapping changed: first and last.
+    range: Option<(u32, u32)>,
+    /// Inode writes in `tid`, and how many of them a fast commit has made durable.
+    changes: u64,
+    synced: u64,
+    /// What the next inode write is: expressible (`Ok`), or inexpressible for this reason.
+    next: Option<std::result::Result<(), &'static str>>,
+}
+
+impl FcTrack {
+    /// Starts over when `tid` is a newer transaction than the one tracked.
+    fn at(&mut self, tid: Tid) -> &mut Self {
+        if self.tid != Some(tid) {
+            let next = self.next.take();
+            *self = FcTrack { tid: Some(tid), next, ..FcTrack::default() };
+        }
+        self
+    }
+
+    /// The caller's next inode write is one a fast commit expresses (see the module table).
+    pub fn expressible_next(&mut self) {
+        self.next = Some(Ok(()));
+    }
+
+    /// The caller's next inode write is one a fast commit cannot express, for `reason`.
+    pub fn ineligible_next(&mut self, reason: &'static str) {
+        self.next = Some(Err(reason));
+    }
+
+    /// Logical blocks `first..=last` may map differently after `tid`'s changes.
+    pub fn note_range(&mut self, tid: Tid, first: u32, last: u32) {
+        let t = self.at(tid);
+        t.range = Some(match t.range {
+            None => (first, last),
+            Some((a, b)) => (a.min(first), b.max(last)),
+        });
+    }
+
+    /// An inode write in `tid` (`Filesystem::write_inode`): expressible only if its caller said
+    /// so just before it.
+    pub fn note_write(&mut self, tid: Tid) {
+        let next = self.next.take().unwrap_or(Err(OTHER_CHANGE));
+        let t = self.at(tid);
+        t.changes += 1;
+        if let Err(reason) = next {
+            t.ineligible.get_or_insert(reason);
+        }
+    }
+}
+
+/// A fast commit of one inode, built under its lock: the records own their bytes.
+pub(crate) struct FcPlan {
+    tid: Tid,
+    ino: u32,
+    ranges: Vec<Range>,
+    raw: Vec<u8>,
+    /// `FcTrack::changes` when built: what the fast commit makes durable.
+    changes: u64,
+}
+
+enum Range {
+    Add(Extent),
+    Del { logical: u32, len: u32 },
+}
+
+/// What fsync should do about the inode's changes in transaction `tid`.
+pub(crate) enum FsyncPlan {
+    /// Write this fast commit.
+    FastCommit(FcPlan),
+    /// A fast commit made every change durable already.
+    AlreadyDurable,
+    /// Commit the transaction (the reason, if a fast commit was wanted, is counted).
+    Commit,
+}
+
+impl Filesystem {
+    /// Decides, under the inode's lock and after its writeback, how fsync makes `ino`'s
+    /// changes of transaction `tid` durable.
+    pub(crate) fn fsync_plan(&self, ino: u32, data: &InodeData, tid: Tid) -> Result<FsyncPlan> {
+        if !self.journal.fast_commits_enabled() {
+            return Ok(FsyncPlan::Commit);
+        }
+        let track = &data.fc;
+        if track.tid != Some(tid) {
+            // fdatasync of a file whose data changes are older than its last change: they
+            // are in a transaction that is committing already.
+            return Ok(FsyncPlan::Commit);
+        }
+        if track.changes == track.synced {
+            return Ok(FsyncPlan::AlreadyDurable);
+        }
+        let inode = &data.inode;
+        let reason = if let Some(reason) = track.ineligible {
+            Some(reason)
+        } else if inode.is_dir() {
+            Some("directory")
+        } else if inode.mode & ext4::MODE_TYPE_MASK != ext4::MODE_REGULAR {
+            Some("not a regular file")
+        } else if inode.links_count != 1 {
+            Some("hard link")
+        } else if inode.flags & ext4::EXTENTS_FL == 0 {
+            Some("no extents")
+        } else if inode.flags & ext4::HUGE_FILE_FL != 0 {
+            Some("huge file")
+        } else if self.options.data == DataMode::Journal {
+            Some("journal data")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.journal.note_fast_commit_fallback(reason);
+            return Ok(FsyncPlan::Commit);
+        }
+        let mut ranges = Vec::new();
+        if let Some((first, last)) = track.range {
+            let ectx = extent_ctx(self, ino, data);
+            let mut io = ReadIo { fs: self };
+            let mut lblk = first;
+            while lblk <= last {
+                let left = last - lblk + 1;
+                let step = match extent_tree::lookup(&mut io, &ectx, &inode.block, lblk)? {
+                    Lookup::Mapped { pblk, len, unwritten } => {
+                        let max = if unwritten { ADD_RANGE_UNWRITTEN_MAX } else { ADD_RANGE_MAX };
+                        let len = len.min(left).min(max);
+                        ranges.push(Range::Add(Extent {
+                            logical: lblk,
+                            len,
+                            start: pblk,
+                            unwritten,
+                        }));
+                        len
+                    }
+                    Lookup::Hole { len_to_next } => {
+                        let len = len_to_next.unwrap_or(u32::MAX).min(left);
+                        ranges.push(Range::Del { logical: lblk, len });
+                        len
+                    }
+                };
+                match lblk.checked_add(step) {
+                    Some(next) => lblk = next,
+                    None => break, // past the last logical block
+                }
+            }
+        }
+        // The raw inode as ext4's fast commit carries it: the 128-byte base and the extra
+        // fields in use (`EXT4_GOOD_OLD_INODE_SIZE + i_extra_isize`).
+        let extra = if data.raw.len() > 128 {
+            usize::from(u16::from_le_bytes([data.raw[0x80], data.raw[0x81]]))
+        } else {
+            0
+        };
+        let raw = data.raw[..(128 + extra).min(data.raw.len())].to_vec();
+        Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, changes: track.changes }))
+    }
+
+    /// Writes `plan` as a fast commit. `Ok(true)`: durable (and recorded in the inode's
+    /// tracking); `Ok(false)`: the journal fell back, commit the transaction.
+    pub(crate) fn fast_commit(&self, plan: &FcPlan) -> Result<bool> {
+        let mut records: Vec<FcRecord<'_>> = plan
+            .ranges
+            .iter()
+            .map(|r| match *r {
+                Range::Add(extent) => FcRecord::AddRange { ino: plan.ino, extent },
+                Range::Del { logical, len } => FcRecord::DelRange { ino: plan.ino, logical, len },
+            })
+            .collect();
+        records.push(FcRecord::Inode { ino: plan.ino, raw: &plan.raw });
+        match self.journal.fast_commit(plan.tid, &records)? {
+            FastCommitOutcome::Fallback(_) => Ok(false),
+            FastCommitOutcome::Durable { .. } => {
+                let slot = self.inodes.slot(plan.ino);
+                let mut guard = self.lock_live(&slot)?;
+                let track = &mut guard.as_mut().expect("loaded").fc;
+                if track.tid == Some(plan.tid) {
+                    track.synced = track.synced.max(plan.changes);
+                }
+                Ok(true)
+            }
+        }
+    }
+}

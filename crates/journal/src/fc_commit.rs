@@ -1,0 +1,181 @@
+//! File-level fsync transactions (iJournaling, ATC'17; DESIGN.md §3.6) written as ext4 fast
+//! commits: the engine's side of `fsync_journal`.
+//!
+//! The file system builds the records of one file (its INODE and the ranges whose mapping
+//! changed, as ext4's fast commit does); [`crate::Journal::fast_commit`] makes them durable in
+//! the journal's fast-commit area as part of the running transaction, without committing it.
+//! Recovery (quill's, e2fsck's, the kernel's) replays the fast commits of the tid after the last
+//! complete full commit on top of the full commits, so such a fast commit counts exactly while
+//! its transaction has not committed; once the transaction is durable it supersedes them.
+//!
+//! The protocol (the kernel's `jbd2_fc_begin_commit` / `jbd2_fc_end_commit` rules, in quill's
+//! pipeline):
+//!
+//! | step | what | why |
+//! |---|---|---|
+//! | 1 | take `j_fc_lock` | one fast commit at a time owns the area (as the kernel) |
+//! | 2 | pin transaction `tid` if it is the running one, else fall back | a full commit must not lock it while its fast commit is written; one already locked commits anyway |
+//! | 3 | fall back if `tid` is the first transaction since attach | the superblock still says "clean" (`s_start = 0`), and recovery then reads nothing |
+//! | 4 | wait until `tid - 1` is durable | recovery replays fast commits only of the tid right after the last complete full commit; with several transactions in flight the previous one may still be committing |
+//! | 5 | area reset when it holds another tid's fast commits | they were superseded when their transaction became durable (step 4 for this tid) |
+//! | 6 | write the blocks but the first, flush, then the first with FUA | the file's data (written by the caller) and the later blocks are durable before the block that makes them reachable: the first block holds the HEAD at area block 0, or follows a good TAIL, so a crash before it leaves a scan that stops there |
+//! | 7 | unpin | the transaction may lock and commit |
+//!
+//! Step 6 orders every crash state: the first block's write (FUA) is the single point where the
+//! fast commit becomes visible, and everything after it in the area was flushed before. A torn or
+//! missing first block is a stale or foreign record where the scan stops (after the previous good
+//! TAIL) or a HEAD of another tid (no fast commits), never a damaged area before any good TAIL
+//! (which would fail the kernel's recovery with EFSBADCRC).
+//!
+//! Lock order: `j_fc_lock` is taken before `j_state_lock` and held across the area's I/O and
+//! the wait for the previous transaction, which needs none of the engine's other locks.
+
+use crate::error::Result;
+use crate::journal::Shared;
+use crate::stats;
+use crate::transaction::{Transaction, TxnState};
+use ondisk::jbd2::fast_commit::{pack_fast_commit, FcRecord};
+use ondisk::Tid;
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Why a fast commit was not written: the caller commits the transaction instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FcFallback {
+    /// The journal was not opened with `fsync_journal`.
+    Off,
+    /// The transaction is no longer running: its full commit has begun.
+    NotRunning,
+    /// The first transaction since the journal was attached (nothing names the log yet).
+    FirstTransaction,
+    /// The area has no room left for this fast commit before the next full commit.
+    AreaFull,
+}
+
+impl FcFallback {
+    /// The name the engine figures count it under.
+    pub fn name(self) -> &'static str {
+        match self {
+            FcFallback::Off => "off",
+            FcFallback::NotRunning => "transaction committing",
+            FcFallback::FirstTransaction => "first transaction",
+            FcFallback::AreaFull => "area full",
+        }
+    }
+}
+
+/// What [`crate::Journal::fast_commit`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastCommitOutcome {
+    /// The records are durable: `blocks` area blocks were written.
+    Durable { blocks: u32 },
+    /// Nothing was written; commit the transaction instead.
+    Fallback(FcFallback),
+}
+
+/// The fast-commit area: `j_fc_lock` and what it guards.
+pub(crate) struct FcArea {
+    inner: Mutex<AreaState>,
+}
+
+struct AreaState {
+    /// Journal block of area block 0 (`j_fc_first`) and the area's length in blocks.
+    first: u32,
+    len: u32,
+    /// The tid whose fast commits the area holds, and the next free area block.
+    tid: Option<Tid>,
+    next: u32,
+}
+
+impl FcArea {
+    /// The area `[first, end)` of the journal (`log_end + 1 .. max_len`).
+    pub fn new(first: u32, end: u32) -> FcArea {
+        FcArea { inner: Mutex::new(AreaState { first, len: end - first, tid: None, next: 0 }) }
+    }
+}
+
+/// A running transaction held open as a handle holds it: it cannot finish locking (JBD2's
+/// `t_updates`) until the pin is dropped.
+struct Pin<'a> {
+    shared: &'a Shared,
+    txn: Arc<Transaction>,
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        if self.txn.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.commit_wake.wake_all();
+        }
+    }
+}
+
+/// Pins transaction `tid` if it is the running one and not locked.
+fn pin_running(shared: &Shared, tid: Tid) -> Result<Option<Pin<'_>>> {
+    let st = shared.state.read(&shared.locks);
+    st.aborted()?;
+    let Some(running) = st.txns().running() else { return Ok(None) };
+    if running.tid() != tid || running.state() != TxnState::Running {
+        return Ok(None);
+    }
+    // As a handle's admission: under the read lock a Running transaction cannot be locked, so
+    // the commit stage's lock-up sees this update.
+    running.txn.updates.fetch_add(1, Ordering::AcqRel);
+    Ok(Some(Pin { shared, txn: running.txn.clone() }))
+}
+
+/// See [`crate::Journal::fast_commit`].
+pub(crate) fn fast_commit(
+    shared: &Shared,
+    tid: Tid,
+    records: &[FcRecord<'_>],
+) -> Result<FastCommitOutcome> {
+    let outcome = write(shared, tid, records);
+    if let Ok(FastCommitOutcome::Fallback(reason)) = &outcome {
+        shared.note_fast_commit_fallback(reason.name());
+    }
+    outcome
+}
+
+fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastCommitOutcome> {
+    let Some(area) = &shared.fc_area else {
+        return Ok(FastCommitOutcome::Fallback(FcFallback::Off));
+    };
+    let started = Instant::now();
+    let mut area = area.inner.lock();
+    let Some(pin) = pin_running(shared, tid)? else {
+        return Ok(FastCommitOutcome::Fallback(FcFallback::NotRunning));
+    };
+    if tid == shared.first_tid {
+        return Ok(FastCommitOutcome::Fallback(FcFallback::FirstTransaction));
+    }
+    crate::journal::commit_and_wait(shared, tid.prev())?;
+    let head = area.tid != Some(tid);
+    let start = if head { 0 } else { area.next };
+    let blocks = pack_fast_commit(records, shared.location.block_size() as usize, tid, head);
+    let count = blocks.len() as u32;
+    if start + count > area.len {
+        return Ok(FastCommitOutcome::Fallback(FcFallback::AreaFull));
+    }
+    let offset = |i: usize| shared.log_offset(area.first + start + i as u32);
+    for (i, block) in blocks.iter().enumerate().skip(1) {
+        shared
+            .dev
+            .write_at(offset(i), block)
+            .map_err(|e| shared.abort_on("writing a fast commit", e))?;
+    }
+    shared.dev.flush().map_err(|e| shared.abort_on("flushing before a fast commit", e))?;
+    shared
+        .dev
+        .write_fua_at(offset(0), &blocks[0])
+        .map_err(|e| shared.abort_on("writing a fast commit", e))?;
+    area.tid = Some(tid);
+    area.next = start + count;
+    drop(pin);
+    drop(area);
+    stats::add(&shared.counters.fast_commits, 1);
+    stats::add(&shared.counters.fast_commit_blocks, u64::from(count));
+    stats::add_time(&shared.counters.ns_fast_commit, started.elapsed());
+    Ok(FastCommitOutcome::Durable { blocks: count })
+}
