@@ -35,6 +35,7 @@ pub fn format_table(report: &Report) -> String {
         let _ = writeln!(out, "{}", row(s, limit, &labels));
     }
     open_loop_table(&mut out, report, &labels);
+    fast_commit_table(&mut out, report, &labels);
     stage_table(&mut out, report, &labels);
     lock_wait_table(&mut out, report, &labels);
     let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
@@ -98,6 +99,58 @@ fn open_loop_table(out: &mut String, report: &Report, labels: &TargetLabels) {
             ms(r.response_us_p50),
             ms(r.response_us_p99),
             ms(r.response_us_p999)
+        );
+    }
+}
+
+/// fsync_journal: how many fsyncs of the median run were fast commits, and why the others
+/// committed the transaction.
+fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
+    let rows: Vec<&Summary> = report
+        .summaries
+        .iter()
+        .filter(|s| {
+            s.median_run
+                .engine
+                .as_ref()
+                .is_some_and(|e| e.fast_commits > 0 || !e.fast_commit_fallbacks.is_empty())
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nfast commits (fsync_journal), median runs: fsyncs written as fast commits, their \
+         share of all fsyncs, area blocks per fast commit, and the fsyncs that committed \
+         instead, by reason"
+    );
+    let _ = writeln!(
+        out,
+        "{:<20} {:<28} {:>4} {:>8} {:>6} {:>7}  fallbacks",
+        "workload", "target", "thr", "fc", "share", "blk/fc"
+    );
+    for s in rows {
+        let r = &s.median_run;
+        let e = r.engine.as_ref().expect("filtered");
+        let share = if r.fsyncs == 0 { 0.0 } else { e.fast_commits as f64 / r.fsyncs as f64 };
+        let per = if e.fast_commits == 0 {
+            0.0
+        } else {
+            e.fast_commit_blocks as f64 / e.fast_commits as f64
+        };
+        let fallbacks: Vec<String> =
+            e.fast_commit_fallbacks.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+        let _ = writeln!(
+            out,
+            "{:<20} {:<28} {:>4} {:>8} {:>5.0}% {:>7.2}  {}",
+            truncate(&s.workload, 20),
+            labels.get(&s.target),
+            s.threads,
+            e.fast_commits,
+            share * 100.0,
+            per,
+            if fallbacks.is_empty() { "-".to_string() } else { fallbacks.join(", ") }
         );
     }
 }

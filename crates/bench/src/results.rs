@@ -58,6 +58,14 @@ pub struct EngineFigures {
     /// The most transactions in flight at once (Locked to Written) since the mount.
     #[serde(default)]
     pub in_flight_max: u64,
+    /// fsync_journal: fsyncs written as fast commits, the area blocks they took, and the
+    /// fsyncs that committed the transaction instead, by reason.
+    #[serde(default)]
+    pub fast_commits: u64,
+    #[serde(default)]
+    pub fast_commit_blocks: u64,
+    #[serde(default)]
+    pub fast_commit_fallbacks: Vec<(String, u64)>,
 }
 
 impl EngineFigures {

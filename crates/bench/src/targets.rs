@@ -370,6 +370,11 @@ fn format_and_open_quill(
         mkfs.journal_blocks =
             Some((u64::from(mib) * (1 << 20) / u64::from(mkfs.block_size)) as u32);
     }
+    if options.journal.fsync_journal {
+        // iJournaling writes ext4 fast commits: the image needs their area (mke2fs's default
+        // size, a 64th of the journal).
+        mkfs.features.compat |= ondisk::ext4::feature::COMPAT_FAST_COMMIT;
+    }
     fs::mkfs::mkfs(dev.as_ref(), &mkfs).map_err(|e| format!("quill mkfs: {e}"))?;
     let queue = Arc::new(QueueDepthDevice::new(dev));
     let fs = Filesystem::open(queue.clone(), options.clone()).map_err(|e| format!("open: {e}"))?;
@@ -585,6 +590,17 @@ impl Prepared {
             handles: a.handles - b.handles,
             ms_handle_start_wait: a.ms_handle_start_wait - b.ms_handle_start_wait,
             in_flight_max: a.in_flight_max,
+            fast_commits: a.fast_commits - b.fast_commits,
+            fast_commit_blocks: a.fast_commit_blocks - b.fast_commit_blocks,
+            fast_commit_fallbacks: a
+                .fast_commit_fallbacks
+                .iter()
+                .map(|(reason, n)| {
+                    let before = b.fast_commit_fallbacks.iter().find(|(r, _)| r == reason);
+                    (reason.clone(), n - before.map_or(0, |(_, m)| *m))
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
             lock_wait_ms: a
                 .locks
                 .named()

@@ -76,7 +76,7 @@ Options (-o, comma-separated, later ones win):
                                   report it, mark the image for e2fsck and go on
   allow_other                     let every user in (permissions are still checked)
   preset=NAME                     journal preset: classic (default), dual, barrierfs,
-                                  cjfs, fast18-io, fast18, all
+                                  cjfs, fast18-io, fast18, ijournal, all
   committing_max=N, flush_batch_max=N, versions_max=N, coalescing=0|1, recovery_threads=N,
   lists=locked|lockfree, commit_io=thread|cooperative, checkpoint_io=mutex|cooperative,
   commit_record=fua|chained|barrier, fsync_journal=on|off

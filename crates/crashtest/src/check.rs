@@ -20,6 +20,11 @@
 //!   the last one that changed p (transactions commit in order; ext4 commits a new file's
 //!   directory entry with it, and a directory's fsync its entries);
 //! - `fdatasync(p)`: p's data and size, and p's creation.
+//!
+//! With `fsync_journal` (iJournaling's file-level fsync, [`FsyncPromise::PerFile`]) an fsync
+//! written as a fast commit makes p alone durable, as iJournaling promises: `fsync(p)` then
+//! promises p's data and metadata and p's creation, not the thread's other operations before
+//! it (an fsync that commits the transaction keeps more, which the check allows).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,7 +50,22 @@ struct Bounds {
     data_lo: BTreeMap<usize, usize>,
 }
 
-fn bounds(w: &Workload, states: &[Vec<Model>], marks: &[u64]) -> Vec<Bounds> {
+/// What an acknowledged fsync promises beyond its file's own data and metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPromise {
+    /// ext4's: every operation of the thread up to the last one that changed the file (its
+    /// transaction, and the ones before it, committed).
+    Transaction,
+    /// iJournaling's file-level transaction: the file's creation, nothing else.
+    PerFile,
+}
+
+fn bounds(
+    w: &Workload,
+    states: &[Vec<Model>],
+    marks: &[u64],
+    promise: FsyncPromise,
+) -> Vec<Bounds> {
     let threads = w.threads.len();
     let mut start_pos = BTreeMap::new();
     let mut end_pos = BTreeMap::new();
@@ -84,6 +104,10 @@ fn bounds(w: &Workload, states: &[Vec<Model>], marks: &[u64]) -> Vec<Bounds> {
                 let bt = &mut b[t];
                 if data_only {
                     bt.ns_lo = bt.ns_lo.max(node.created);
+                } else if promise == FsyncPromise::PerFile {
+                    bt.ns_lo = bt.ns_lo.max(node.created);
+                    let lo = bt.meta_lo.entry(m).or_default();
+                    *lo = (*lo).max(i + 1);
                 } else {
                     bt.ns_lo = bt.ns_lo.max(node.changed);
                     let lo = bt.meta_lo.entry(m).or_default();
@@ -121,8 +145,9 @@ pub fn check_acknowledged(
     marks: &[u64],
     tree: &Tree,
     unacknowledged: Unacknowledged,
+    promise: FsyncPromise,
 ) -> Result<(), String> {
-    for (t, b) in bounds(w, &expected.states, marks).iter().enumerate() {
+    for (t, b) in bounds(w, &expected.states, marks, promise).iter().enumerate() {
         check_thread(expected, t, b, tree, unacknowledged).map_err(|e| {
             let who =
                 if expected.roots[t].is_empty() { String::new() } else { format!("thread {t}: ") };

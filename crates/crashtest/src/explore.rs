@@ -14,7 +14,7 @@ use ondisk::ext4;
 use parking_lot::Mutex;
 
 use crate::check::{
-    check_acknowledged, e2fsck_clean, e2fsck_repairs, Unacknowledged::WholeVersions,
+    check_acknowledged, e2fsck_clean, e2fsck_repairs, FsyncPromise, Unacknowledged::WholeVersions,
 };
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
@@ -370,12 +370,25 @@ pub fn check_state(
     // The raw crash image goes to e2fsck later; write it now so quill can take the buffer.
     let raw = scratch.path("raw.img");
     std::fs::write(&raw, &image).map_err(|e| ("e2fsck-fy", e.to_string()))?;
+    if let Some(dir) = std::env::var_os("QUILL_CRASHTEST_KEEP") {
+        // Debugging a reproducer: keep every raw crash image it checks, in order.
+        static KEPT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = std::fs::write(Path::new(&dir).join(format!("crash-{n}.img")), &image);
+    }
     let dev = Arc::new(MemDevice::from_bytes(image));
     let fs = Filesystem::open(dev.clone(), rec.mount.clone())
         .map_err(|e| ("quill-recovers", format!("quill cannot open the crash image: {e}")))?;
     let tree = read_tree(&fs).map_err(|e| ("quill-recovers", e))?;
     pass("quill-recovers");
-    let acknowledged = check_acknowledged(w, &rec.expected, &state.marks, &tree, WholeVersions);
+    // With fsync_journal an fsync may be a fast commit: the file alone (check.rs).
+    let promise = if rec.mount.journal.fsync_journal {
+        FsyncPromise::PerFile
+    } else {
+        FsyncPromise::Transaction
+    };
+    let acknowledged =
+        check_acknowledged(w, &rec.expected, &state.marks, &tree, WholeVersions, promise);
     let unmounted = fs.unmount();
     acknowledged.map_err(|e| ("acknowledged", e))?;
     pass("acknowledged");
@@ -407,7 +420,7 @@ pub fn check_state(
     // e2fsck's recovery must keep what was acknowledged too, unless it dropped a torn commit
     // and, finding errors, left the orphans to its full check (see check::e2fsck_repairs).
     if !repairs.dropped_torn_commit {
-        check_acknowledged(w, &rec.expected, &state.marks, &their_tree, WholeVersions)
+        check_acknowledged(w, &rec.expected, &state.marks, &their_tree, WholeVersions, promise)
             .map_err(|e| ("same-tree", format!("e2fsck's recovery: {e}")))?;
     }
     match tree_difference(&tree, &their_tree) {

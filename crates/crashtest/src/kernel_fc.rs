@@ -53,7 +53,7 @@ use blockdev::file::{FileDevice, FileOptions};
 use fs::{Filesystem, MountOptions};
 
 use crate::check::Unacknowledged::Ext4Ordered;
-use crate::check::{check_acknowledged, e2fsck_clean, run_tool};
+use crate::check::{check_acknowledged, e2fsck_clean, run_tool, FsyncPromise};
 use crate::explore::{read_only_tree, workload_seed, Failure, Scratch, Totals};
 use crate::run::{end_mark, start_mark, Expected};
 use crate::tree::{read_tree, tree_difference};
@@ -284,7 +284,8 @@ fn check_kernel_image(
     };
     let tree = read_tree(&fs).map_err(|e| ("kernel-fc-recovers", e))?;
     pass("kernel-fc-recovers");
-    let acknowledged = check_acknowledged(w, expected, marks, &tree, Ext4Ordered);
+    let acknowledged =
+        check_acknowledged(w, expected, marks, &tree, Ext4Ordered, FsyncPromise::Transaction);
     let unmounted = fs.unmount();
     acknowledged.map_err(|e| ("kernel-fc-acknowledged", e))?;
     pass("kernel-fc-acknowledged");
@@ -313,11 +314,18 @@ fn check_kernel_image(
         }
         Some(d) => {
             // Which of the two is wrong: quill's tree passed; e2fsck's is judged the same way.
-            let theirs = check_acknowledged(w, expected, marks, &their_tree, Ext4Ordered)
-                .map_or_else(
-                    |e| format!("e2fsck's tree loses what was acknowledged: {e}"),
-                    |()| "both keep what was acknowledged".into(),
-                );
+            let theirs = check_acknowledged(
+                w,
+                expected,
+                marks,
+                &their_tree,
+                Ext4Ordered,
+                FsyncPromise::Transaction,
+            )
+            .map_or_else(
+                |e| format!("e2fsck's tree loses what was acknowledged: {e}"),
+                |()| "both keep what was acknowledged".into(),
+            );
             Ok(Some(("kernel-fc-e2fsck-differs", format!("quill vs e2fsck -fy: {d} ({theirs})"))))
         }
     }

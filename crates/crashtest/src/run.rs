@@ -86,6 +86,13 @@ fn formatted() -> &'static [u8] {
             block_size: BLOCK_SIZE,
             size_bytes: Some(IMAGE_BYTES),
             journal_blocks: Some(1024),
+            // With a fast-commit area (16 blocks after the log), so fsync_journal has one;
+            // the other presets leave it to the log, as its journal bit stays clear.
+            features: {
+                let mut f = fs::mkfs::Features::default();
+                f.compat |= ondisk::ext4::feature::COMPAT_FAST_COMMIT;
+                f
+            },
             uuid: Some(*b"quill-crashtest!"),
             hash_seed: Some(*b"crashtest-hash-s"),
             now: Some(1_700_000_000),

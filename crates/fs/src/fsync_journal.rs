@@ -40,6 +40,17 @@ use crate::inodes::InodeData;
 const ADD_RANGE_MAX: u32 = 32768;
 const ADD_RANGE_UNWRITTEN_MAX: u32 = 32767;
 
+/// The reason counted for every fsync with fsync_journal on a file system without the
+/// fast_commit feature (no area e2fsck or the kernel would read).
+pub const NO_FEATURE: &str = "no fast_commit feature";
+/// ... and on one whose journal is too small for the area beside JBD2's minimum log (1024
+/// blocks), where the kernel turns fast commits off too.
+pub const NO_ROOM: &str = "journal too small";
+
+/// The reason counted for an inode in the journal inode's inode-table block
+/// ([`Filesystem::shares_journal_inode_block`]): e2fsck 1.47.0 would lose its neighbours.
+pub const E2FSCK_ITABLE: &str = "journal inode's table block (e2fsck 1.47.0)";
+
 /// The reason counted for an inode write whose caller did not say what it was.
 const OTHER_CHANGE: &str = "metadata change";
 
@@ -130,6 +141,15 @@ impl Filesystem {
     /// changes of transaction `tid` durable.
     pub(crate) fn fsync_plan(&self, ino: u32, data: &InodeData, tid: Tid) -> Result<FsyncPlan> {
         if !self.journal.fast_commits_enabled() {
+            if self.options.journal.fsync_journal && !self.options.read_only {
+                let reason = if self.params.feature_compat & ext4::feature::COMPAT_FAST_COMMIT == 0
+                {
+                    NO_FEATURE
+                } else {
+                    NO_ROOM
+                };
+                self.journal.note_fast_commit_fallback(reason);
+            }
             return Ok(FsyncPlan::Commit);
         }
         let track = &data.fc;
@@ -156,6 +176,8 @@ impl Filesystem {
             Some("huge file")
         } else if self.options.data == DataMode::Journal {
             Some("journal data")
+        } else if self.shares_journal_inode_block(ino)? {
+            Some(E2FSCK_ITABLE)
         } else {
             None
         };
@@ -203,6 +225,21 @@ impl Filesystem {
         };
         let raw = data.raw[..(128 + extra).min(data.raw.len())].to_vec();
         Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, changes: track.changes }))
+    }
+
+    /// Whether inode `ino` sits in the inode-table block of the journal inode. e2fsck 1.47.0
+    /// replays a fast commit's INODE record through an inode-table buffer it read before it
+    /// replayed the log (the journal inode's block, read to find the journal): the record's
+    /// inode is written back with that block's stale copy of its neighbours, and the log's
+    /// changes to them are lost (seen in the crash explorer and reproduced by hand: a file's
+    /// size, synced, back to its old one; the kernel's replay is right). With 4 KiB blocks and
+    /// 256-byte inodes that is inodes 1 to 16, the first five files of a new file system.
+    fn shares_journal_inode_block(&self, ino: u32) -> Result<bool> {
+        let journal = self.params.journal_inum;
+        if journal == 0 {
+            return Ok(false);
+        }
+        Ok(self.inode_table_location(ino)?.0 == self.inode_table_location(journal)?.0)
     }
 
     /// Writes `plan` as a fast commit. `Ok(true)`: durable (and recorded in the inode's

@@ -30,6 +30,25 @@ fn chunk(round: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| round.wrapping_mul(37).wrapping_add(i as u8) | 1).collect()
 }
 
+/// A fresh 64 MiB image made by mkfs.ext4 with `extra` options, in its own scratch
+/// directory; `None` (after a SKIP line) without e2fsprogs.
+fn fresh_image(name: &str, extra: &[&str]) -> Option<(Scratch, std::path::PathBuf)> {
+    if !have_tools(&["mkfs.ext4", "e2fsck"]) {
+        return None;
+    }
+    let scratch = Scratch::new(name);
+    let image = scratch.path("fc.img");
+    mkfs(&image, "64M", extra);
+    Some((scratch, image))
+}
+
+/// `e2fsck -fy` (its own journal and fast-commit replay) must end with a consistent image.
+fn e2fsck_fy(image: &Path) {
+    let out = std::process::Command::new("e2fsck").arg("-fy").arg(image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "e2fsck -fy: {text}");
+}
+
 /// The file `name` in the root of the image at `image`, read by a read-only quill open (which
 /// replays into memory what the device still needs).
 fn read_back(image: &Path, name: &[u8]) -> Vec<u8> {
@@ -43,12 +62,10 @@ fn read_back(image: &Path, name: &[u8]) -> Vec<u8> {
 
 #[test]
 fn appends_fsynced_as_fast_commits_come_back_after_a_crash_with_quill_e2fsck_and_the_kernel() {
-    if !have_tools(&["mkfs.ext4", "e2fsck"]) {
+    let Some((scratch, image)) = fresh_image("fsync-journal-appends", &["-O", "fast_commit"])
+    else {
         return;
-    }
-    let scratch = Scratch::new("fsync-journal-appends");
-    let image = scratch.path("fc.img");
-    mkfs(&image, "64M", &["-O", "fast_commit"]);
+    };
     let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
     // Created and fsynced: a directory-entry change, so a full commit.
     let ino = fs.create(ROOT_INO, b"log", 0o644, 0, 0).unwrap().ino;
@@ -87,9 +104,7 @@ fn appends_fsynced_as_fast_commits_come_back_after_a_crash_with_quill_e2fsck_and
     fs.unmount().unwrap();
     assert_fsck_clean(&image);
 
-    let out = std::process::Command::new("e2fsck").arg("-fy").arg(&by_e2fsck).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(matches!(out.status.code(), Some(0 | 1)), "e2fsck -fy: {text}");
+    e2fsck_fy(&by_e2fsck);
     assert!(read_back(&by_e2fsck, b"log") == expected, "e2fsck's replay of the fast commits");
     assert_fsck_clean(&by_e2fsck);
 
@@ -106,12 +121,10 @@ fn appends_fsynced_as_fast_commits_come_back_after_a_crash_with_quill_e2fsck_and
 /// over with its own HEAD, and the crash after it replays only that one on top of the commit.
 #[test]
 fn a_full_commit_supersedes_earlier_fast_commits_and_the_area_starts_over() {
-    if !have_tools(&["mkfs.ext4", "e2fsck"]) {
+    let Some((_scratch, image)) = fresh_image("fsync-journal-supersede", &["-O", "fast_commit"])
+    else {
         return;
-    }
-    let scratch = Scratch::new("fsync-journal-supersede");
-    let image = scratch.path("fc.img");
-    mkfs(&image, "64M", &["-O", "fast_commit"]);
+    };
     let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
     let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
     let mut expected = chunk(1, 10_000);
@@ -136,12 +149,10 @@ fn a_full_commit_supersedes_earlier_fast_commits_and_the_area_starts_over() {
 
 #[test]
 fn what_a_fast_commit_cannot_express_commits_the_transaction_and_is_counted() {
-    if !have_tools(&["mkfs.ext4"]) {
+    let Some((_scratch, image)) = fresh_image("fsync-journal-fallbacks", &["-O", "fast_commit"])
+    else {
         return;
-    }
-    let scratch = Scratch::new("fsync-journal-fallbacks");
-    let image = scratch.path("fc.img");
-    mkfs(&image, "64M", &["-O", "fast_commit"]);
+    };
     let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
     let a = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap().ino;
     fs.write(a, 0, b"a").unwrap();
@@ -167,20 +178,98 @@ fn what_a_fast_commit_cannot_express_commits_the_transaction_and_is_counted() {
     fs.unmount().unwrap();
 }
 
+/// Without the fast_commit feature there is no area e2fsck or the kernel would read: the
+/// journal keeps its whole log, every fsync commits, and each says why in the figures.
 #[test]
-fn fsync_journal_on_a_file_system_without_fast_commit_is_refused_by_name() {
-    if !have_tools(&["mkfs.ext4"]) {
+fn fsync_journal_on_a_file_system_without_fast_commit_commits_and_says_why() {
+    let Some((_scratch, image)) = fresh_image("fsync-journal-no-feature", &[]) else { return };
+    let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
+    assert!(!fs.journal().fast_commits_enabled());
+    let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, b"x").unwrap();
+    fs.fsync(ino, false).unwrap();
+    fs.write(ino, 1, b"y").unwrap();
+    fs.fsync(ino, false).unwrap();
+    let stats = fs.journal().stats();
+    assert_eq!(stats.fast_commits, 0);
+    assert_eq!(stats.fast_commit_fallbacks, vec![("no fast_commit feature".to_string(), 2)]);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+    assert!(
+        !common::dumpe2fs_header(&image).contains("journal_incompat_fast_commit"),
+        "the journal never turned fast commits on"
+    );
+}
+
+/// The first transaction of a mount may fast-commit too: the fast commit first writes the
+/// journal superblock naming the live log (a clean one would make recovery skip the area).
+#[test]
+fn the_first_fsync_after_mounting_is_a_fast_commit_that_survives_a_crash() {
+    let Some((scratch, image)) = fresh_image("fsync-journal-first", &["-O", "fast_commit"]) else {
         return;
-    }
-    let scratch = Scratch::new("fsync-journal-refused");
-    let image = scratch.path("plain.img");
-    mkfs(&image, "64M", &[]);
-    let Err(err) = Filesystem::open(open_device(&image), fsync_journal()) else {
-        panic!("fsync_journal=on opened a file system without fast_commit");
     };
-    let text = err.to_string();
-    assert!(text.contains("fast_commit") && !text.contains('\n'), "{text}");
-    // Read-only needs no fast commits and opens.
-    let ro = MountOptions { read_only: true, ..fsync_journal() };
-    Filesystem::open(open_device(&image), ro).unwrap().unmount().unwrap();
+    let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
+    let ino = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().ino;
+    let mut expected = chunk(1, 6000);
+    fs.write(ino, 0, &expected).unwrap();
+    fs.unmount().unwrap();
+    let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
+    let more = chunk(2, 7000);
+    fs.write(ino, expected.len() as u64, &more).unwrap();
+    expected.extend_from_slice(&more);
+    fs.fsync(ino, false).unwrap();
+    let stats = fs.journal().stats();
+    assert_eq!((stats.fast_commits, stats.transactions), (1, 0), "{stats:?}");
+    fs.crash();
+    let copy = scratch.path("e2fsck.img");
+    std::fs::copy(&image, &copy).unwrap();
+    let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+    assert!(read_all(&fs, ino).unwrap() == expected, "quill's replay");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+    e2fsck_fy(&copy);
+    assert!(read_back(&copy, b"f") == expected, "e2fsck's replay");
+}
+
+/// e2fsck 1.47.0 loses the log's changes to the neighbours of a fast-committed inode in the
+/// journal inode's inode-table block (`Filesystem::shares_journal_inode_block`): such inodes
+/// (1 to 16 with 4 KiB blocks) commit instead, and a crash is then repaired alike by e2fsck.
+#[test]
+fn inodes_beside_the_journal_inode_commit_so_e2fsck_1_47_replays_them_right() {
+    let Some((_scratch, image)) =
+        fresh_image("fsync-journal-itable", &["-b", "4096", "-O", "fast_commit"])
+    else {
+        return;
+    };
+    let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
+    let near = fs.create(ROOT_INO, b"near", 0o644, 0, 0).unwrap().ino;
+    let beside = fs.create(ROOT_INO, b"beside", 0o644, 0, 0).unwrap().ino;
+    let far: Vec<u32> = (0..16)
+        .map(|k| fs.create(ROOT_INO, format!("far{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+        .collect();
+    let far = *far.last().unwrap();
+    assert!(near <= 16 && beside <= 16 && far > 16, "{near} {beside} {far}");
+    fs.write(near, 0, &chunk(1, 4000)).unwrap();
+    fs.write(far, 0, &chunk(1, 4000)).unwrap();
+    fs.write(beside, 0, &chunk(2, 1000)).unwrap();
+    fs.sync().unwrap();
+    // The full commit changes `beside`; the fsyncs after it are of `near` and `far`.
+    fs.setattr(beside, &fs::SetAttr { size: Some(3005), ..Default::default() }).unwrap();
+    fs.sync().unwrap();
+    fs.write(near, 4000, &chunk(3, 5000)).unwrap();
+    fs.fsync(near, false).unwrap();
+    fs.write(far, 4000, &chunk(3, 5000)).unwrap();
+    fs.fsync(far, false).unwrap();
+    let stats = fs.journal().stats();
+    assert_eq!(stats.fast_commits, 1, "only `far` is a fast commit: {stats:?}");
+    assert!(
+        stats.fast_commit_fallbacks.iter().any(|(r, _)| r.contains("journal inode's table block")),
+        "{:?}",
+        stats.fast_commit_fallbacks
+    );
+    fs.crash();
+    e2fsck_fy(&image);
+    assert_eq!(read_back(&image, b"beside").len(), 3005, "e2fsck kept the full commit");
+    assert_eq!(read_back(&image, b"near").len(), 9000);
+    assert_eq!(read_back(&image, b"far15").len(), 9000);
 }

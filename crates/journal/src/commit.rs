@@ -234,11 +234,9 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
             .map(|i| shared.log_offset(st.log().advance(start, i)))
             .collect()
     };
-    if shared.superblock.take_first_write() {
-        // The first commit since the journal was attached: the superblock names the log start
-        // and this transaction's tid as the tail before any log block can be replayed.
-        shared.update_superblock(|_| {})?;
-    }
+    // The first commit since the journal was attached: the superblock names the log start
+    // and this transaction's tid as the tail before any log block can be replayed.
+    shared.ensure_superblock_written()?;
     let (blocks, v1_crc) = commit_build_log_blocks(shared, tid, &committing);
     assert_eq!(blocks.len(), offsets.len(), "{tid:?}: log size mismatch");
     let logged = blocks.len() as u64;

@@ -128,7 +128,7 @@ impl CheckpointIo {
 
 /// Names accepted by [`JournalConfig::preset`].
 pub const PRESETS: &[&str] =
-    &["classic", "dual", "barrierfs", "cjfs", "fast18-io", "fast18", "all"];
+    &["classic", "dual", "barrierfs", "cjfs", "fast18-io", "fast18", "ijournal", "all"];
 
 /// Replay threads of the FAST'18 presets (S4 parallel recovery).
 const FAST18_RECOVERY_THREADS: usize = 4;
@@ -218,9 +218,17 @@ impl JournalConfig {
         JournalConfig { lists: Lists::LockFree, ..Self::fast18_io() }
     }
 
-    /// Every technique of every paper built so far: CJFS's four with FAST'18's four.
+    /// iJournaling (ATC'17): JBD2 with file-level fsync transactions written as ext4 fast
+    /// commits where a file's changes allow (on a file system with the fast_commit feature).
+    pub fn ijournal() -> Self {
+        JournalConfig { fsync_journal: true, ..Self::classic() }
+    }
+
+    /// Every technique of every paper built so far: CJFS's four, FAST'18's four and
+    /// iJournaling's file-level fsync.
     pub fn all() -> Self {
         JournalConfig {
+            fsync_journal: true,
             lists: Lists::LockFree,
             commit_io: CommitIo::Cooperative,
             checkpoint_io: CheckpointIo::Cooperative,
@@ -252,6 +260,7 @@ impl JournalConfig {
             "cjfs" => Some(Self::cjfs()),
             "fast18-io" => Some(Self::fast18_io()),
             "fast18" => Some(Self::fast18()),
+            "ijournal" => Some(Self::ijournal()),
             "all" => Some(Self::all()),
             _ => None,
         }

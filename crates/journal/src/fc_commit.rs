@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | 1 | take `j_fc_lock` | one fast commit at a time owns the area (as the kernel) |
 //! | 2 | pin transaction `tid` if it is the running one, else fall back | a full commit must not lock it while its fast commit is written; one already locked commits anyway |
-//! | 3 | fall back if `tid` is the first transaction since attach | the superblock still says "clean" (`s_start = 0`), and recovery then reads nothing |
+//! | 3 | write the superblock naming the log if nothing has since attach | in the first transaction it may still say "clean" (`s_start = 0`), and recovery would read nothing (the kernel instead refuses fast commits before the first full commit) |
 //! | 4 | wait until `tid - 1` is durable | recovery replays fast commits only of the tid right after the last complete full commit; with several transactions in flight the previous one may still be committing |
 //! | 5 | area reset when it holds another tid's fast commits | they were superseded when their transaction became durable (step 4 for this tid) |
 //! | 6 | write the blocks but the first, flush, then the first with FUA | the file's data (written by the caller) and the later blocks are durable before the block that makes them reachable: the first block holds the HEAD at area block 0, or follows a good TAIL, so a crash before it leaves a scan that stops there |
@@ -48,8 +48,6 @@ pub enum FcFallback {
     Off,
     /// The transaction is no longer running: its full commit has begun.
     NotRunning,
-    /// The first transaction since the journal was attached (nothing names the log yet).
-    FirstTransaction,
     /// The area has no room left for this fast commit before the next full commit.
     AreaFull,
 }
@@ -60,7 +58,6 @@ impl FcFallback {
         match self {
             FcFallback::Off => "off",
             FcFallback::NotRunning => "transaction committing",
-            FcFallback::FirstTransaction => "first transaction",
             FcFallback::AreaFull => "area full",
         }
     }
@@ -147,9 +144,9 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
     let Some(pin) = pin_running(shared, tid)? else {
         return Ok(FastCommitOutcome::Fallback(FcFallback::NotRunning));
     };
-    if tid == shared.first_tid {
-        return Ok(FastCommitOutcome::Fallback(FcFallback::FirstTransaction));
-    }
+    // Recovery reads the area only of a journal whose superblock names a live log: in the
+    // first transaction since attach nothing may have written it yet.
+    shared.ensure_superblock_written()?;
     crate::journal::commit_and_wait(shared, tid.prev())?;
     let head = area.tid != Some(tid);
     let start = if head { 0 } else { area.next };

@@ -109,8 +109,6 @@ pub(crate) struct Shared {
     pub commit_wake: WaitQueue,
     /// Work for the flush stage: a transaction became Written.
     pub flush_wake: WaitQueue,
-    /// [immutable] The first transaction of this attach (`fc_commit.rs`: no fast commit in it).
-    pub first_tid: Tid,
     /// [`j_fc_lock`, outermost] The fast-commit area, with `fsync_journal` on.
     pub fc_area: Option<FcArea>,
     /// [its own lock, a leaf] Fast commits that fell back to a full commit, by reason.
@@ -177,6 +175,12 @@ impl Shared {
         change: impl FnOnce(&mut ondisk::jbd2::JournalSuperblock),
     ) -> Result<()> {
         let written = self.superblock.update(&*self.dev, &self.location, &self.locks, change);
+        written.map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
+    }
+
+    /// See [`SuperblockWriter::ensure_written`]; a failed write aborts the journal.
+    pub fn ensure_superblock_written(&self) -> Result<()> {
+        let written = self.superblock.ensure_written(&*self.dev, &self.location, &self.locks);
         written.map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
     }
 
@@ -268,7 +272,11 @@ impl Journal {
         sb.feature_incompat |= feature::INCOMPAT_REVOKE;
         // fsync_journal: the fast-commit area takes the end of the journal, as the kernel's
         // mount with fast commits does (`jbd2_fc_init`); the log is empty, so it may shrink.
-        if config.fsync_journal && !read_only {
+        // Like the kernel, not when the log would keep fewer than JBD2's minimum of blocks
+        // (the superblock would then be invalid): fsyncs commit instead.
+        let fc_fits = sb.max_len.saturating_sub(sb.configured_fast_commit_blocks())
+            >= ondisk::jbd2::JBD2_MIN_JOURNAL_BLOCKS;
+        if config.fsync_journal && !read_only && fc_fits {
             sb.feature_incompat |= feature::INCOMPAT_FAST_COMMIT;
         }
         sb.sequence = next_tid;
@@ -311,7 +319,6 @@ impl Journal {
             done: DoneQueues::new(),
             commit_wake: WaitQueue::new(),
             flush_wake: WaitQueue::new(),
-            first_tid: next_tid,
             fc_area,
             fc_fallbacks: parking_lot::Mutex::new(Vec::new()),
         });

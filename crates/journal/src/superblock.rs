@@ -174,10 +174,23 @@ impl SuperblockWriter {
         write_superblock(dev, location, &sb)
     }
 
-    /// Whether this call is the first commit since attach, which must write the superblock
-    /// naming the log start before its log blocks (and does so with [`Self::update`]).
-    pub fn take_first_write(&self) -> bool {
-        self.unwritten.swap(false, Ordering::AcqRel)
+    /// Writes the superblock naming the log start if nothing has written it since attach: the
+    /// first commit does so before its log blocks, and the first fast commit before its
+    /// blocks (`fc_commit.rs`). The check and the write happen under the superblock lock, so a
+    /// caller that comes second returns only once the first caller's write is done.
+    pub fn ensure_written(
+        &self,
+        dev: &dyn BlockDevice,
+        location: &JournalLocation,
+        locks: &LockCounters,
+    ) -> Result<()> {
+        let sb = self.sb.lock(locks);
+        if !self.unwritten.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        write_superblock(dev, location, &sb)?;
+        self.unwritten.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// jbd2_journal_update_sb_errno: the abort's errno goes into `s_errno` (negated, as Linux
