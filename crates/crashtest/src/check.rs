@@ -380,6 +380,55 @@ pub struct Repairs {
     /// (release_inode_blocks frees `i_file_acl` for truncated orphans too, then finds i_blocks
     /// one block high): quill, like the kernel's orphan cleanup, keeps their xattrs.
     pub orphan_xattrs_dropped: Vec<u32>,
+    /// It refused to recover the journal because the fast-commit area starts with a HEAD of an
+    /// older tid than the one after the last full commit (e2fsck 1.47.0's
+    /// `ext4_fc_replay_scan` returns EINVAL there, where the kernel's stops), and went on to
+    /// check the file system without replaying the log. Only with [`FastCommitState::StaleHead`].
+    pub refused_stale_fc_head: bool,
+    /// After replaying fast commits it wrote back group descriptors it had read before
+    /// replaying the log, undoing the log's directory counts, and pass 5 fixed them
+    /// ("Directories count wrong for group"; the kernel's replay and quill's leave them
+    /// right). Only with [`FastCommitState::Replayable`].
+    pub miscounted_dirs: bool,
+}
+
+/// What the fast-commit area of a raw crash image holds for recovery (e2fsck 1.47.0 gets two
+/// of these cases wrong; see [`e2fsck_repairs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastCommitState {
+    /// No area, a clean journal, or an area without fast commits of any tid.
+    Nothing,
+    /// The area starts with a HEAD of another tid than recovery expects (the one after the
+    /// last complete full commit): superseded fast commits.
+    StaleHead,
+    /// Complete fast commits of the expected tid: recovery replays them.
+    Replayable,
+}
+
+/// [`FastCommitState`] of the raw crash image `image`.
+pub fn fast_commit_state(image: &[u8]) -> FastCommitState {
+    let dev = std::sync::Arc::new(blockdev::memory::MemDevice::from_bytes(image.to_vec()));
+    let Ok(fs_image) = fs::Ext4Image::open(dev.clone()) else { return FastCommitState::Nothing };
+    let Ok(location) = fs_image.journal_location() else { return FastCommitState::Nothing };
+    let Ok(scan) = journal::scan_log(&*dev, &location) else { return FastCommitState::Nothing };
+    let inode_size = fs_image.superblock().inode_size;
+    let sb = &scan.superblock;
+    if sb.start == 0 {
+        return FastCommitState::Nothing;
+    }
+    let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, scan.end_tid) else {
+        return FastCommitState::Nothing;
+    };
+    let first = &area.blocks[0];
+    let head_tid = u32::from_le_bytes([first[8], first[9], first[10], first[11]]);
+    let head = u16::from_le_bytes([first[0], first[1]]) == ondisk::jbd2::fast_commit::FC_TAG_HEAD;
+    if head && head_tid != scan.end_tid.0 {
+        return FastCommitState::StaleHead;
+    }
+    match area.scan(inode_size) {
+        Ok(found) if found.commits > 0 => FastCommitState::Replayable,
+        _ => FastCommitState::Nothing,
+    }
 }
 
 /// Stock `e2fsck -fy` repairs the raw crash image at `path`: it may only replay the journal,
@@ -387,8 +436,17 @@ pub struct Repairs {
 /// `torn`, the crash tore a write, and e2fsck may also find the last transaction's commit
 /// block torn (its checksum fails): it then replays only the transactions before it, and
 /// says so.
-pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<Repairs, String> {
+pub fn e2fsck_repairs(
+    path: &Path,
+    torn: bool,
+    fast_commits: FastCommitState,
+) -> Result<Repairs, String> {
     let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
+    if fast_commits == FastCommitState::StaleHead
+        && text.contains("Invalid argument while recovering journal")
+    {
+        return Ok(Repairs { refused_stale_fc_head: true, ..Repairs::default() });
+    }
     if code > 1 {
         return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));
     }
@@ -409,6 +467,11 @@ pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<Repairs, String> {
         if repairs.dropped_torn_commit && after_dropped_commit(l) {
             return true;
         }
+        if fast_commits == FastCommitState::Replayable
+            && l.trim().starts_with("Directories count wrong for group #")
+        {
+            return true;
+        }
         orphan_ea_released(l, &truncated).is_some()
     });
     if !unexpected.is_empty() {
@@ -418,6 +481,8 @@ pub fn e2fsck_repairs(path: &Path, torn: bool) -> Result<Repairs, String> {
             head(&text)
         ));
     }
+    repairs.miscounted_dirs = fast_commits == FastCommitState::Replayable
+        && text.lines().any(|l| l.trim().starts_with("Directories count wrong for group #"));
     repairs.orphan_xattrs_dropped =
         text.lines().filter_map(|l| orphan_ea_released(l, &truncated)).collect();
     e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy: {e}"))?;

@@ -93,6 +93,31 @@ impl FcArea {
     }
 }
 
+/// Called once transactions became durable, the newest being `durable`: when the area holds
+/// the fast commits of a transaction that is durable now, its first block (the HEAD) is zeroed
+/// with a FUA write. They are superseded, and a HEAD of an older tid than recovery expects is
+/// one e2fsck 1.47.0 refuses ("Invalid argument while recovering journal": its
+/// `ext4_fc_replay_scan` returns EINVAL where the kernel's stops), after which it checks the
+/// file system without replaying the log. A zeroed first block is "no fast commits" to
+/// every reader. An area whose lock a fast commit holds is left to it: that fast commit is of a
+/// newer transaction and rewrites the first block itself.
+pub(crate) fn retire_superseded(shared: &Shared, durable: Tid) -> Result<()> {
+    let Some(area) = &shared.fc_area else { return Ok(()) };
+    let Some(mut area) = area.inner.try_lock() else { return Ok(()) };
+    let Some(tid) = area.tid else { return Ok(()) };
+    if !durable.is_at_or_after(tid) {
+        return Ok(());
+    }
+    let zeros = vec![0u8; shared.location.block_size() as usize];
+    shared
+        .dev
+        .write_fua_at(shared.log_offset(area.first), &zeros)
+        .map_err(|e| shared.abort_on("retiring superseded fast commits", e))?;
+    area.tid = None;
+    area.next = 0;
+    Ok(())
+}
+
 /// A running transaction held open as a handle holds it: it cannot finish locking (JBD2's
 /// `t_updates`) until the pin is dropped.
 struct Pin<'a> {

@@ -243,6 +243,10 @@ fn mark_durable(shared: &Shared, group: &[Tid], flush_started: Instant) {
     shared.changed.wake_all();
     // Durable versions free conflicts and committing slots.
     shared.commit_wake.wake_all();
+    if let Some(&newest) = group.last() {
+        // An error aborted the journal; the next commit or fsync reports it.
+        let _ = crate::fc_commit::retire_superseded(shared, newest);
+    }
 }
 
 /// The group's revokes are durable: record it on the revoked buffers, so no checkpoint writes
