@@ -358,7 +358,9 @@ impl Drop for Scratch {
     }
 }
 
-/// Runs every check on one crash image; counts the ones passed into `passed`.
+/// Runs every check on one crash image; counts the ones passed into `passed`. With
+/// `QUILL_CRASHTEST_KEEP=DIR`, the raw image of every state that fails a check is kept in DIR
+/// (`crash-N.img`, its path printed) for e2fsck, debugfs or a loop mount.
 pub fn check_state(
     w: &Workload,
     rec: &Recording,
@@ -366,17 +368,34 @@ pub fn check_state(
     scratch: &Scratch,
     passed: &mut BTreeMap<&'static str, u64>,
 ) -> Result<(), (&'static str, String)> {
+    let Some(dir) = std::env::var_os("QUILL_CRASHTEST_KEEP") else {
+        return check_state_here(w, rec, state, scratch, passed, rec.device.materialize(state));
+    };
+    static KEPT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let kept = Path::new(&dir).join(format!("crash-{n}.img"));
     let image = rec.device.materialize(state);
+    let _ = std::fs::write(&kept, &image);
+    let result = check_state_here(w, rec, state, scratch, passed, image);
+    match &result {
+        Ok(()) => drop(std::fs::remove_file(&kept)),
+        Err((check, _)) => eprintln!("kept the raw image failing {check}: {}", kept.display()),
+    }
+    result
+}
+
+fn check_state_here(
+    w: &Workload,
+    rec: &Recording,
+    state: &CrashState,
+    scratch: &Scratch,
+    passed: &mut BTreeMap<&'static str, u64>,
+    image: Vec<u8>,
+) -> Result<(), (&'static str, String)> {
     let mut pass = |name: &'static str| *passed.entry(name).or_default() += 1;
     // The raw crash image goes to e2fsck later; write it now so quill can take the buffer.
     let raw = scratch.path("raw.img");
     std::fs::write(&raw, &image).map_err(|e| ("e2fsck-fy", e.to_string()))?;
-    if let Some(dir) = std::env::var_os("QUILL_CRASHTEST_KEEP") {
-        // Debugging a reproducer: keep every raw crash image it checks, in order.
-        static KEPT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = std::fs::write(Path::new(&dir).join(format!("crash-{n}.img")), &image);
-    }
     let dev = Arc::new(MemDevice::from_bytes(image));
     let fs = Filesystem::open(dev.clone(), rec.mount.clone())
         .map_err(|e| ("quill-recovers", format!("quill cannot open the crash image: {e}")))?;

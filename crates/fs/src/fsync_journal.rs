@@ -22,8 +22,9 @@
 //! figures (`fast_commit_fallbacks`): the kernel's ineligible operations (xattrs, renames,
 //! fallocate ranges, journaled data) and, for now, every directory-entry change (a file created,
 //! linked or unlinked in the running transaction: CREAT/LINK/UNLINK records are not written
-//! yet), truncation (the orphan list), and fsync of a directory, of a hard-linked inode or of
-//! an inode without extents.
+//! yet), truncation (the orphan list), and fsync of a directory, of a hard-linked inode, of an
+//! inode without extents or with an external xattr block, or of one in the journal inode's
+//! inode-table block (the last two for the kernel's and e2fsck 1.47.0's replays).
 
 use journal::FastCommitOutcome;
 use ondisk::ext4::{self, Extent};
@@ -50,6 +51,12 @@ pub const NO_ROOM: &str = "journal too small";
 /// The reason counted for an inode in the journal inode's inode-table block
 /// ([`Filesystem::shares_journal_inode_block`]): e2fsck 1.47.0 would lose its neighbours.
 pub const E2FSCK_ITABLE: &str = "journal inode's table block (e2fsck 1.47.0)";
+
+/// The reason counted for a file with an external xattr block: the kernel's fast-commit
+/// replay (`ext4_ext_replay_set_iblocks`) and e2fsck 1.47.0's recompute its i_blocks from the
+/// extent tree alone and drop the xattr block from it (seen in the crash explorer; quill's
+/// replay counts it, and e2fsck then has to fix the kernel's and its own).
+pub const XATTR_BLOCK: &str = "xattr block (kernel and e2fsck 1.47.0 replays miscount i_blocks)";
 
 /// The reason counted for an inode write whose caller did not say what it was.
 const OTHER_CHANGE: &str = "metadata change";
@@ -176,6 +183,8 @@ impl Filesystem {
             Some("huge file")
         } else if self.options.data == DataMode::Journal {
             Some("journal data")
+        } else if inode.file_acl != 0 {
+            Some(XATTR_BLOCK)
         } else if self.shares_journal_inode_block(ino)? {
             Some(E2FSCK_ITABLE)
         } else {
