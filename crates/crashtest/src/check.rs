@@ -390,6 +390,14 @@ pub struct Repairs {
     /// ("Directories count wrong for group"; the kernel's replay and quill's leave them
     /// right). Only with [`FastCommitState::Replayable`].
     pub miscounted_dirs: bool,
+    /// After replaying the log and then fast commits it could not reopen the file system:
+    /// "Superblock checksum does not match superblock while trying to re-open". Seen when the
+    /// log holds the superblock (an orphan list change): e2fsck 1.47.0 writes back the
+    /// superblock fields its fast-commit replay changed against the copy it read before the
+    /// log replay, so the checksum no longer matches what the log left. Only with
+    /// [`FastCommitState::Replayable`]; the kernel's and quill's replays of the same image
+    /// are clean.
+    pub broke_superblock: bool,
 }
 
 /// What the fast-commit area of a raw crash image holds for recovery (e2fsck 1.47.0 gets two
@@ -442,6 +450,11 @@ pub fn e2fsck_repairs(
     fast_commits: FastCommitState,
 ) -> Result<Repairs, String> {
     let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
+    if fast_commits == FastCommitState::Replayable
+        && text.contains("Superblock checksum does not match superblock while trying to re-open")
+    {
+        return Ok(Repairs { broke_superblock: true, ..Repairs::default() });
+    }
     if fast_commits == FastCommitState::StaleHead
         && text.contains("Invalid argument while recovering journal")
     {
