@@ -392,9 +392,9 @@ pub struct Repairs {
     pub miscounted_dirs: bool,
     /// After replaying the log and then fast commits it could not reopen the file system:
     /// "Superblock checksum does not match superblock while trying to re-open". Seen when the
-    /// log holds the superblock (an orphan list change): e2fsck 1.47.0 writes back the
+    /// log holds the superblock (an orphan list change): e2fsck 1.47.0 seems to write back the
     /// superblock fields its fast-commit replay changed against the copy it read before the
-    /// log replay, so the checksum no longer matches what the log left. Only with
+    /// log replay (inferred from the images), so the checksum no longer matches. Only with
     /// [`FastCommitState::Replayable`]; the kernel's and quill's replays of the same image
     /// are clean.
     pub broke_superblock: bool,
