@@ -926,20 +926,29 @@ fn build_cases(variant: usize, lay: &Layout) -> Vec<Case> {
                     b.push(target);
                     let leaf_root = header.depth == 0;
                     let name = format!("inode-{key}-extent-root-ptr-{what}");
-                    cb.add("inode", name, i.clone(), b, is_reg || is_dir, move |img, lay| {
-                        edit_inode(img, lay, &o, true, |raw| {
-                            let e = ioff::BLOCK + 12;
-                            if leaf_root {
-                                // ee_start_hi (16) at +6, ee_start_lo at +8.
-                                put16(raw, e + 6, (target >> 32) as u16);
-                                put32(raw, e + 8, target as u32);
-                            } else {
-                                // ei_leaf_lo at +4, ei_leaf_hi at +8.
-                                put32(raw, e + 4, target as u32);
-                                put16(raw, e + 8, (target >> 32) as u16);
-                            }
-                        })
-                    });
+                    let case =
+                        cb.add("inode", name, i.clone(), b, is_reg || is_dir, move |img, lay| {
+                            edit_inode(img, lay, &o, true, |raw| {
+                                let e = ioff::BLOCK + 12;
+                                if leaf_root {
+                                    // ee_start_hi (16) at +6, ee_start_lo at +8.
+                                    put16(raw, e + 6, (target >> 32) as u16);
+                                    put32(raw, e + 8, target as u32);
+                                } else {
+                                    // ei_leaf_lo at +4, ei_leaf_hi at +8.
+                                    put32(raw, e + 4, target as u32);
+                                    put16(raw, e + 8, (target >> 32) as u16);
+                                }
+                            })
+                        });
+                    if is_dir {
+                        // e2fsck reads the metadata block as the directory's first block, and
+                        // what it finds there (group descriptors, checksums and UUID included,
+                        // which differ from run to run) may look like an htree root of many
+                        // levels: it then also says the superblock lacks LARGE_DIR (seen once
+                        // in CI, for 1k-csum/inode-dir_htree-extent-root-ptr-gdt).
+                        case.allow = vec!["Filesystem has large directories, but lacks LARGE_DIR"];
+                    }
                 }
                 if header.depth == 0 && header.entries >= 2 {
                     // Two extents overlapping (the second starts inside the first).
