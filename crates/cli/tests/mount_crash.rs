@@ -179,3 +179,115 @@ fn a_read_only_mount_replays_the_journal_in_memory_and_writes_nothing() {
     m.unmount();
     assert_clean(&image);
 }
+
+/// The bytes of append number `k` to writer `w`'s log (recognizable, never all zero).
+fn append_chunk(w: usize, k: usize) -> Vec<u8> {
+    let seed = fnv(format!("w{w}/{k}").as_bytes());
+    (0..12_288).map(|i| ((seed >> (i % 56)) as u8 ^ (i as u8)) | 1).collect()
+}
+
+/// kill -9 of a mount with `fsync_journal=on` (iJournaling's fast commits) under appends that
+/// are each fsynced: quill recover, e2fsck -fy and the kernel's own replay of a raw copy all
+/// reach the same tree, and every append whose fsync returned is there.
+#[test]
+fn kill_9_mid_fast_commits_recovers_alike_with_quill_e2fsck_and_the_kernel() {
+    let test = "kill_9_mid_fast_commits_recovers_alike_with_quill_e2fsck_and_the_kernel";
+    if !ready(test, &["dumpe2fs", "mount"]) {
+        return;
+    }
+    const WRITERS: usize = 4;
+    let s = Scratch::new("crash-fc");
+    let image = s.path("img");
+    ok(quill().args(["mkfs", "-O", "fast_commit"]).arg(&image).arg("128M"));
+    let mnt = s.dir("mnt");
+    let m = QuillMount::foreground(&image, &mnt, "fsync_journal=on");
+    // Enough files first that the logs sit past the journal inode's inode-table block (whose
+    // inodes always commit, for e2fsck 1.47.0).
+    for k in 0..16 {
+        File::create(mnt.join(format!("pad{k}"))).unwrap();
+    }
+    for w in 0..WRITERS {
+        File::create(mnt.join(format!("log{w}"))).unwrap();
+    }
+    File::open(&mnt).unwrap().sync_all().unwrap();
+
+    // Each writer appends to its own log and fsyncs; it records the length each fsync made
+    // durable, and stops at the first error (the mount dies under it).
+    let durable: Arc<Mutex<Vec<usize>>> = Arc::new(Mutex::new(vec![0; WRITERS]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (mnt, durable, stop) = (mnt.clone(), durable.clone(), stop.clone());
+            std::thread::spawn(move || -> usize {
+                let Ok(mut f) =
+                    fs::OpenOptions::new().append(true).open(mnt.join(format!("log{w}")))
+                else {
+                    return 0;
+                };
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    if f.write_all(&append_chunk(w, k)).and_then(|()| f.sync_all()).is_err() {
+                        break;
+                    }
+                    k += 1;
+                    durable.lock().unwrap()[w] = k;
+                }
+                k
+            })
+        })
+        .collect();
+    assert!(
+        wait_for(Duration::from_secs(30), || durable.lock().unwrap().iter().sum::<usize>() >= 200),
+        "the writers made no progress"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    m.kill9();
+    stop.store(true, Ordering::Relaxed);
+    let appended: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    let durable = durable.lock().unwrap().clone();
+    println!("{appended} appends fsynced before the kill: {durable:?}");
+
+    let (by_quill, by_e2fsck, by_kernel) =
+        (s.path("by-quill.img"), s.path("by-e2fsck.img"), s.path("by-kernel.img"));
+    for copy in [&by_quill, &by_e2fsck, &by_kernel] {
+        fs::copy(&image, copy).unwrap();
+    }
+    let o = ok(quill().arg("recover").arg(&by_quill));
+    let said = text(&o);
+    println!("quill recover: {}", said.trim());
+    assert!(said.contains("fast commits"), "the crash left no fast commit to replay: {said}");
+    let o = run(Command::new("e2fsck").arg("-fy").arg(&by_e2fsck));
+    let e2fsck_said = text(&o);
+    // e2fsck 1.47.0 refuses a fast-commit area that starts with a superseded HEAD; quill zeroes
+    // it right after the commit that supersedes it, and a kill between the two leaves it
+    // (README, "File-level fsync"). Its view is then left out, and the test says so.
+    let e2fsck_refused = e2fsck_said.contains("Invalid argument while recovering journal");
+    if e2fsck_refused {
+        println!("SKIP the e2fsck comparison: e2fsck 1.47.0 refused a stale fast-commit HEAD");
+    } else {
+        assert!(matches!(o.status.code(), Some(0) | Some(1)), "e2fsck -fy:\n{e2fsck_said}");
+    }
+    // The kernel replays the raw copy itself at a read-write mount.
+    drop(LoopMount::read_write(&by_kernel, &s.dir("kernel-replay"), ""));
+    let mut compared = vec![(&by_quill, "quill"), (&by_kernel, "kernel")];
+    if !e2fsck_refused {
+        compared.push((&by_e2fsck, "e2fsck"));
+    }
+    for (copy, _) in &compared {
+        assert_clean(copy);
+    }
+    let views: Vec<(LoopMount, &str)> = compared
+        .into_iter()
+        .map(|(copy, who)| (LoopMount::new(copy, &s.dir(&format!("{who}-view"))), who))
+        .collect();
+    let quill_tree = manifest(&views[0].0.dir);
+    for (view, who) in &views[1..] {
+        assert_same_tree(&format!("quill recover vs {who}"), &quill_tree, &manifest(&view.dir));
+    }
+    for (w, &n) in durable.iter().enumerate() {
+        let got = fs::read(views[0].0.dir.join(format!("log{w}"))).unwrap();
+        let want: Vec<u8> = (0..n).flat_map(|k| append_chunk(w, k)).collect();
+        assert!(got.len() >= want.len(), "log{w}: {} bytes, {} fsynced", got.len(), want.len());
+        assert!(got[..want.len()] == want[..], "log{w}: an fsynced append differs");
+    }
+}
