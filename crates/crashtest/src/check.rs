@@ -380,24 +380,24 @@ pub struct Repairs {
     /// (release_inode_blocks frees `i_file_acl` for truncated orphans too, then finds i_blocks
     /// one block high): quill, like the kernel's orphan cleanup, keeps their xattrs.
     pub orphan_xattrs_dropped: Vec<u32>,
-    /// It refused to recover the journal because the fast-commit area starts with a HEAD of an
-    /// older tid than the one after the last full commit (e2fsck 1.47.0's
-    /// `ext4_fc_replay_scan` returns EINVAL there, where the kernel's stops), and went on to
-    /// check the file system without replaying the log. Only with [`FastCommitState::StaleHead`].
-    pub refused_stale_fc_head: bool,
+    /// e2fsck 1.47.0 could not recover the image for a known fast-commit bug of its own, named
+    /// here as the explorer's pass category (quill's recovery of the image is checked anyway):
+    /// - it refused to recover the journal because the fast-commit area starts with a HEAD of
+    ///   an older tid than the one after the last full commit (its `ext4_fc_replay_scan`
+    ///   returns EINVAL there, where the kernel's stops), and went on to check the file system
+    ///   without replaying the log. Only with [`FastCommitState::StaleHead`];
+    /// - after replaying the log and then fast commits it could not reopen the file system:
+    ///   "Superblock checksum does not match superblock while trying to re-open". Seen when
+    ///   the log holds the superblock (an orphan list change): it seems to write back the
+    ///   superblock fields its fast-commit replay changed against the copy it read before the
+    ///   log replay (inferred from the images). Only with [`FastCommitState::Replayable`]; the
+    ///   kernel's and quill's replays of the same image are clean.
+    pub gave_up: Option<&'static str>,
     /// After replaying fast commits it wrote back group descriptors it had read before
     /// replaying the log, undoing the log's directory counts, and pass 5 fixed them
     /// ("Directories count wrong for group"; the kernel's replay and quill's leave them
     /// right). Only with [`FastCommitState::Replayable`].
     pub miscounted_dirs: bool,
-    /// After replaying the log and then fast commits it could not reopen the file system:
-    /// "Superblock checksum does not match superblock while trying to re-open". Seen when the
-    /// log holds the superblock (an orphan list change): e2fsck 1.47.0 seems to write back the
-    /// superblock fields its fast-commit replay changed against the copy it read before the
-    /// log replay (inferred from the images), so the checksum no longer matches. Only with
-    /// [`FastCommitState::Replayable`]; the kernel's and quill's replays of the same image
-    /// are clean.
-    pub broke_superblock: bool,
 }
 
 /// What the fast-commit area of a raw crash image holds for recovery (e2fsck 1.47.0 gets two
@@ -413,9 +413,9 @@ pub enum FastCommitState {
     Replayable,
 }
 
-/// [`FastCommitState`] of the raw crash image `image`.
-pub fn fast_commit_state(image: &[u8]) -> FastCommitState {
-    let dev = std::sync::Arc::new(blockdev::memory::MemDevice::from_bytes(image.to_vec()));
+/// [`FastCommitState`] of the raw crash image on `dev` (read before anything recovers it).
+pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> FastCommitState {
+    use ondisk::jbd2::fast_commit::{fast_commit_records, FcRecord};
     let Ok(fs_image) = fs::Ext4Image::open(dev.clone()) else { return FastCommitState::Nothing };
     let Ok(location) = fs_image.journal_location() else { return FastCommitState::Nothing };
     let Ok(scan) = journal::scan_log(&*dev, &location) else { return FastCommitState::Nothing };
@@ -427,11 +427,10 @@ pub fn fast_commit_state(image: &[u8]) -> FastCommitState {
     let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, scan.end_tid) else {
         return FastCommitState::Nothing;
     };
-    let first = &area.blocks[0];
-    let head_tid = u32::from_le_bytes([first[8], first[9], first[10], first[11]]);
-    let head = u16::from_le_bytes([first[0], first[1]]) == ondisk::jbd2::fast_commit::FC_TAG_HEAD;
-    if head && head_tid != scan.end_tid.0 {
-        return FastCommitState::StaleHead;
+    if let Some(Ok(first)) = fast_commit_records(&area.blocks[0], inode_size).next() {
+        if matches!(first.record, FcRecord::Head { tid, .. } if tid != scan.end_tid) {
+            return FastCommitState::StaleHead;
+        }
     }
     match area.scan(inode_size) {
         Ok(found) if found.commits > 0 => FastCommitState::Replayable,
@@ -450,15 +449,23 @@ pub fn e2fsck_repairs(
     fast_commits: FastCommitState,
 ) -> Result<Repairs, String> {
     let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
-    if fast_commits == FastCommitState::Replayable
-        && text.contains("Superblock checksum does not match superblock while trying to re-open")
-    {
-        return Ok(Repairs { broke_superblock: true, ..Repairs::default() });
-    }
-    if fast_commits == FastCommitState::StaleHead
-        && text.contains("Invalid argument while recovering journal")
-    {
-        return Ok(Repairs { refused_stale_fc_head: true, ..Repairs::default() });
+    let gave_up = match fast_commits {
+        FastCommitState::Replayable
+            if text.contains(
+                "Superblock checksum does not match superblock while trying to re-open",
+            ) =>
+        {
+            Some("e2fsck-1.47.0-broke-the-superblock-after-fast-commits")
+        }
+        FastCommitState::StaleHead
+            if text.contains("Invalid argument while recovering journal") =>
+        {
+            Some("e2fsck-1.47.0-refused-a-stale-fast-commit-head")
+        }
+        _ => None,
+    };
+    if gave_up.is_some() {
+        return Ok(Repairs { gave_up, ..Repairs::default() });
     }
     if code > 1 {
         return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));

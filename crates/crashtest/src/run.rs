@@ -90,7 +90,7 @@ fn formatted() -> &'static [u8] {
             // the other presets leave it to the log, as its journal bit stays clear.
             features: {
                 let mut f = fs::mkfs::Features::default();
-                f.compat |= ondisk::ext4::feature::COMPAT_FAST_COMMIT;
+                f.edit("fast_commit").expect("a feature quill's mkfs makes");
                 f
             },
             uuid: Some(*b"quill-crashtest!"),

@@ -192,7 +192,6 @@ impl Filesystem {
         let image = Ext4Image::open(dev.clone())?;
         let sb = image.superblock().clone();
         check_features(&sb, options.read_only)?;
-
         let location = image.journal_location()?;
         let needs_recovery = sb.needs_recovery();
         drop(image);

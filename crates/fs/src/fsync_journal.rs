@@ -118,19 +118,15 @@ impl FcTrack {
     }
 }
 
-/// A fast commit of one inode, built under its lock: the records own their bytes.
+/// A fast commit of one inode, built under its lock: its ADD_RANGE / DEL_RANGE records (which
+/// borrow nothing) and the raw inode its INODE record carries.
 pub(crate) struct FcPlan {
     tid: Tid,
     ino: u32,
-    ranges: Vec<Range>,
+    ranges: Vec<FcRecord<'static>>,
     raw: Vec<u8>,
     /// `FcTrack::changes` when built: what the fast commit makes durable.
     changes: u64,
-}
-
-enum Range {
-    Add(Extent),
-    Del { logical: u32, len: u32 },
 }
 
 /// What fsync should do about the inode's changes in transaction `tid`.
@@ -205,17 +201,13 @@ impl Filesystem {
                     Lookup::Mapped { pblk, len, unwritten } => {
                         let max = if unwritten { ADD_RANGE_UNWRITTEN_MAX } else { ADD_RANGE_MAX };
                         let len = len.min(left).min(max);
-                        ranges.push(Range::Add(Extent {
-                            logical: lblk,
-                            len,
-                            start: pblk,
-                            unwritten,
-                        }));
+                        let extent = Extent { logical: lblk, len, start: pblk, unwritten };
+                        ranges.push(FcRecord::AddRange { ino, extent });
                         len
                     }
                     Lookup::Hole { len_to_next } => {
                         let len = len_to_next.unwrap_or(u32::MAX).min(left);
-                        ranges.push(Range::Del { logical: lblk, len });
+                        ranges.push(FcRecord::DelRange { ino, logical: lblk, len });
                         len
                     }
                 };
@@ -227,12 +219,8 @@ impl Filesystem {
         }
         // The raw inode as ext4's fast commit carries it: the 128-byte base and the extra
         // fields in use (`EXT4_GOOD_OLD_INODE_SIZE + i_extra_isize`).
-        let extra = if data.raw.len() > 128 {
-            usize::from(u16::from_le_bytes([data.raw[0x80], data.raw[0x81]]))
-        } else {
-            0
-        };
-        let raw = data.raw[..(128 + extra).min(data.raw.len())].to_vec();
+        let len = (128 + usize::from(inode.extra_isize)).min(data.raw.len());
+        let raw = data.raw[..len].to_vec();
         Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, changes: track.changes }))
     }
 
@@ -254,15 +242,9 @@ impl Filesystem {
     /// Writes `plan` as a fast commit. `Ok(true)`: durable (and recorded in the inode's
     /// tracking); `Ok(false)`: the journal fell back, commit the transaction.
     pub(crate) fn fast_commit(&self, plan: &FcPlan) -> Result<bool> {
-        let mut records: Vec<FcRecord<'_>> = plan
-            .ranges
-            .iter()
-            .map(|r| match *r {
-                Range::Add(extent) => FcRecord::AddRange { ino: plan.ino, extent },
-                Range::Del { logical, len } => FcRecord::DelRange { ino: plan.ino, logical, len },
-            })
-            .collect();
-        records.push(FcRecord::Inode { ino: plan.ino, raw: &plan.raw });
+        let inode = FcRecord::Inode { ino: plan.ino, raw: &plan.raw };
+        let records: Vec<FcRecord<'_>> =
+            plan.ranges.iter().copied().chain(std::iter::once(inode)).collect();
         match self.journal.fast_commit(plan.tid, &records)? {
             FastCommitOutcome::Fallback(_) => Ok(false),
             FastCommitOutcome::Durable { .. } => {

@@ -296,33 +296,33 @@ impl Filesystem {
     /// the entry was added in the same transaction that created the inode, or an earlier one.
     pub fn fsync(&self, ino: u32, datasync: bool) -> Result<()> {
         let slot = self.inodes.slot(ino);
-        let (tid, plan) = {
+        // The transaction to make durable, if it is not yet, and how (fsync_journal.rs).
+        let pending = {
             let mut guard = self.lock_live(&slot)?;
             let data = guard.as_mut().expect("loaded");
             self.writeback_locked(ino, data)?;
-            let tid = if datasync { data.last_data_tid } else { data.last_tid };
-            let plan = match tid {
+            match if datasync { data.last_data_tid } else { data.last_tid } {
                 Some(tid) if !self.journal.last_durable().is_at_or_after(tid) => {
-                    Some(self.fsync_plan(ino, data, tid)?)
+                    Some((tid, self.fsync_plan(ino, data, tid)?))
                 }
                 _ => None,
-            };
-            (tid, plan)
+            }
         };
-        match (tid, plan) {
-            (Some(_), Some(FsyncPlan::AlreadyDurable)) => {}
-            (Some(tid), Some(plan)) => {
-                // iJournaling (fsync_journal.rs): the file alone, as a fast commit, when it can;
-                // else the transaction, whose commit flushes the device before its commit block.
+        match pending {
+            // Durable already: data written in place still needs the device's flush.
+            None => self.dev.flush()?,
+            Some((_, FsyncPlan::AlreadyDurable)) => {}
+            // iJournaling: the file alone, as a fast commit, when it can; else the
+            // transaction, whose commit flushes the device before its commit block.
+            Some((tid, plan)) => {
                 let fast = match &plan {
-                    FsyncPlan::FastCommit(plan) => self.fast_commit(plan)?,
+                    FsyncPlan::FastCommit(fc) => self.fast_commit(fc)?,
                     _ => false,
                 };
                 if !fast {
                     self.journal.commit_and_wait(tid)?;
                 }
             }
-            _ => self.dev.flush()?,
         }
         self.journal.check_aborted()?;
         Ok(())

@@ -274,9 +274,11 @@ impl Journal {
         // mount with fast commits does (`jbd2_fc_init`); the log is empty, so it may shrink.
         // Like the kernel, not when the log would keep fewer than JBD2's minimum of blocks
         // (the superblock would then be invalid): fsyncs commit instead.
-        let fc_fits = sb.max_len.saturating_sub(sb.configured_fast_commit_blocks())
-            >= ondisk::jbd2::JBD2_MIN_JOURNAL_BLOCKS;
-        if config.fsync_journal && !read_only && fc_fits {
+        let fast_commits = config.fsync_journal
+            && !read_only
+            && sb.max_len.saturating_sub(sb.configured_fast_commit_blocks())
+                >= ondisk::jbd2::JBD2_MIN_JOURNAL_BLOCKS;
+        if fast_commits {
             sb.feature_incompat |= feature::INCOMPAT_FAST_COMMIT;
         }
         sb.sequence = next_tid;
@@ -294,8 +296,7 @@ impl Journal {
             quarter.saturating_sub(quarter.div_ceil(per_descriptor) + 2).max(1)
         };
         let log = LogSpace::new(sb.first, sb.log_end(), sb.first);
-        let fc_area = (sb.fast_commit_blocks() > 0 && config.fsync_journal && !read_only)
-            .then(|| FcArea::new(sb.log_end() + 1, sb.max_len));
+        let fc_area = fast_commits.then(|| FcArea::new(sb.log_end() + 1, sb.max_len));
         let locks = Arc::new(LockCounters::default());
         let shared = Arc::new(Shared {
             dev,

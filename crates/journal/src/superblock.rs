@@ -177,13 +177,18 @@ impl SuperblockWriter {
     /// Writes the superblock naming the log start if nothing has written it since attach: the
     /// first commit does so before its log blocks, and the first fast commit before its
     /// blocks (`fc_commit.rs`). The check and the write happen under the superblock lock, so a
-    /// caller that comes second returns only once the first caller's write is done.
+    /// caller that comes second returns only once the first caller's write is done. Once it
+    /// is written (the flag is cleared only after the write) every commit returns at once,
+    /// without the lock.
     pub fn ensure_written(
         &self,
         dev: &dyn BlockDevice,
         location: &JournalLocation,
         locks: &LockCounters,
     ) -> Result<()> {
+        if !self.unwritten.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let sb = self.sb.lock(locks);
         if !self.unwritten.load(Ordering::Acquire) {
             return Ok(());
