@@ -170,6 +170,27 @@ pub fn add_entry(
     ino: u32,
     file_type: u8,
 ) -> Result<()> {
+    add_entry_at(io, ctx, name, ino, file_type).map(|_| ())
+}
+
+/// Where [`add_entry_at`] put a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Added {
+    /// The leaf block that holds it.
+    pub lblk: u32,
+    /// Whether the name went into room its leaf had, changing nothing else: no block added,
+    /// no entry moved (a split, a compaction, an index made or grown).
+    pub in_place: bool,
+}
+
+/// [`add_entry`], saying where the name went.
+pub fn add_entry_at(
+    io: &mut dyn DirIo,
+    ctx: &DirCtx,
+    name: &[u8],
+    ino: u32,
+    file_type: u8,
+) -> Result<Added> {
     check_name(name)?;
     if ino == 0 {
         return Err(FsError::Invalid("directory entry for inode 0".to_string()));
@@ -187,6 +208,11 @@ pub fn add_entry(
 
 /// Removes `name` and returns the inode it referred to (`NotFound` when absent).
 pub fn remove_entry(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<u32> {
+    remove_entry_at(io, ctx, name).map(|(ino, _)| ino)
+}
+
+/// [`remove_entry`], returning the inode and the leaf block the name was in.
+pub fn remove_entry_at(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<(u32, u32)> {
     check_name(name)?;
     let mut dir = Dir::open(io, ctx)?;
     let found = dir.find(name)?.ok_or(FsError::NotFound)?;
@@ -195,7 +221,7 @@ pub fn remove_entry(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<u32
         .map_err(|err| dir.on_disk(found.lblk, err))?;
     assert_eq!(removed, Some(found.ino), "the entry just found is in its block");
     dir.write_leaf(found.lblk, data)?;
-    Ok(found.ino)
+    Ok((found.ino, found.lblk))
 }
 
 /// Points `name` at `ino` (with `file_type`) and returns the inode it referred to (`NotFound`
@@ -743,20 +769,20 @@ impl<'a> Dir<'a> {
     // -- Insertion ----------------------------------------------------------------------------
 
     /// `ext4_add_entry` for a directory without an index.
-    fn linear_add(&mut self, name: &[u8], ino: u32, file_type: u8) -> Result<()> {
+    fn linear_add(&mut self, name: &[u8], ino: u32, file_type: u8) -> Result<Added> {
         let blocks = self.blocks();
         for lblk in 0..blocks {
             let mut data = self.read_leaf(lblk)?;
             let inserted = dirent::insert_dir_entry(&mut data, self.has_csum, name, ino, file_type)
                 .map_err(|err| self.on_disk(lblk, err))?;
             if inserted {
-                return self.write_leaf(lblk, data);
+                self.write_leaf(lblk, data)?;
+                return Ok(Added { lblk, in_place: true });
             }
-            if blocks == 1
-                && self.ctx.dir_index
-                && self.make_indexed(&data, name, ino, file_type)?
-            {
-                return Ok(());
+            if blocks == 1 && self.ctx.dir_index {
+                if let Some(lblk) = self.make_indexed(&data, name, ino, file_type)? {
+                    return Ok(Added { lblk, in_place: false });
+                }
             }
         }
         let lblk = self.append()?;
@@ -765,27 +791,28 @@ impl<'a> Dir<'a> {
         let inserted = dirent::insert_dir_entry(&mut data, self.has_csum, name, ino, file_type)
             .map_err(|err| self.on_disk(lblk, err))?;
         assert!(inserted, "an empty block holds any name");
-        self.write_leaf(lblk, data)
+        self.write_leaf(lblk, data)?;
+        Ok(Added { lblk, in_place: false })
     }
 
     /// `make_indexed_dir`: turns the full one-block directory `block0` into an htree holding
     /// the new name. The root takes block 0 (keeping "." and ".."), the entries after ".." are
-    /// split over two new leaves. Returns false, changing nothing, when block 0 does not start
-    /// with a 12-byte "." followed by ".." (then the caller grows the directory linearly, as the
-    /// kernel's fallback does).
+    /// split over two new leaves. Returns the leaf the name went to, or `None`, changing
+    /// nothing, when block 0 does not start with a 12-byte "." followed by ".." (then the caller
+    /// grows the directory linearly, as the kernel's fallback does).
     fn make_indexed(
         &mut self,
         block0: &[u8],
         name: &[u8],
         ino: u32,
         file_type: u8,
-    ) -> Result<bool> {
+    ) -> Result<Option<u32>> {
         let version = disk_version(self.ctx.hash_version)?;
         let records = dirent::parse_dir_block_records(block0, self.has_csum)
             .map_err(|err| self.on_disk(0, err))?;
         let (dot, dotdot) = dirent::parse_dots(block0).map_err(|err| self.on_disk(0, err))?;
         if dot.rec_len != dirent::dir_rec_len(1) {
-            return Ok(false);
+            return Ok(None);
         }
         // The kernel slides the records after ".." to the start of the new leaf and stretches
         // the last one to its end; the split balances those record lengths.
@@ -823,8 +850,7 @@ impl<'a> Dir<'a> {
             root.entries = vec![DxEntry { hash: 0, block: first }];
             self.write_root(&root)?;
             self.io.set_indexed(true);
-            self.dx_add(name, ino, file_type)?;
-            return Ok(true);
+            return Ok(Some(self.dx_add(name, ino, file_type)?.lblk));
         }
         let second = self.append()?;
         let (hash, _) = self.hash(name, self.ctx.hash_version)?;
@@ -845,9 +871,9 @@ impl<'a> Dir<'a> {
         self.write_root(&root)?;
         self.io.set_indexed(true);
         if !inserted {
-            self.dx_add(name, ino, file_type)?;
+            return Ok(Some(self.dx_add(name, ino, file_type)?.lblk));
         }
-        Ok(true)
+        Ok(Some(target_lblk))
     }
 
     fn tail_size(&self) -> usize {
@@ -860,8 +886,8 @@ impl<'a> Dir<'a> {
 
     /// `ext4_dx_add_entry`: insert into the leaf the hash selects, making room by splitting the
     /// leaf, an index node, or growing the root, and re-probing after each index change.
-    fn dx_add(&mut self, name: &[u8], ino: u32, file_type: u8) -> Result<()> {
-        for _ in 0..ADD_RESTARTS_MAX {
+    fn dx_add(&mut self, name: &[u8], ino: u32, file_type: u8) -> Result<Added> {
+        for attempt in 0..ADD_RESTARTS_MAX {
             let (root, version) = self.read_root()?;
             let (hash, _) = self.hash(name, version)?;
             let mut path = self.descend(root, version, Some(hash))?;
@@ -870,7 +896,8 @@ impl<'a> Dir<'a> {
             let inserted = dirent::insert_dir_entry(&mut data, self.has_csum, name, ino, file_type)
                 .map_err(|err| self.on_disk(leaf, err))?;
             if inserted {
-                return self.write_leaf(leaf, data);
+                self.write_leaf(leaf, data)?;
+                return Ok(Added { lblk: leaf, in_place: attempt == 0 });
             }
             let bottom = path.frames.len() - 1;
             if path.frames[bottom].entries.len() >= self.index_limit(bottom) {
@@ -884,8 +911,8 @@ impl<'a> Dir<'a> {
                 }
                 continue;
             }
-            if self.dx_split_leaf(&mut path, &data, hash, name, ino, file_type)? {
-                return Ok(());
+            if let Some(lblk) = self.dx_split_leaf(&mut path, &data, hash, name, ino, file_type)? {
+                return Ok(Added { lblk, in_place: false });
             }
         }
         Err(FsError::NoSpace)
@@ -927,8 +954,8 @@ impl<'a> Dir<'a> {
     }
 
     /// `do_split`: moves the upper half (by hash) of the full leaf into a new leaf, indexes it
-    /// and puts the new name where its hash belongs. Returns whether the name went in; when it
-    /// does not fit its half, the caller re-probes.
+    /// and puts the new name where its hash belongs. Returns the leaf the name went in, or
+    /// `None` when it does not fit its half (the caller re-probes).
     fn dx_split_leaf(
         &mut self,
         path: &mut Path,
@@ -937,7 +964,7 @@ impl<'a> Dir<'a> {
         name: &[u8],
         ino: u32,
         file_type: u8,
-    ) -> Result<bool> {
+    ) -> Result<Option<u32>> {
         let leaf = path.leaf();
         let mut recs = Vec::new();
         for record in self.leaf_live(leaf, data)? {
@@ -958,7 +985,7 @@ impl<'a> Dir<'a> {
                 dirent::insert_dir_entry(&mut packed, self.has_csum, name, ino, file_type)
                     .map_err(|err| self.on_disk(leaf, err))?;
             self.write_leaf(leaf, packed)?;
-            return Ok(inserted);
+            return Ok(inserted.then_some(leaf));
         }
         let bottom = path.frames.len() - 1;
         assert!(
@@ -981,7 +1008,7 @@ impl<'a> Dir<'a> {
         let frame = &mut path.frames[bottom];
         frame.entries.insert(frame.at + 1, DxEntry { hash: split_hash, block: new_leaf });
         self.write_frame(path, bottom)?;
-        Ok(inserted)
+        Ok(inserted.then_some(target_lblk))
     }
 
     /// Splits the entries of a full leaf (in their order in the block) as `do_split` does:
