@@ -22,7 +22,7 @@
 //!   allocates from them, and the flag is cleared in the same handle.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use journal::{Buffer, Handle, Journal};
@@ -114,6 +114,10 @@ pub(crate) struct GroupState {
     pub desc: GroupDesc,
     /// Blocks freed by transactions that are not yet durable: group offset → (length, tid).
     pending_free: BTreeMap<u32, (u32, Tid)>,
+    /// Inodes freed by the running transaction (or a newer one): inode number → tid. A new
+    /// inode given one of these numbers was in use at the last commit, which a fast commit's
+    /// CREAT record would be replayed onto (`fsync_journal.rs`).
+    freed_inodes: BTreeMap<u32, Tid>,
     /// Whether this mount has verified the block (0) and inode (1) bitmap's checksum.
     verified: [bool; 2],
 }
@@ -194,6 +198,10 @@ pub(crate) struct Groups {
     /// data, whose blocks were reserved when it was written, can still find blocks for the
     /// extent-tree nodes it needs.
     pub metadata_pool: i64,
+    /// The last transaction that cleared a group's BLOCK_UNINIT or INODE_UNINIT flag, as
+    /// `1 << 32 | tid` (0: none this mount). e2fsck 1.47.0 replays fast commits with the group
+    /// descriptors it read before replaying the log (`fsync_journal.rs`).
+    uninit_cleared: AtomicU64,
 }
 
 impl Groups {
@@ -231,6 +239,7 @@ impl Groups {
                     Mutex::new(GroupState {
                         desc: *d,
                         pending_free: BTreeMap::new(),
+                        freed_inodes: BTreeMap::new(),
                         verified: [false; 2],
                     })
                 })
@@ -240,6 +249,7 @@ impl Groups {
             base_meta_blocks,
             counters,
             metadata_pool: (sb.blocks_count / 50).min(4096) as i64,
+            uninit_cleared: AtomicU64::new(0),
         })
     }
 
@@ -558,9 +568,24 @@ impl Groups {
         // Reserved inodes (below s_first_ino) are never handed out.
         let first_ino = self.sb.first_ino;
         let base = group * geo.inodes_per_group;
+        // With fast commits, a number the running transaction freed is taken last: a file
+        // given it could not be fast-committed (`Groups::inode_freed_in`).
+        let tid = handle.tid();
+        let avoid = |index: u32| {
+            journal.fast_commits_enabled()
+                && state.freed_inodes.get(&(base + index + 1)) == Some(&tid)
+        };
         let found = bitmap.read(|bits| {
             let reserved_below = first_ino.saturating_sub(base + 1).min(geo.inodes_per_group);
-            next_clear_bit(bits, reserved_below, geo.inodes_per_group)
+            let first = next_clear_bit(bits, reserved_below, geo.inodes_per_group)?;
+            let mut index = first;
+            while avoid(index) {
+                match next_clear_bit(bits, index + 1, geo.inodes_per_group) {
+                    Some(next) => index = next,
+                    None => return Some(first),
+                }
+            }
+            Some(index)
         });
         let Some(index) = found else {
             return Err(FsError::corrupted(
@@ -655,7 +680,18 @@ impl Groups {
         self.write_desc(journal, handle, group, desc)?;
         self.free_inodes_hint[group as usize].store(desc.free_inodes, Ordering::Relaxed);
         self.counters.free_inodes.fetch_add(1, Ordering::AcqRel);
+        // Frees of older transactions no longer matter: every later allocation is in `tid` or
+        // a newer one, and those transactions commit before any fast commit of it is written.
+        let tid = handle.tid();
+        state.freed_inodes.retain(|_, freed| freed.is_at_or_after(tid));
+        state.freed_inodes.insert(ino, tid);
         Ok(())
+    }
+
+    /// Whether inode number `ino` was freed by transaction `tid`: in use at the commit before it.
+    pub fn inode_freed_in(&self, ino: u32, tid: Tid) -> bool {
+        let group = self.geo.group_of_inode(ino);
+        self.slots[group as usize].lock().freed_inodes.get(&ino) == Some(&tid)
     }
 
     /// Checks, changing nothing, that inode `ino` (if any) and the blocks `start..start+count`
@@ -807,12 +843,24 @@ impl Groups {
         let table_block = self.sb.group_desc_block(group / geo.descs_per_block);
         let offset = (group % geo.descs_per_block) as usize * geo.desc_size;
         let buffer = journal.read_buffer(table_block)?;
-        handle.modify(&buffer, |bytes| {
+        let uninit = ext4::BG_BLOCK_UNINIT | ext4::BG_INODE_UNINIT;
+        let cleared = handle.modify(&buffer, |bytes| {
             let raw = &mut bytes[offset..offset + geo.desc_size];
+            let old_flags = GroupDesc::parse(raw, geo.desc_size).map_or(0, |old| old.flags);
             desc.encode_into(raw, geo.desc_size);
             ext4::set_group_desc_checksum(&self.sb, group, raw);
+            old_flags & uninit & !desc.flags != 0
         })?;
+        if cleared {
+            self.uninit_cleared.store(1 << 32 | u64::from(handle.tid().0), Ordering::Release);
+        }
         Ok(())
+    }
+
+    /// The last transaction of this mount that cleared a group's BLOCK_UNINIT or INODE_UNINIT.
+    pub fn uninit_cleared(&self) -> Option<Tid> {
+        let v = self.uninit_cleared.load(Ordering::Acquire);
+        (v != 0).then_some(Tid(v as u32))
     }
 
     /// The first block of `start .. start + len` that belongs to the system zone (a superblock
@@ -969,6 +1017,7 @@ mod tests {
         let mut state = GroupState {
             desc: GroupDesc::parse(&[0u8; 64], 64).expect("zeros parse"),
             pending_free: BTreeMap::new(),
+            freed_inodes: BTreeMap::new(),
             verified: [false; 2],
         };
         let bits = vec![0u8; 16];

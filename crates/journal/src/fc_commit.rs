@@ -113,6 +113,7 @@ pub(crate) fn retire_superseded(shared: &Shared, durable: Tid) -> Result<()> {
         .dev
         .write_fua_at(shared.log_offset(area.first), &zeros)
         .map_err(|e| shared.abort_on("retiring superseded fast commits", e))?;
+    stats::add(&shared.counters.fast_commit_syncs, 1);
     area.tid = None;
     area.next = 0;
     Ok(())
@@ -198,6 +199,7 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
     drop(area);
     stats::add(&shared.counters.fast_commits, 1);
     stats::add(&shared.counters.fast_commit_blocks, u64::from(count));
+    stats::add(&shared.counters.fast_commit_syncs, 2);
     stats::add_time(&shared.counters.ns_fast_commit, started.elapsed());
     Ok(FastCommitOutcome::Durable { blocks: count })
 }

@@ -471,6 +471,17 @@ impl Journal {
         (head, self.shared.superblock.log_area(&self.shared.locks))
     }
 
+    /// Whether transaction `tid` is committed and checkpointed: its blocks are in place and
+    /// no recovery would replay it (the superblock's log starts after it, or is empty).
+    pub fn checkpointed(&self, tid: Tid) -> bool {
+        self.last_durable().is_at_or_after(tid)
+            && self
+                .shared
+                .superblock
+                .log_start_tid(&self.shared.locks)
+                .is_none_or(|start| start.is_after(tid))
+    }
+
     /// Drops cached buffers the journal no longer needs; returns how many.
     pub fn evict_clean_buffers(&self) -> usize {
         self.shared.cache.evict_clean()

@@ -46,6 +46,7 @@ pub(crate) struct Counters {
     pub in_flight_max: AtomicU64,
     pub fast_commits: AtomicU64,
     pub fast_commit_blocks: AtomicU64,
+    pub fast_commit_syncs: AtomicU64,
     pub ns_fast_commit: AtomicU64,
 }
 
@@ -135,6 +136,9 @@ pub struct JournalStats {
     pub fast_commits: u64,
     pub fast_commit_blocks: u64,
     pub ms_fast_commit: f64,
+    /// Device flushes and FUA writes of the fast-commit area: two per fast commit (a flush,
+    /// then its first block with FUA) and one per retirement of superseded ones.
+    pub fast_commit_syncs: u64,
     /// fsyncs that wanted a fast commit and committed the transaction instead, by reason (the
     /// journal's and the file system's; filled by `Journal::stats`).
     pub fast_commit_fallbacks: Vec<(String, u64)>,
@@ -204,6 +208,7 @@ impl Counters {
             fast_commits: self.fast_commits.load(Relaxed),
             fast_commit_blocks: self.fast_commit_blocks.load(Relaxed),
             ms_fast_commit: ms(&self.ns_fast_commit),
+            fast_commit_syncs: self.fast_commit_syncs.load(Relaxed),
             fast_commit_fallbacks: Vec::new(),
             locks: LockWaits::default(),
         }

@@ -5,6 +5,7 @@ use crate::location::JournalLocation;
 use crate::locks::{LockCounters, LockId, TimedMutex};
 use blockdev::BlockDevice;
 use ondisk::jbd2::{feature, ChecksumVersion, JournalSuperblock, JBD2_SUPERBLOCK_SIZE};
+use ondisk::Tid;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) fn superblock_offset(location: &JournalLocation) -> u64 {
@@ -152,6 +153,13 @@ impl SuperblockWriter {
             sb: TimedMutex::new(LockId::Superblock, sb),
             unwritten: AtomicBool::new(unwritten),
         }
+    }
+
+    /// The tid of the log's first transaction as the superblock names it, or `None` when it
+    /// marks the log empty (`s_start == 0`).
+    pub fn log_start_tid(&self, locks: &LockCounters) -> Option<Tid> {
+        let sb = self.sb.lock(locks);
+        (sb.start != 0).then_some(sb.sequence)
     }
 
     /// The log area `[first, end)`.
