@@ -17,18 +17,22 @@
 //! | a writeback step (data written, blocks mapped or unwritten ones converted, size grown) | the step's logical range, then INODE |
 //! | attributes without a size change (mode, owner, times; `setattr`) | INODE |
 //! | an access time (`relatime`) | INODE |
+//! | a regular file created (`create`), where replay can add its name ([`Filesystem::create_record`]) | INODE, its ranges, CREAT, INODE |
 //!
 //! Everything else falls back to committing the transaction, counted by reason in the journal's
 //! figures (`fast_commit_fallbacks`): the kernel's ineligible operations (xattrs, renames,
-//! fallocate ranges, journaled data) and, for now, every directory-entry change (a file created,
-//! linked or unlinked in the running transaction: CREAT/LINK/UNLINK records are not written
-//! yet), truncation (the orphan list), and fsync of a directory, of a hard-linked inode, of an
-//! inode without extents or with an external xattr block, or of one in the journal inode's
+//! fallocate ranges, journaled data); a creation replay could not redo (a directory, special
+//! file or symlink; a parent that is new, grew, or lost a name in the same transaction; an
+//! inode number freed in it); links and unlinks (LINK/UNLINK records are not written);
+//! truncation (the orphan list); and fsync of a directory, of a hard-linked inode, of an inode
+//! without extents or with an external xattr block, or of one in the journal inode's
 //! inode-table block (the last two for the kernel's and e2fsck 1.47.0's replays).
+
+use std::collections::{BTreeSet, HashSet};
 
 use journal::FastCommitOutcome;
 use ondisk::ext4::{self, Extent};
-use ondisk::jbd2::fast_commit::FcRecord;
+use ondisk::jbd2::fast_commit::{FcDentryOp, FcRecord};
 use ondisk::Tid;
 
 use crate::adapters::{extent_ctx, ReadIo};
@@ -51,6 +55,14 @@ pub const NO_ROOM: &str = "journal too small";
 /// The reason counted for an inode in the journal inode's inode-table block
 /// ([`Filesystem::shares_journal_inode_block`]): e2fsck 1.47.0 would lose its neighbours.
 pub const E2FSCK_ITABLE: &str = "journal inode's table block (e2fsck 1.47.0)";
+
+/// The reason counted while a group initialized in this mount (BLOCK_UNINIT or INODE_UNINIT
+/// cleared) is not checkpointed ([`Filesystem::group_initialized_in_log`]).
+pub const E2FSCK_UNINIT: &str = "group initialized in the log (e2fsck 1.47.0)";
+
+/// The reason counted for a file created in an inode whose slot still holds another inode's
+/// in-inode xattrs ([`Filesystem::inode_slot_tail_clean`]).
+pub const STALE_XATTRS: &str = "inode slot with old in-inode xattrs";
 
 /// The reason counted for a file with an external xattr block: the kernel's fast-commit
 /// replay (`ext4_ext_replay_set_iblocks`) and e2fsck 1.47.0's recompute its i_blocks from the
@@ -75,6 +87,14 @@ pub(crate) struct FcTrack {
     synced: u64,
     /// What the next inode write is: expressible (`Ok`), or inexpressible for this reason.
     next: Option<std::result::Result<(), &'static str>>,
+    /// A file created in `tid`: its parent and name, for the CREAT record.
+    created: Option<(u32, Box<[u8]>)>,
+    /// A directory: why no file created in it during `tid` from now on can be a CREAT record
+    /// ([`Filesystem::create_record`]).
+    creates_blocked: Option<&'static str>,
+    /// A directory: the leaf blocks that lost a name during `tid`, and the names lost.
+    removed_from: BTreeSet<u32>,
+    removed_names: HashSet<Box<[u8]>>,
 }
 
 impl FcTrack {
@@ -106,6 +126,48 @@ impl FcTrack {
         });
     }
 
+    /// The inode, written in `tid` already, was created there as `name` in `parent`: a CREAT
+    /// record expresses that (or cannot, for `Err(reason)`).
+    pub fn created(&mut self, tid: Tid, dentry: std::result::Result<(u32, &[u8]), &'static str>) {
+        let t = self.at(tid);
+        match dentry {
+            Ok((parent, name)) => t.created = Some((parent, name.into())),
+            Err(reason) => {
+                t.ineligible.get_or_insert(reason);
+            }
+        }
+    }
+
+    /// A directory: files created in it during `tid` from now on cannot be CREAT records.
+    pub fn block_creates(&mut self, tid: Tid, reason: &'static str) {
+        self.at(tid).creates_blocked.get_or_insert(reason);
+    }
+
+    /// A directory: `name` was removed from its leaf block `lblk` during `tid`.
+    pub fn note_removal(&mut self, tid: Tid, lblk: u32, name: &[u8]) {
+        let t = self.at(tid);
+        t.removed_from.insert(lblk);
+        t.removed_names.insert(name.into());
+    }
+
+    /// A directory: why a file created in it now, in `tid`, as `name` in leaf block `lblk`,
+    /// cannot be a CREAT record ([`Filesystem::create_record`]).
+    fn create_blocked(&self, tid: Tid, lblk: u32, name: &[u8]) -> Option<&'static str> {
+        if self.tid != Some(tid) {
+            return None;
+        }
+        if let Some(reason) = self.creates_blocked {
+            return Some(reason);
+        }
+        if self.removed_names.contains(name) {
+            return Some("name reused");
+        }
+        if self.removed_from.contains(&lblk) {
+            return Some("directory block lost a name");
+        }
+        None
+    }
+
     /// An inode write in `tid` (`Filesystem::write_inode`): expressible only if its caller said
     /// so just before it.
     pub fn note_write(&mut self, tid: Tid) {
@@ -125,6 +187,8 @@ pub(crate) struct FcPlan {
     ino: u32,
     ranges: Vec<FcRecord<'static>>,
     raw: Vec<u8>,
+    /// A file created in `tid`: its parent and name.
+    created: Option<(u32, Box<[u8]>)>,
     /// `FcTrack::changes` when built: what the fast commit makes durable.
     changes: u64,
 }
@@ -183,6 +247,8 @@ impl Filesystem {
             Some(XATTR_BLOCK)
         } else if self.shares_journal_inode_block(ino)? {
             Some(E2FSCK_ITABLE)
+        } else if self.group_initialized_in_log() {
+            Some(E2FSCK_UNINIT)
         } else {
             None
         };
@@ -221,7 +287,52 @@ impl Filesystem {
         // fields in use (`EXT4_GOOD_OLD_INODE_SIZE + i_extra_isize`).
         let len = (128 + usize::from(inode.extra_isize)).min(data.raw.len());
         let raw = data.raw[..len].to_vec();
-        Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, changes: track.changes }))
+        let created = track.created.clone();
+        Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, created, changes: track.changes }))
+    }
+
+    /// Whether the creation of inode `ino` (of `mode`) as `name` in directory `parent` during
+    /// `tid`, its entry added already to leaf block `lblk`, can be a fast commit's CREAT
+    /// record: `Ok` with what the record names, or why not.
+    ///
+    /// Replay adds the name to the parent as the last full commit left it (e2fsck's
+    /// `ext2fs_link`, the kernel's `__ext4_link`, quill's `replay_create`), and e2fsck 1.47.0
+    /// cannot grow a directory there (it stops with "No free space in the directory"). The
+    /// name fits there if it went into room its leaf block had and nothing taken from that
+    /// block in `tid` made the room: so no name removed from the block in `tid` before this
+    /// one (its space is still in use at the last commit), no block added to the parent and no
+    /// entry moved (a split, a compaction: [`crate::dir::Added::in_place`]), this creation
+    /// included. Names added in `tid` and not fast-committed only leave more room; an htree
+    /// puts a name in the leaf its hash selects, at replay as now. The name must not have been
+    /// removed from the parent in `tid` either: the kernel's replay keeps an entry it finds
+    /// (`-EEXIST` is success there) and the new inode would have no name. The inode must have
+    /// been free at the last commit too: a number freed in `tid` and taken again would be
+    /// replayed over the file still using it there (the allocator avoids such numbers while
+    /// fast commits are on). Freed blocks are no concern: none is reused before the
+    /// transaction that freed it is durable (`groups.rs`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_record<'n>(
+        &self,
+        tid: Tid,
+        parent: u32,
+        pdata: &InodeData,
+        ino: u32,
+        mode: u16,
+        name: &'n [u8],
+        lblk: u32,
+    ) -> std::result::Result<(u32, &'n [u8]), &'static str> {
+        match mode & ext4::MODE_TYPE_MASK {
+            ext4::MODE_REGULAR => {}
+            ext4::MODE_DIR => return Err("mkdir"),
+            _ => return Err("mknod or symlink"),
+        }
+        if let Some(reason) = pdata.fc.create_blocked(tid, lblk, name) {
+            return Err(reason);
+        }
+        if self.groups.inode_freed_in(ino, tid) {
+            return Err("inode number reused");
+        }
+        Ok((parent, name))
     }
 
     /// Whether inode `ino` sits in the inode-table block of the journal inode. e2fsck 1.47.0
@@ -239,12 +350,51 @@ impl Filesystem {
         Ok(self.inode_table_location(ino)?.0 == self.inode_table_location(journal)?.0)
     }
 
+    /// Whether a group was initialized (its BLOCK_UNINIT or INODE_UNINIT flag cleared) in a
+    /// transaction that is not checkpointed. e2fsck 1.47.0 replays fast commits inside its
+    /// journal recovery, with the group descriptors it read before replaying the log: such a
+    /// group's bitmaps are then read as never initialized, and the replay goes wrong from
+    /// there (seen in `delete_then_create_in_a_large_directory...` in tests/fsync_journal.rs:
+    /// a block handed to two files, inodes "in the unused area", files lost). Fsync commits
+    /// instead, and checkpoints ([`Filesystem::fsync`]), so that later fsyncs can fast-commit.
+    pub(crate) fn group_initialized_in_log(&self) -> bool {
+        self.groups.uninit_cleared().is_some_and(|tid| !self.journal.checkpointed(tid))
+    }
+
+    /// Whether inode `ino`'s slot in the inode table is all zeros from byte `from` on: what a
+    /// fast commit's INODE record of a new inode leaves in place. The record carries the first
+    /// `128 + i_extra_isize` bytes, and every replay (the kernel's, e2fsck's, quill's) copies
+    /// only those: in-inode xattrs a deleted inode left in the slot would come back on the new
+    /// one (seen in the crash explorer). Read before the new inode is written.
+    pub(crate) fn inode_slot_tail_clean(&self, ino: u32, from: usize) -> Result<bool> {
+        let (block, offset) = self.inode_table_location(ino)?;
+        let size = usize::from(self.params.inode_size);
+        let buffer = self.journal.read_buffer(block)?;
+        Ok(buffer.read(|b| b[offset + from.min(size)..offset + size].iter().all(|&x| x == 0)))
+    }
+
     /// Writes `plan` as a fast commit. `Ok(true)`: durable (and recorded in the inode's
     /// tracking); `Ok(false)`: the journal fell back, commit the transaction.
     pub(crate) fn fast_commit(&self, plan: &FcPlan) -> Result<bool> {
         let inode = FcRecord::Inode { ino: plan.ino, raw: &plan.raw };
-        let records: Vec<FcRecord<'_>> =
-            plan.ranges.iter().copied().chain(std::iter::once(inode)).collect();
+        let mut records: Vec<FcRecord<'_>> = Vec::with_capacity(plan.ranges.len() + 3);
+        if let Some((parent_ino, name)) = &plan.created {
+            // As ext4 writes a created inode (ext4_fc_commit_dentry_updates): INODE first, so
+            // that replay has an inode to map ranges into and to link, then its ranges, then
+            // CREAT; and INODE again after them, as ext4's pass over the committing inodes
+            // writes it, so that i_blocks and the size are the file's after its ranges.
+            records.push(inode);
+            records.extend(plan.ranges.iter().copied());
+            records.push(FcRecord::Dentry {
+                op: FcDentryOp::Create,
+                parent_ino: *parent_ino,
+                ino: plan.ino,
+                name,
+            });
+        } else {
+            records.extend(plan.ranges.iter().copied());
+        }
+        records.push(inode);
         match self.journal.fast_commit(plan.tid, &records)? {
             FastCommitOutcome::Fallback(_) => Ok(false),
             FastCommitOutcome::Durable { .. } => {

@@ -321,6 +321,9 @@ impl Filesystem {
                 };
                 if !fast {
                     self.journal.commit_and_wait(tid)?;
+                    if self.journal.fast_commits_enabled() && self.group_initialized_in_log() {
+                        self.journal.checkpoint_all()?;
+                    }
                 }
             }
         }
@@ -529,12 +532,24 @@ impl Filesystem {
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, fs.block_size());
             }
-            data.fc.ineligible_next("create");
+            let stale_slot = fs.journal.fast_commits_enabled()
+                && !fs.inode_slot_tail_clean(ino, 128 + usize::from(extra))?;
+            data.fc.expressible_next();
             fs.write_inode(&mut txn.handle, ino, data, true)?;
             *written = true;
             let data = &mut made.as_mut().expect("made above").0;
             let file_type = ondisk::ext4::dir::file_type_from_mode(mode);
-            fs.dir_add(&mut txn, parent, pdata, name, ino, file_type)?;
+            let added = fs.dir_add(&mut txn, parent, pdata, name, ino, file_type)?;
+            let tid = txn.handle.tid();
+            let record = if stale_slot {
+                Err(crate::fsync_journal::STALE_XATTRS)
+            } else {
+                fs.create_record(tid, parent, pdata, ino, mode, name, added.lblk)
+            };
+            data.fc.created(tid, record);
+            if is_dir {
+                data.fc.block_creates(tid, "parent directory new");
+            }
             if is_dir {
                 inc_link(&mut pdata.inode, self.has_dir_nlink());
             }
@@ -592,7 +607,7 @@ impl Filesystem {
     }
 
     /// Adds `name → ino` to directory `dir` under `txn`, updating the directory's size and
-    /// i_blocks in `ddata` (the caller writes the inode).
+    /// i_blocks in `ddata` (the caller writes the inode); returns where the name went.
     pub(crate) fn dir_add(
         &self,
         txn: &mut Txn<'_>,
@@ -601,16 +616,19 @@ impl Filesystem {
         name: &[u8],
         ino: u32,
         file_type: u8,
-    ) -> Result<()> {
+    ) -> Result<dir::Added> {
         txn.take_blocks_delta();
         self.dentries.forget(dir, name);
-        self.with_dir(txn, dir, ddata, |access, ctx| {
-            dir::add_entry(access, ctx, name, ino, file_type)
+        let added = self.with_dir(txn, dir, ddata, |access, ctx| {
+            dir::add_entry_at(access, ctx, name, ino, file_type)
         })?;
         self.dentries.insert(dir, name, Some((ino, file_type)));
         let delta = txn.take_blocks_delta();
+        if delta != 0 || !added.in_place {
+            ddata.fc.block_creates(txn.handle.tid(), "parent directory grew or was reshaped");
+        }
         add_blocks(&mut ddata.inode, delta, self.block_size());
-        Ok(())
+        Ok(added)
     }
 
     /// Removes `name` from directory `dir` under `txn`; returns the inode it named.
@@ -622,9 +640,12 @@ impl Filesystem {
         name: &[u8],
     ) -> Result<u32> {
         self.dentries.forget(dir, name);
-        let ino =
-            self.with_dir(txn, dir, ddata, |access, ctx| dir::remove_entry(access, ctx, name))?;
+        let (ino, lblk) =
+            self.with_dir(txn, dir, ddata, |access, ctx| dir::remove_entry_at(access, ctx, name))?;
         self.dentries.insert(dir, name, None);
+        if self.journal.fast_commits_enabled() {
+            ddata.fc.note_removal(txn.handle.tid(), lblk, name);
+        }
         Ok(ino)
     }
 
