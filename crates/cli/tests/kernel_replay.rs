@@ -176,3 +176,125 @@ fn quill_recover_replays_a_kernel_journal_ending_in_fast_commits() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains(&format!("replayed {commits} fast commits")), "{}", text(&o));
 }
+
+/// The fast-commit area of `image`, read through `debugfs` (the journal inode's contents):
+/// its blocks, the block size and the tid its HEAD names.
+fn fast_commit_area(image: &Path) -> (Vec<Vec<u8>>, ondisk::Tid) {
+    let o = run(Command::new("debugfs").arg("-R").arg("cat <8>").arg(image));
+    assert!(o.status.success(), "debugfs cat <8>: {}", text(&o));
+    let journal = o.stdout;
+    let sb = ondisk::jbd2::JournalSuperblock::parse(&journal[..1024]).unwrap();
+    let bs = sb.block_size as usize;
+    // As jbd2 places it: the log ends at `max_len - fc blocks`, the area starts after it.
+    let first = (sb.max_len - sb.configured_fast_commit_blocks() + 1) as usize;
+    let blocks: Vec<Vec<u8>> =
+        journal[first * bs..sb.max_len as usize * bs].chunks(bs).map(<[u8]>::to_vec).collect();
+    // HEAD: tag and length (4 bytes), features (4), tid (4).
+    let tid = ondisk::Tid(u32::from_le_bytes(blocks[0][8..12].try_into().unwrap()));
+    (blocks, tid)
+}
+
+/// Splits the complete fast commits of an area into their records and lays each out again as
+/// the kernel's `ext4_fc_perform_commit` does (`pack_fast_commit`): the blocks must come back
+/// byte for byte. Returns how many fast commits the area held.
+fn assert_area_round_trips(blocks: &[Vec<u8>], tid: ondisk::Tid, inode_size: u16) -> usize {
+    use ondisk::jbd2::fast_commit::{pack_fast_commit, scan_fast_commit_area, FcRecord};
+    let scan = scan_fast_commit_area(blocks.iter().map(Vec::as_slice), inode_size, tid).unwrap();
+    assert!(scan.commits > 0, "no complete fast commit: {:?}", scan.stop);
+    let (mut packed, mut records, mut head) = (Vec::new(), Vec::new(), false);
+    for record in &scan.records[..scan.records_valid] {
+        match *record {
+            FcRecord::Head { .. } => head = true,
+            FcRecord::Pad { .. } => {}
+            FcRecord::Tail { .. } => {
+                packed.extend(pack_fast_commit(&records, blocks[0].len(), tid, head));
+                records.clear();
+                head = false;
+            }
+            other => records.push(other),
+        }
+    }
+    for (index, block) in packed.iter().enumerate() {
+        assert!(*block == blocks[index], "fast-commit block {index} does not round-trip");
+    }
+    scan.commits
+}
+
+/// The records `quill journal dump --blocks` lists for the area, after its summary line.
+fn dumped_fast_commit_records(image: &Path) -> (String, Vec<String>) {
+    let o = run(quill().args(["journal", "dump", "--blocks"]).arg(image));
+    assert!(o.status.success(), "journal dump: {}", text(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let mut lines = out.lines().skip_while(|l| !l.starts_with("fast-commit area"));
+    let summary = lines.next().unwrap_or_else(|| panic!("no fast-commit area in:\n{out}"));
+    (summary.to_string(), lines.map(|l| l.trim().to_string()).collect())
+}
+
+/// Fast commits written by the kernel and by quill (`fsync_journal`): `quill journal dump`
+/// lists their records (the CREAT of each new file among them), and each area's fast commits,
+/// laid out again from their records, are the area's bytes.
+#[test]
+fn journal_dump_shows_kernel_and_quill_fast_commits_and_both_areas_round_trip() {
+    let test = "kernel_replay/fast_commit_dump";
+    for tool in ["mkfs.ext4", "debugfs"] {
+        if !have(tool, test) {
+            return;
+        }
+    }
+    let scratch = Scratch::new("fast-commit-dump");
+
+    // quill's: files made after the journal inode's table block, each created, written and
+    // fsynced as a fast commit, then a crash.
+    let image = scratch.path("quill.img");
+    mkfs(&image, "64M", &["-b", "4096", "-O", "fast_commit"]);
+    let dev = blockdev::file::FileDevice::open(&image, blockdev::file::FileOptions::default());
+    let options = fs::MountOptions {
+        journal: journal::JournalConfig {
+            fsync_journal: true,
+            ..journal::JournalConfig::classic()
+        },
+        ..fs::MountOptions::default()
+    };
+    let mounted = fs::Filesystem::open(std::sync::Arc::new(dev.unwrap()), options).unwrap();
+    for i in 0..16 {
+        mounted.create(fs::ROOT_INO, format!("pre{i}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    mounted.sync().unwrap();
+    let mut created = Vec::new();
+    for i in 0..6 {
+        let name = format!("new{i}");
+        let ino = mounted.create(fs::ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        mounted.write(ino, 0, &vec![i as u8; 3000 * (i + 1)]).unwrap();
+        mounted.fsync(ino, false).unwrap();
+        created.push(format!("create 2/{name} -> inode {ino}"));
+    }
+    assert_eq!(mounted.journal().stats().fast_commits, 6);
+    mounted.crash();
+    let (summary, records) = dumped_fast_commit_records(&image);
+    assert!(summary.contains(": 6 fast commits of tid"), "{summary}");
+    for line in &created {
+        assert!(records.contains(line), "{line} not in {records:#?}");
+    }
+    assert!(records.iter().any(|r| r.starts_with("add range inode")), "{records:#?}");
+    let (blocks, tid) = fast_commit_area(&image);
+    assert_eq!(assert_area_round_trips(&blocks, tid, 256), 6);
+
+    // The kernel's: new files in the root, each fsynced, copied while still mounted.
+    let fsynced_files = |mnt: &Path| {
+        for i in 0..12 {
+            let mut f = std::fs::File::create(mnt.join(format!("file{i}"))).unwrap();
+            f.write_all(&vec![i as u8; 2500 * (i + 1)]).unwrap();
+            f.sync_all().unwrap();
+        }
+    };
+    let Some(crash) =
+        kernel_crash_image(&scratch, &["-b", "4096", "-O", "fast_commit"], test, fsynced_files)
+    else {
+        return;
+    };
+    let (summary, records) = dumped_fast_commit_records(&crash);
+    assert!(records.iter().any(|r| r.starts_with("create 2/file11 -> inode")), "{records:#?}");
+    let (blocks, tid) = fast_commit_area(&crash);
+    let commits = assert_area_round_trips(&blocks, tid, 256);
+    assert!(summary.contains(&format!(": {commits} fast commits of tid {tid}")), "{summary}");
+}
