@@ -36,6 +36,7 @@ pub fn format_table(report: &Report) -> String {
     }
     open_loop_table(&mut out, report, &labels);
     fast_commit_table(&mut out, report, &labels);
+    per_fsync_table(&mut out, report, &labels);
     stage_table(&mut out, report, &labels);
     lock_wait_table(&mut out, report, &labels);
     let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
@@ -151,6 +152,43 @@ fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
             share * 100.0,
             per,
             if fallbacks.is_empty() { "-".to_string() } else { fallbacks.join(", ") }
+        );
+    }
+}
+
+/// What each fsync cost the journal in the median run of a quill target: bytes it wrote (log,
+/// fast-commit area, checkpoints) and device flushes plus FUA writes it issued.
+fn per_fsync_table(out: &mut String, report: &Report, labels: &TargetLabels) {
+    let rows: Vec<&Summary> = report
+        .summaries
+        .iter()
+        .filter(|s| s.median_run.engine.is_some() && s.median_run.fsyncs > 0)
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\njournal I/O per fsync, median runs: KiB the journal wrote (log blocks, fast-commit \
+         area, checkpoints) and its device flushes + FUA writes"
+    );
+    let _ = writeln!(
+        out,
+        "{:<20} {:<28} {:>4} {:>10} {:>12}",
+        "workload", "target", "thr", "KiB/fsync", "syncs/fsync"
+    );
+    for s in rows {
+        let r = &s.median_run;
+        let e = r.engine.as_ref().expect("filtered");
+        let fsyncs = r.fsyncs as f64;
+        let _ = writeln!(
+            out,
+            "{:<20} {:<28} {:>4} {:>10.1} {:>12.2}",
+            truncate(&s.workload, 20),
+            labels.get(&s.target),
+            s.threads,
+            e.journal_bytes as f64 / 1024.0 / fsyncs,
+            e.device_syncs as f64 / fsyncs
         );
     }
 }

@@ -66,6 +66,12 @@ pub struct EngineFigures {
     pub fast_commit_blocks: u64,
     #[serde(default)]
     pub fast_commit_fallbacks: Vec<(String, u64)>,
+    /// Bytes the journal wrote (log blocks, fast-commit area blocks, checkpointed blocks) and
+    /// the device flushes and FUA writes it issued (commits, checkpoints, fast commits).
+    #[serde(default)]
+    pub journal_bytes: u64,
+    #[serde(default)]
+    pub device_syncs: u64,
 }
 
 impl EngineFigures {

@@ -592,6 +592,16 @@ impl Prepared {
             in_flight_max: a.in_flight_max,
             fast_commits: a.fast_commits - b.fast_commits,
             fast_commit_blocks: a.fast_commit_blocks - b.fast_commit_blocks,
+            journal_bytes: (a.log_blocks_written + a.fast_commit_blocks + a.checkpoint_blocks
+                - b.log_blocks_written
+                - b.fast_commit_blocks
+                - b.checkpoint_blocks)
+                * u64::from(q.fs.block_size()),
+            device_syncs: a.flushes + a.checkpoint_flushes + a.fua_writes + a.fast_commit_syncs
+                - b.flushes
+                - b.checkpoint_flushes
+                - b.fua_writes
+                - b.fast_commit_syncs,
             fast_commit_fallbacks: a
                 .fast_commit_fallbacks
                 .iter()
