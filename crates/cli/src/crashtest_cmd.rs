@@ -53,6 +53,11 @@ pub struct CrashtestArgs {
     /// e2fsck -fy's tree. Needs root and loop devices (otherwise a SKIP line).
     #[arg(long, value_name = "N", default_value_t = 0)]
     kernel_fast_commit: usize,
+    /// Also recover every N-th crash image of an fsync_journal workload (ijournal, all) with a
+    /// kernel loop mount: the kernel's tree must be quill's, keep what was acknowledged, and
+    /// pass e2fsck -fn. 0: never. Needs root and loop devices (otherwise a SKIP line).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    kernel_mount_every: u64,
     /// Replay a reproducer file: its workload and crash state (or all its states).
     #[arg(long, value_name = "FILE")]
     replay: Option<PathBuf>,
@@ -143,6 +148,12 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         .filter(|c| presets.contains(&preset_of(&c.preset)) && args.data.contains(&c.data))
         .collect();
     opts.out = args.out.clone();
+    if args.kernel_mount_every > 0 {
+        match kernel_fc::unavailable() {
+            Some(reason) => println!("SKIP: kernel recovery of crash images: {reason}"),
+            None => opts.kernel_mount_every = args.kernel_mount_every,
+        }
+    }
     for config in &mut opts.configs {
         config.lying_device = args.lying_device;
     }

@@ -47,18 +47,25 @@ fn a_thousand_crash_images_pass_every_check() {
     let summary = summary_line(&out);
     let images = before(&summary, " crash images (");
     assert!(images >= 1000, "{images} crash images: {summary}");
-    for check in ["quill-recovers", "acknowledged", "unmount", "e2fsck-fn", "e2fsck-fy"] {
+    for check in ["quill-recovers", "acknowledged", "unmount", "e2fsck-fn"] {
         assert_eq!(after(&summary, check), images, "{check} passed on every image: {summary}");
     }
+    let known =
+        |name: &str| if summary.contains(&format!("{name} ")) { after(&summary, name) } else { 0 };
+    // e2fsck 1.47.0's fast-commit replay bugs (crashtest/src/check.rs): on these images it
+    // gives up, or miscounts directories, after quill's recovery was checked in full.
+    let gave_up = known("e2fsck-1.47.0-broke-the-superblock-after-fast-commits")
+        + known("e2fsck-1.47.0-refused-a-stale-fast-commit-head");
+    let repaired = known("e2fsck-fy") + known("e2fsck-fy-but-1.47.0-miscounted-dirs");
+    assert_eq!(repaired + gave_up, images, "e2fsck -fy on every image: {summary}");
     // Where e2fsck 1.47.0 drops a transaction whose commit block lost its tail (quill, like
     // Linux 6.6+, keeps it), or the xattrs of an orphan it truncates, both trees were checked
     // against what was acknowledged.
-    let known =
-        |name: &str| if summary.contains(&format!("{name} ")) { after(&summary, name) } else { 0 };
-    let same = after(&summary, "same-tree")
+    let same = known("same-tree")
         + known("same-tree-but-torn-commit")
         + known("same-tree-but-e2fsck-dropped-orphan-xattrs");
-    assert_eq!(same, images, "same tree on every image: {summary}");
+    assert_eq!(same + gave_up, images, "same tree on every image: {summary}");
+    assert!(gave_up * 20 < images, "e2fsck gave up on more than 5%: {summary}");
     assert_eq!(before(&summary, " failed"), 0, "{summary}");
     for kind in ["FlushBoundary", "Subset", "Torn"] {
         assert!(after(&summary, kind) > 0, "{kind} states: {summary}");
@@ -80,6 +87,37 @@ fn a_thousand_crash_images_pass_every_check() {
     assert_eq!(per_preset, images, "every image has its preset: {summary}");
     assert!(before(&summary, " threaded)") > 0, "threaded workloads ran: {summary}");
     assert!(!scratch.path("out").exists(), "no reproducers without failures");
+}
+
+/// Crash images of the workloads with fsync_journal (fast commits written by quill), every
+/// third one also recovered by a kernel loop mount: the kernel's tree is quill's.
+#[test]
+fn the_kernel_recovers_fsync_journal_crash_images_to_quills_tree() {
+    if !have("e2fsck", "crashtest kernel recovery") {
+        return;
+    }
+    let scratch = Scratch::new("crashtest-kernel-mount");
+    let seed = ondisk::testing::seed("crashtest kernel mount");
+    let o = run(quill()
+        .args(["crashtest", "--images", "240", "--no-progress", "--presets", "ijournal,all"])
+        .args(["--threaded-every", "2", "--kernel-mount-every", "3", "--seed"])
+        .arg(seed.to_string())
+        .arg("--out")
+        .arg(scratch.path("out")));
+    let out = text(&o);
+    println!("{out}");
+    if let Some(skip) = out.lines().find(|l| l.starts_with("SKIP: kernel recovery")) {
+        eprintln!("{skip}");
+        return;
+    }
+    assert!(o.status.success(), "quill crashtest failed (seed {seed}):\n{out}");
+    let summary = summary_line(&out);
+    let images = before(&summary, " crash images (");
+    let mounted = after(&summary, "kernel-mount");
+    assert!(mounted * 4 >= images && mounted > 50, "{mounted} of {images}: {summary}");
+    assert_eq!(after(&summary, "kernel-mount-e2fsck-fn"), mounted, "{summary}");
+    assert_eq!(after(&summary, "kernel-mount-same-tree"), mounted, "{summary}");
+    assert_eq!(before(&summary, " failed"), 0, "{summary}");
 }
 
 #[test]

@@ -23,8 +23,13 @@
 //!
 //! With `fsync_journal` (iJournaling's file-level fsync, [`FsyncPromise::PerFile`]) an fsync
 //! written as a fast commit makes p alone durable, as iJournaling promises: `fsync(p)` then
-//! promises p's data and metadata and p's creation, not the thread's other operations before
-//! it (an fsync that commits the transaction keeps more, which the check allows).
+//! promises p's data and metadata and p's existence, not the thread's other operations before
+//! it (an fsync that commits the transaction keeps more, which the check allows). A regular
+//! file created and fsynced may so outlive the crash while operations before its creation do
+//! not (iJournaling's own test: of files created in turn, only the fsynced ones are there
+//! after the crash): the names are then those after some prefix `j` of the thread's
+//! operations plus such files, each named as its `creat` named it, in a directory that exists
+//! after op `j`, and with an fsync or fdatasync of it started.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,6 +53,12 @@ struct Bounds {
     /// fdatasync).
     meta_lo: BTreeMap<usize, usize>,
     data_lo: BTreeMap<usize, usize>,
+    /// [`FsyncPromise::PerFile`]: inodes an acknowledged fsync or fdatasync made durable,
+    /// which must be in the tree under some name.
+    present: Vec<usize>,
+    /// [`FsyncPromise::PerFile`]: regular files that may be there beyond the prefix, by the
+    /// path their `creat` gave them: (inode, state their creation led to).
+    fast_created: BTreeMap<String, (usize, usize)>,
 }
 
 /// What an acknowledged fsync promises beyond its file's own data and metadata.
@@ -79,6 +90,19 @@ fn bounds(
     for &(t, i) in start_pos.keys() {
         b[t].hi = b[t].hi.max(i + 1);
     }
+    if promise == FsyncPromise::PerFile {
+        // A file created by `creat` whose fsync or fdatasync started may be there on its own.
+        for &(t, i) in start_pos.keys() {
+            let (Op::Fsync(p) | Op::Fdatasync(p)) = &w.threads[t][i] else { continue };
+            let Some(&m) = states[t][i].names.get(p) else { continue };
+            let created = states[t][i].inodes[m].created;
+            let by_creat =
+                created > 0 && matches!(&w.threads[t][created - 1], Op::Creat(c) if c == p);
+            if by_creat && states[t][i].inodes[m].kind == Kind::File {
+                b[t].fast_created.insert(p.clone(), (m, created));
+            }
+        }
+    }
     for &(t, i) in end_pos.keys() {
         let before = &states[t][i];
         let inode = |p: &str| before.names.get(p).copied();
@@ -102,12 +126,14 @@ fn bounds(
                 let data_only =
                     matches!(w.threads[t][i], Op::Fdatasync(_)) && node.kind == Kind::File;
                 let bt = &mut b[t];
-                if data_only {
+                if promise == FsyncPromise::PerFile {
+                    bt.present.push(m);
+                    if !data_only {
+                        let lo = bt.meta_lo.entry(m).or_default();
+                        *lo = (*lo).max(i + 1);
+                    }
+                } else if data_only {
                     bt.ns_lo = bt.ns_lo.max(node.created);
-                } else if promise == FsyncPromise::PerFile {
-                    bt.ns_lo = bt.ns_lo.max(node.created);
-                    let lo = bt.meta_lo.entry(m).or_default();
-                    *lo = (*lo).max(i + 1);
                 } else {
                     bt.ns_lo = bt.ns_lo.max(node.changed);
                     let lo = bt.meta_lo.entry(m).or_default();
@@ -170,10 +196,19 @@ fn check_thread(
     let states = &expected.states[t];
     let mut inode_error = None;
     for j in b.ns_lo..=b.hi {
-        if expected.namespaces[t][j] != ns {
+        let Some(names) = names_after(&states[j], &expected.namespaces[t][j], &ns, b, j) else {
+            continue;
+        };
+        // An fsynced file created after op `j` must be there on its own (one that existed by
+        // then is in or out of the names as op `j` left it).
+        let after_j = |m: &&usize| states[j].inodes.get(**m).is_none_or(|i| i.created > j);
+        let gone = b.present.iter().filter(after_j).find(|m| !names.values().any(|n| n == *m));
+        if let Some(m) = gone {
+            inode_error
+                .get_or_insert(format!("names as after op {j}, but fsynced inode {m} is missing"));
             continue;
         }
-        match check_inodes(&states[j], states, b, &sub, unacknowledged) {
+        match check_inodes(&names, states, b, &sub, unacknowledged) {
             Ok(()) => return Ok(()),
             Err(e) => {
                 inode_error.get_or_insert(format!("names as after op {j}, but {e}"));
@@ -247,15 +282,43 @@ fn versions(states: &[Model], m: usize, lo: usize, hi: usize) -> Vec<Inode> {
     out
 }
 
-fn check_inodes(
+/// The recovered names `ns` as the names after op `j` (`at`, whose namespace is `want`) plus
+/// files of `b.fast_created` created after it: path -> inode, or `None` when they are not.
+fn names_after(
     at: &Model,
+    want: &crate::model::Namespace,
+    ns: &crate::model::Namespace,
+    b: &Bounds,
+    j: usize,
+) -> Option<BTreeMap<String, usize>> {
+    if want == ns {
+        return Some(at.names.clone());
+    }
+    if b.fast_created.is_empty() || want.iter().any(|(p, v)| ns.get(p) != Some(v)) {
+        return None;
+    }
+    let mut names = at.names.clone();
+    for (path, value) in ns.iter().filter(|(p, _)| !want.contains_key(*p)) {
+        let &(m, created) = b.fast_created.get(path)?;
+        let (parent, _) = crate::model::split(path);
+        let alone = value.0 == 'f' && value.1 == *path;
+        if created <= j || !alone || !at.names.contains_key(parent) {
+            return None;
+        }
+        names.insert(path.clone(), m);
+    }
+    Some(names)
+}
+
+fn check_inodes(
+    names: &BTreeMap<String, usize>,
     states: &[Model],
     b: &Bounds,
     sub: &BTreeMap<String, &Node>,
     unacknowledged: Unacknowledged,
 ) -> Result<(), String> {
     for (path, node) in sub {
-        let m = at.names[path];
+        let m = names[path];
         let meta_lo = b.all_lo.max(b.meta_lo.get(&m).copied().unwrap_or(0));
         let data_lo = meta_lo.max(b.data_lo.get(&m).copied().unwrap_or(0));
         let meta = versions(states, m, meta_lo, b.hi);
@@ -587,6 +650,57 @@ mod tests {
             created: 0,
             changed: 0,
         }
+    }
+
+    /// iJournaling's promise: a file created and fsynced may be there without the thread's
+    /// operations before its creation, and must be there; nothing else may jump the prefix.
+    #[test]
+    fn per_file_fsync_lets_a_created_file_outlive_earlier_operations_and_nothing_else() {
+        let text = "setup creat a\nsetup write a 0 100\nt0 link a b\nt0 creat c\n\
+                    t0 write c 0 50\nt0 fsync c\nt0 creat d\nt0 fsync d\n";
+        let w = Workload::parse(text).unwrap();
+        let expected = crate::run::Expected::of(&w).unwrap();
+        // Ops 0..=3 done; op 4 (creat d) started, its fsync not.
+        let mut marks: Vec<u64> = (0..4)
+            .flat_map(|i| [crate::run::start_mark(0, i), crate::run::end_mark(0, i)])
+            .collect();
+        marks.push(crate::run::start_mark(0, 4));
+        let last = expected.states[0].last().unwrap();
+        let node = |path: &str| {
+            let m = last.names[path];
+            let inode = &last.inodes[m];
+            let ino = 20 + m as u32;
+            let data = inode.data.clone();
+            let size = data.len() as u64;
+            Node { ino, kind: 'f', perm: inode.perm, size, nlink: 1, data, xattrs: BTreeMap::new() }
+        };
+        let tree = |paths: &[&str]| -> Tree {
+            paths.iter().map(|p| (p.to_string(), node(p))).collect()
+        };
+        let mut linked = tree(&["a", "b", "c"]);
+        for n in linked.values_mut().filter(|n| n.ino == node("a").ino) {
+            n.nlink = 2;
+        }
+        let check = |t: &Tree, promise| {
+            check_acknowledged(&w, &expected, &marks, t, Unacknowledged::WholeVersions, promise)
+        };
+        use FsyncPromise::{PerFile, Transaction};
+        // Everything up to the fsync: both promises.
+        assert!(check(&linked, Transaction).is_ok());
+        assert!(check(&linked, PerFile).is_ok());
+        // c without the link made before it: iJournaling's, not ext4's.
+        let alone = tree(&["a", "c"]);
+        assert!(check(&alone, PerFile).is_ok());
+        assert!(check(&alone, Transaction).is_err());
+        // c lost: neither. d (never fsynced) beyond the prefix: neither.
+        assert!(check(&tree(&["a"]), PerFile).is_err());
+        let mut with_d = tree(&["a", "c"]);
+        with_d.insert("d".into(), node("d"));
+        assert!(check(&with_d, PerFile).is_err());
+        // c with other contents than its fsync's: no.
+        let mut wrong = tree(&["a", "c"]);
+        wrong.get_mut("c").unwrap().data[0] ^= 1;
+        assert!(check(&wrong, PerFile).is_err());
     }
 
     /// An extending write not yet acknowledged, as ext4 data=ordered leaves it on a crash: the

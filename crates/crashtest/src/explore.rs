@@ -42,6 +42,9 @@ pub struct Options {
     pub out: PathBuf,
     /// Stop after this many failing workloads (`usize::MAX`: never).
     pub max_failures: usize,
+    /// Every n-th crash image of a workload with `fsync_journal` is also recovered by a kernel
+    /// loop mount (0: none; needs root and loop devices, see [`crate::kernel_fc::unavailable`]).
+    pub kernel_mount_every: u64,
 }
 
 impl Options {
@@ -66,6 +69,7 @@ impl Options {
             configs: default_configs(),
             out: PathBuf::from("crashtest-out"),
             max_failures: 3,
+            kernel_mount_every: 0,
         }
     }
 }
@@ -361,22 +365,26 @@ impl Drop for Scratch {
 /// Runs every check on one crash image; counts the ones passed into `passed`. With
 /// `QUILL_CRASHTEST_KEEP=DIR`, the raw image of every state that fails a check is kept in DIR
 /// (`crash-N.img`, its path printed) for e2fsck, debugfs or a loop mount.
+/// With `kernel`, the kernel's recovery (a loop mount) is checked too: see
+/// [`check_kernel_mount`].
 pub fn check_state(
     w: &Workload,
     rec: &Recording,
     state: &CrashState,
     scratch: &Scratch,
     passed: &mut BTreeMap<&'static str, u64>,
+    kernel: bool,
 ) -> Result<(), (&'static str, String)> {
     let Some(dir) = std::env::var_os("QUILL_CRASHTEST_KEEP") else {
-        return check_state_here(w, rec, state, scratch, passed, rec.device.materialize(state));
+        let image = rec.device.materialize(state);
+        return check_state_here(w, rec, state, scratch, passed, image, kernel);
     };
     static KEPT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let kept = Path::new(&dir).join(format!("crash-{n}.img"));
     let image = rec.device.materialize(state);
     let _ = std::fs::write(&kept, &image);
-    let result = check_state_here(w, rec, state, scratch, passed, image);
+    let result = check_state_here(w, rec, state, scratch, passed, image, kernel);
     match &result {
         Ok(()) => drop(std::fs::remove_file(&kept)),
         Err((check, _)) => eprintln!("kept the raw image failing {check}: {}", kept.display()),
@@ -391,6 +399,7 @@ fn check_state_here(
     scratch: &Scratch,
     passed: &mut BTreeMap<&'static str, u64>,
     image: Vec<u8>,
+    kernel: bool,
 ) -> Result<(), (&'static str, String)> {
     let mut pass = |name: &'static str| *passed.entry(name).or_default() += 1;
     // The raw crash image goes to e2fsck later; write it now so quill can take the buffer.
@@ -420,6 +429,9 @@ fn check_state_here(
     std::fs::write(&recovered, dev.snapshot()).map_err(|e| ("e2fsck-fn", e.to_string()))?;
     e2fsck_clean(&recovered).map_err(|e| ("e2fsck-fn", format!("after quill's recovery: {e}")))?;
     pass("e2fsck-fn");
+    if kernel {
+        check_kernel_mount(w, rec, state, scratch, &raw, &tree)?.into_iter().for_each(&mut pass);
+    }
     let repairs =
         e2fsck_repairs(&raw, state.torn.is_some(), fast_commits).map_err(|e| ("e2fsck-fy", e))?;
     if let Some(known_bug) = repairs.gave_up {
@@ -468,6 +480,38 @@ fn check_state_here(
         }
     }
     Ok(())
+}
+
+/// The kernel's recovery of the crash image (a loop mount, which replays the log and the fast
+/// commits, then an unmount) must reach quill's tree, keep what was acknowledged, and leave an
+/// image `e2fsck -fn` finds clean. Counted as kernel-mount (the mount and unmount),
+/// kernel-mount-e2fsck-fn and kernel-mount-same-tree.
+fn check_kernel_mount(
+    w: &Workload,
+    rec: &Recording,
+    state: &CrashState,
+    scratch: &Scratch,
+    raw: &Path,
+    ours: &crate::tree::Tree,
+) -> Result<[&'static str; 3], (&'static str, String)> {
+    let copy = scratch.path("kernel.img");
+    std::fs::copy(raw, &copy).map_err(|e| ("kernel-mount", e.to_string()))?;
+    let mount = crate::kernel_fc::Mount::new(&copy, scratch.path("kernel-mnt"))
+        .map_err(|e| ("kernel-mount", format!("the kernel cannot mount the crash image: {e}")))?;
+    mount.unmount().map_err(|e| ("kernel-mount", e))?;
+    e2fsck_clean(&copy)
+        .map_err(|e| ("kernel-mount-e2fsck-fn", format!("after the kernel's recovery: {e}")))?;
+    let recovered = std::fs::read(&copy).map_err(|e| ("kernel-mount-same-tree", e.to_string()))?;
+    let theirs =
+        read_only_tree(recovered, &rec.mount).map_err(|e| ("kernel-mount-same-tree", e))?;
+    let promise = FsyncPromise::PerFile;
+    check_acknowledged(w, &rec.expected, &state.marks, &theirs, WholeVersions, promise)
+        .map_err(|e| ("kernel-mount-same-tree", format!("the kernel's recovery: {e}")))?;
+    if let Some(d) = tree_difference(ours, &theirs) {
+        let why = format!("quill's recovery and the kernel's differ (quill vs kernel): {d}");
+        return Err(("kernel-mount-same-tree", why));
+    }
+    Ok(["kernel-mount", "kernel-mount-e2fsck-fn", "kernel-mount-same-tree"])
 }
 
 /// The tree of `image` read by quill read-only.
@@ -519,7 +563,11 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
         totals.images += 1;
         *totals.images_by_preset.entry(w.config.preset.clone()).or_default() += 1;
         *totals.kinds.entry(format!("{:?}", state.kind)).or_default() += 1;
-        if let Err((check, message)) = check_state(w, &rec, &state, scratch, &mut totals.passed) {
+        let kernel = rec.mount.journal.fsync_journal
+            && opts.kernel_mount_every > 0
+            && totals.images % opts.kernel_mount_every == 1 % opts.kernel_mount_every;
+        let checked = check_state(w, &rec, &state, scratch, &mut totals.passed, kernel);
+        if let Err((check, message)) = checked {
             let message = format!("{}\n{message}", state.describe());
             totals.failures.push(Failure {
                 workload: w.clone(),
@@ -665,7 +713,8 @@ pub fn replay(text: &str, opts: &Options) -> Result<(String, bool), String> {
     let mut passed = BTreeMap::new();
     let mut ok = true;
     for state in &states {
-        if let Err((check, message)) = check_state(&w, &rec, state, &scratch, &mut passed) {
+        let kernel = rec.mount.journal.fsync_journal && opts.kernel_mount_every > 0;
+        if let Err((check, message)) = check_state(&w, &rec, state, &scratch, &mut passed, kernel) {
             out += &format!("FAIL {check}: {}\n{message}\n", state_line(state));
             ok = false;
         }

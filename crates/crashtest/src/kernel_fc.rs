@@ -374,13 +374,13 @@ pub fn loop_device_command(tool: &str) -> Command {
 
 /// A kernel loop mount with a ten-minute commit interval; [`Mount::unmount`] (or drop)
 /// unmounts it.
-struct Mount {
+pub(crate) struct Mount {
     dir: PathBuf,
     mounted: bool,
 }
 
 impl Mount {
-    fn new(image: &Path, dir: PathBuf) -> Result<Mount, String> {
+    pub(crate) fn new(image: &Path, dir: PathBuf) -> Result<Mount, String> {
         std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
         let (code, text) = run_tool(
             loop_device_command("mount").args(["-o", "loop,commit=600"]).arg(image).arg(&dir),
@@ -392,7 +392,7 @@ impl Mount {
     }
 
     /// Unmounts, trying a few times ("target is busy" can be transient).
-    fn unmount(mut self) -> Result<(), String> {
+    pub(crate) fn unmount(mut self) -> Result<(), String> {
         self.umount()
     }
 
