@@ -44,6 +44,12 @@ pub struct JournalConfig {
     /// committing it (`fc_commit.rs`). Needs a journal with a fast-commit area (an ext4 file
     /// system with the fast_commit feature).
     pub fsync_journal: bool,
+    /// iJournaling's per-core areas: the fast-commit area split into this many areas, each
+    /// with its own lock, written in parallel (`fc_commit.rs`). 1 keeps the one standard area
+    /// that e2fsck and the kernel replay; more is quill's own encoding, flagged
+    /// INCOMPAT_QUILL_FC_AREAS while it holds fast commits (stock tools then refuse the
+    /// journal, and `quill recover` replays it).
+    pub fc_areas: usize,
 }
 
 /// `commit_record`: how the flush stage makes a commit block durable.
@@ -149,6 +155,7 @@ impl JournalConfig {
             checkpoint_io: CheckpointIo::Mutex,
             commit_record: CommitRecord::Fua,
             fsync_journal: false,
+            fc_areas: 1,
         }
     }
 
@@ -199,6 +206,7 @@ impl JournalConfig {
             checkpoint_io: CheckpointIo::Mutex,
             commit_record: CommitRecord::Chained,
             fsync_journal: false,
+            fc_areas: 1,
         }
     }
 
@@ -273,6 +281,7 @@ impl JournalConfig {
             ("flush_batch_max", self.flush_batch_max),
             ("versions_max", self.versions_max),
             ("recovery_threads", self.recovery_threads),
+            ("fc_areas", self.fc_areas),
         ] {
             if value == 0 || value > 64 {
                 return Err(format!("{name} = {value}, expected 1..=64"));
@@ -294,6 +303,7 @@ impl JournalConfig {
             "flush_batch_max" => self.flush_batch_max = number()?,
             "versions_max" => self.versions_max = number()?,
             "recovery_threads" => self.recovery_threads = number()?,
+            "fc_areas" => self.fc_areas = number()?,
             "coalescing" => self.coalescing = on_off(name, value)?,
             "fsync_journal" => self.fsync_journal = on_off(name, value)?,
             "lists" => {

@@ -35,6 +35,9 @@ pub struct FastCommitArea {
     /// Journal block of `blocks[0]`.
     pub first_log_block: u32,
     pub blocks: Vec<Vec<u8>>,
+    /// The parts of `blocks`, as indices: the one standard area, or quill's per-core areas
+    /// (INCOMPAT_QUILL_FC_AREAS), each laid out as a standard area.
+    pub parts: Vec<std::ops::Range<usize>>,
     /// The tid whose fast commits recovery replays: the first one without a full commit.
     pub expected_tid: Tid,
 }
@@ -62,18 +65,41 @@ impl FastCommitArea {
             read_log_block(dev, location, log_block, &mut block)?;
             blocks.push(block);
         }
-        Ok(Some(FastCommitArea { first_log_block, blocks, expected_tid }))
+        let parts = sb
+            .fast_commit_areas()
+            .into_iter()
+            .map(|r| (r.start - first_log_block) as usize..(r.end - first_log_block) as usize)
+            .collect();
+        Ok(Some(FastCommitArea { first_log_block, blocks, parts, expected_tid }))
     }
 
     /// `ext4_fc_replay_scan` over the area: which records are complete fast commits of
     /// `expected_tid`. `inode_size` is the file system's `s_inode_size` (the longest raw inode
-    /// an INODE record may carry).
+    /// an INODE record may carry). Per-core areas are scanned each as a standard area, and
+    /// their complete fast commits follow one another in the result (one file's fast commits
+    /// are all in one area, and those of different files commute: `fc_commit.rs`).
     pub fn scan(&self, inode_size: u16) -> Result<FcScan<'_>> {
-        scan_fast_commit_area(self.blocks.iter().map(Vec::as_slice), inode_size, self.expected_tid)
-            .map_err(|error| JournalError::Corrupted {
-                log_block: self.first_log_block,
-                reason: format!("fast-commit area: {error}"),
-            })
+        let mut merged = FcScan::default();
+        for (k, part) in self.parts.iter().enumerate() {
+            let blocks = self.blocks[part.clone()].iter().map(Vec::as_slice);
+            let scan =
+                scan_fast_commit_area(blocks, inode_size, self.expected_tid).map_err(|error| {
+                    JournalError::Corrupted {
+                        log_block: self.first_log_block + part.start as u32,
+                        reason: format!("fast-commit area: {error}"),
+                    }
+                })?;
+            if self.parts.len() == 1 {
+                return Ok(scan);
+            }
+            merged.records.extend_from_slice(&scan.records[..scan.records_valid]);
+            merged.records_valid += scan.records_valid;
+            merged.commits += scan.commits;
+            if merged.stop.is_none() {
+                merged.stop = scan.stop.map(|reason| format!("area {k}: {reason}"));
+            }
+        }
+        Ok(merged)
     }
 }
 

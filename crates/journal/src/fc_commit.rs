@@ -13,11 +13,11 @@
 //!
 //! | step | what | why |
 //! |---|---|---|
-//! | 1 | take `j_fc_lock` | one fast commit at a time owns the area (as the kernel) |
+//! | 1 | take `j_fc_lock` (the file's area's, with per-core areas) | one fast commit at a time owns an area (as the kernel) |
 //! | 2 | pin transaction `tid` if it is the running one, else fall back | a full commit must not lock it while its fast commit is written; one already locked commits anyway |
 //! | 3 | write the superblock naming the log if nothing has since attach | in the first transaction it may still say "clean" (`s_start = 0`), and recovery would read nothing (the kernel instead refuses fast commits before the first full commit) |
 //! | 4 | wait until `tid - 1` is durable | recovery replays fast commits only of the tid right after the last complete full commit; with several transactions in flight the previous one may still be committing |
-//! | 5 | area reset when it holds another tid's fast commits | they were superseded when their transaction became durable (step 4 for this tid) |
+//! | 5 | per-core areas: INCOMPAT_QUILL_FC_AREAS durable in the superblock; area reset when it holds another tid's fast commits | stock tools must refuse what they would misread; the old fast commits were superseded when their transaction became durable (step 4 for this tid) |
 //! | 6 | write the blocks but the first, flush, then the first with FUA | the file's data (written by the caller) and the later blocks are durable before the block that makes them reachable: the first block holds the HEAD at area block 0, or follows a good TAIL, so a crash before it leaves a scan that stops there |
 //! | 7 | unpin | the transaction may lock and commit |
 //!
@@ -72,9 +72,26 @@ pub enum FastCommitOutcome {
     Fallback(FcFallback),
 }
 
-/// The fast-commit area: `j_fc_lock` and what it guards.
+/// The fast-commit area: one standard area, or (`fc_areas` > 1) iJournaling's per-core areas,
+/// each with its own `j_fc_lock` and laid out as a standard area.
+///
+/// A file's fast commits always go to the same area (chosen by inode number), so each area
+/// keeps one file's in order; fast commits of different files commute, because within a
+/// transaction they share no block (freed blocks are not reused before the transaction that
+/// freed them is durable), no inode number and no name (`fsync_journal.rs` in the fs crate
+/// keeps creations that would from being fast commits). Recovery replays the areas one after
+/// the other.
+///
+/// Per-core areas are quill's own encoding: while any of them holds fast commits the journal
+/// superblock has INCOMPAT_QUILL_FC_AREAS (written before the first of them, cleared once a
+/// full commit has superseded them all), so stock tools refuse a journal they would misread,
+/// and a clean journal is always standard (DESIGN.md §1).
+///
+/// Lock order: area locks (in index order) before `flagged`, both before `j_state_lock`.
 pub(crate) struct FcArea {
-    inner: Mutex<AreaState>,
+    areas: Vec<Mutex<AreaState>>,
+    /// Per-core areas: whether the superblock on disk has INCOMPAT_QUILL_FC_AREAS.
+    flagged: Mutex<bool>,
 }
 
 struct AreaState {
@@ -86,11 +103,41 @@ struct AreaState {
     next: u32,
 }
 
+/// Blocks a per-core area needs at least: a fast commit of a few blocks, and another.
+pub(crate) const FC_AREA_BLOCKS_MIN: u32 = 4;
+
 impl FcArea {
-    /// The area `[first, end)` of the journal (`log_end + 1 .. max_len`).
-    pub fn new(first: u32, end: u32) -> FcArea {
-        FcArea { inner: Mutex::new(AreaState { first, len: end - first, tid: None, next: 0 }) }
+    /// The area `[first, end)` of the journal (`log_end + 1 .. max_len`), in `parts` equal
+    /// areas (1: the standard one).
+    pub fn new(first: u32, end: u32, parts: u32) -> FcArea {
+        let areas = ondisk::jbd2::fast_commit_parts(first, end, parts)
+            .into_iter()
+            .map(|r| {
+                Mutex::new(AreaState { first: r.start, len: r.end - r.start, tid: None, next: 0 })
+            })
+            .collect();
+        FcArea { areas, flagged: Mutex::new(false) }
     }
+
+    fn per_core(&self) -> bool {
+        self.areas.len() > 1
+    }
+}
+
+/// The superblock's INCOMPAT_QUILL_FC_AREAS set (and the area count), durable before a per-core
+/// area is written; called under that area's lock.
+fn flag_areas(shared: &Shared, fc: &FcArea) -> Result<()> {
+    let mut flagged = fc.flagged.lock();
+    if !*flagged {
+        let areas = fc.areas.len() as u32;
+        shared.update_superblock(|sb| {
+            sb.feature_incompat |= ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
+            sb.fc_areas = areas;
+        })?;
+        *flagged = true;
+        stats::add(&shared.counters.fast_commit_syncs, 1);
+    }
+    Ok(())
 }
 
 /// Called once transactions became durable, the newest being `durable`: when the area holds
@@ -101,21 +148,45 @@ impl FcArea {
 /// file system without replaying the log. A zeroed first block is "no fast commits" to
 /// every reader. An area whose lock a fast commit holds is left to it: that fast commit is of a
 /// newer transaction and rewrites the first block itself.
+///
+/// Per-core areas: once every area is empty, the superblock's INCOMPAT_QUILL_FC_AREAS is
+/// cleared, with every area lock held so that no fast commit is being written meanwhile.
 pub(crate) fn retire_superseded(shared: &Shared, durable: Tid) -> Result<()> {
-    let Some(area) = &shared.fc_area else { return Ok(()) };
-    let Some(mut area) = area.inner.try_lock() else { return Ok(()) };
-    let Some(tid) = area.tid else { return Ok(()) };
-    if !durable.is_at_or_after(tid) {
-        return Ok(());
+    let Some(fc) = &shared.fc_area else { return Ok(()) };
+    let mut idle = true;
+    let mut held = Vec::with_capacity(fc.areas.len());
+    for area in &fc.areas {
+        let Some(mut area) = area.try_lock() else {
+            idle = false;
+            continue;
+        };
+        match area.tid {
+            Some(tid) if durable.is_at_or_after(tid) => {
+                let zeros = vec![0u8; shared.location.block_size() as usize];
+                shared
+                    .dev
+                    .write_fua_at(shared.log_offset(area.first), &zeros)
+                    .map_err(|e| shared.abort_on("retiring superseded fast commits", e))?;
+                stats::add(&shared.counters.fast_commit_syncs, 1);
+                area.tid = None;
+                area.next = 0;
+            }
+            Some(_) => idle = false,
+            None => {}
+        }
+        held.push(area);
     }
-    let zeros = vec![0u8; shared.location.block_size() as usize];
-    shared
-        .dev
-        .write_fua_at(shared.log_offset(area.first), &zeros)
-        .map_err(|e| shared.abort_on("retiring superseded fast commits", e))?;
-    stats::add(&shared.counters.fast_commit_syncs, 1);
-    area.tid = None;
-    area.next = 0;
+    if fc.per_core() && idle {
+        let mut flagged = fc.flagged.lock();
+        if *flagged {
+            shared.update_superblock(|sb| {
+                sb.feature_incompat &= !ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
+                sb.fc_areas = 0;
+            })?;
+            *flagged = false;
+            stats::add(&shared.counters.fast_commit_syncs, 1);
+        }
+    }
     Ok(())
 }
 
@@ -162,11 +233,17 @@ pub(crate) fn fast_commit(
 }
 
 fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastCommitOutcome> {
-    let Some(area) = &shared.fc_area else {
+    let Some(fc) = &shared.fc_area else {
         return Ok(FastCommitOutcome::Fallback(FcFallback::Off));
     };
     let started = Instant::now();
-    let mut area = area.inner.lock();
+    // One file's fast commits in one area, in order (see FcArea).
+    let ino = records.iter().find_map(|r| match r {
+        FcRecord::Inode { ino, .. } => Some(*ino),
+        _ => None,
+    });
+    let index = ino.unwrap_or(0) as usize % fc.areas.len();
+    let mut area = fc.areas[index].lock();
     let Some(pin) = pin_running(shared, tid)? else {
         return Ok(FastCommitOutcome::Fallback(FcFallback::NotRunning));
     };
@@ -174,6 +251,9 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
     // first transaction since attach nothing may have written it yet.
     shared.ensure_superblock_written()?;
     crate::journal::commit_and_wait(shared, tid.prev())?;
+    if fc.per_core() {
+        flag_areas(shared, fc)?;
+    }
     let head = area.tid != Some(tid);
     let start = if head { 0 } else { area.next };
     let blocks = pack_fast_commit(records, shared.location.block_size() as usize, tid, head);

@@ -296,7 +296,22 @@ impl Journal {
             quarter.saturating_sub(quarter.div_ceil(per_descriptor) + 2).max(1)
         };
         let log = LogSpace::new(sb.first, sb.log_end(), sb.first);
-        let fc_area = fast_commits.then(|| FcArea::new(sb.log_end() + 1, sb.max_len));
+        let fc_area = match fast_commits {
+            false => None,
+            true => {
+                let (first, end) = (sb.log_end() + 1, sb.max_len);
+                let parts = config.fc_areas as u32;
+                if parts > 1 && (end - first) / parts < crate::fc_commit::FC_AREA_BLOCKS_MIN {
+                    return Err(JournalError::Invalid(format!(
+                        "fc_areas = {parts}: the fast-commit area of {} blocks leaves fewer than \
+                         {} blocks to each",
+                        end - first,
+                        crate::fc_commit::FC_AREA_BLOCKS_MIN
+                    )));
+                }
+                Some(FcArea::new(first, end, parts))
+            }
+        };
         let locks = Arc::new(LockCounters::default());
         let shared = Arc::new(Shared {
             dev,
@@ -542,7 +557,9 @@ impl Journal {
         shared.update_superblock(|sb| {
             sb.sequence = next_tid;
             sb.start = 0;
-            sb.feature_incompat &= !feature::INCOMPAT_FAST_COMMIT;
+            sb.feature_incompat &=
+                !(feature::INCOMPAT_FAST_COMMIT | feature::INCOMPAT_QUILL_FC_AREAS);
+            sb.fc_areas = 0;
         })?;
         Ok(())
     }

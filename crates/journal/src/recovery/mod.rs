@@ -180,6 +180,9 @@ pub fn recover_with_fast_commits(
     let mut clean = scan.superblock.clone();
     clean.sequence = scan.end_tid.next();
     clean.start = 0;
+    // Per-core areas replayed (or superseded): the clean journal is standard again.
+    clean.feature_incompat &= !ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
+    clean.fc_areas = 0;
     write_superblock(dev, location, &clean)?;
     dev.flush()?;
     let mut replayed_blocks: Vec<u64> = replay.written.into_iter().collect();

@@ -39,7 +39,7 @@ pub use descriptor::{
 };
 pub use format::{verify_block_tail, ChecksumVersion, LogFormat};
 pub use revoke::{encode_revoke_blocks, parse_revoke_block, REVOKE_HEADER_SIZE};
-pub use superblock::{JournalSuperblock, JBD2_CRC32C_CHKSUM};
+pub use superblock::{fast_commit_parts, JournalSuperblock, FC_AREAS_MAX, JBD2_CRC32C_CHKSUM};
 
 use crate::Tid;
 
@@ -118,6 +118,12 @@ pub mod feature {
     pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
     /// `JBD2_KNOWN_INCOMPAT_FEATURES` of Linux 6.x.
     pub const INCOMPAT_KNOWN: u32 = 0x3f;
+    /// quill's own: the fast-commit area is split into per-core areas
+    /// ([`super::JournalSuperblock::fc_areas`] of them), each laid out as a standard area. Set
+    /// only while those areas hold fast commits recovery must replay (like needs_recovery), so
+    /// a clean journal never has it, and stock tools refuse a dirty one instead of replaying
+    /// the first area alone. The top bit, far from the bits Linux allocates from the bottom.
+    pub const INCOMPAT_QUILL_FC_AREAS: u32 = 0x8000_0000;
     /// `JBD2_KNOWN_COMPAT_FEATURES`.
     pub const COMPAT_KNOWN: u32 = COMPAT_CHECKSUM;
     /// `JBD2_KNOWN_ROCOMPAT_FEATURES`: none are defined.
@@ -129,13 +135,14 @@ pub mod feature {
     /// INCOMPAT, then RO_COMPAT, each from its lowest bit up.
     pub fn names(compat: u32, incompat: u32, ro_compat: u32) -> Vec<String> {
         const COMPAT: [(u32, &str); 1] = [(COMPAT_CHECKSUM, "journal_checksum")];
-        const INCOMPAT: [(u32, &str); 6] = [
+        const INCOMPAT: [(u32, &str); 7] = [
             (INCOMPAT_REVOKE, "journal_incompat_revoke"),
             (INCOMPAT_64BIT, "journal_64bit"),
             (INCOMPAT_ASYNC_COMMIT, "journal_async_commit"),
             (INCOMPAT_CSUM_V2, "journal_checksum_v2"),
             (INCOMPAT_CSUM_V3, "journal_checksum_v3"),
             (INCOMPAT_FAST_COMMIT, "journal_fast_commit"),
+            (INCOMPAT_QUILL_FC_AREAS, "journal_quill_fc_areas"),
         ];
         let mut names = Vec::new();
         for (table, word, bits) in [

@@ -58,6 +58,10 @@ const S_NR_USERS: usize = 0x40;
 const S_CHECKSUM_TYPE: usize = 0x50;
 const S_NUM_FC_BLKS: usize = 0x54;
 const S_HEAD: usize = 0x58;
+/// The first word of `s_padding`: quill's per-core area count, with INCOMPAT_QUILL_FC_AREAS.
+const S_QUILL_FC_AREAS: usize = 0x5C;
+/// Per-core fast-commit areas at most.
+pub const FC_AREAS_MAX: u32 = 64;
 const S_CHECKSUM: usize = 0xFC;
 
 /// The journal superblock. Fields mirror `journal_superblock_t`; the private raw copy preserves
@@ -86,6 +90,9 @@ pub struct JournalSuperblock {
     pub num_fc_blocks: u32,
     /// `s_head`: head of the log, meaningful only while the journal is clean (Linux 6.4+).
     pub head: u32,
+    /// With [`feature::INCOMPAT_QUILL_FC_AREAS`]: how many equal per-core areas the fast-commit
+    /// area is split into (2..=[`FC_AREAS_MAX`]); 0 without it (one standard area).
+    pub fc_areas: u32,
     raw: Box<[u8; JBD2_SUPERBLOCK_SIZE]>,
 }
 
@@ -135,6 +142,11 @@ impl JournalSuperblock {
             checksum_type: if is_v2 { raw[S_CHECKSUM_TYPE] } else { 0 },
             num_fc_blocks: v2_field(S_NUM_FC_BLKS),
             head: v2_field(S_HEAD),
+            fc_areas: if v2_field(S_FEATURE_INCOMPAT) & feature::INCOMPAT_QUILL_FC_AREAS != 0 {
+                field(S_QUILL_FC_AREAS)
+            } else {
+                0
+            },
             raw: Box::new(raw),
         };
         superblock.validate_features()?;
@@ -182,6 +194,7 @@ impl JournalSuperblock {
             checksum_type: if has_block_checksums { JBD2_CRC32C_CHKSUM } else { 0 },
             num_fc_blocks: 0,
             head: 0,
+            fc_areas: 0,
             raw: Box::new([0u8; JBD2_SUPERBLOCK_SIZE]),
         };
         // The fast-commit area is sized afterwards through `num_fc_blocks`, so only the rest of
@@ -214,6 +227,9 @@ impl JournalSuperblock {
             bytes[S_CHECKSUM_TYPE] = self.checksum_type;
             write_be32(&mut bytes, S_NUM_FC_BLKS, self.num_fc_blocks);
             write_be32(&mut bytes, S_HEAD, self.head);
+            let areas =
+                if self.has_incompat(feature::INCOMPAT_QUILL_FC_AREAS) { self.fc_areas } else { 0 };
+            write_be32(&mut bytes, S_QUILL_FC_AREAS, areas);
         }
         if self.checksum_version().has_block_checksums() {
             let checksum = superblock_checksum(&bytes);
@@ -266,6 +282,18 @@ impl JournalSuperblock {
         }
     }
 
+    /// The fast-commit area's parts, in journal blocks: one standard area, or with
+    /// [`feature::INCOMPAT_QUILL_FC_AREAS`] `fc_areas` equal per-core areas (the last takes
+    /// the remainder), each laid out as a standard area. Empty without fast commits.
+    pub fn fast_commit_areas(&self) -> Vec<std::ops::Range<u32>> {
+        let blocks = self.fast_commit_blocks();
+        if blocks == 0 {
+            return Vec::new();
+        }
+        let (first, end) = (self.log_end() + 1, self.max_len);
+        fast_commit_parts(first, end, self.fc_areas.max(1))
+    }
+
     /// `j_last`: the exclusive end of the log area, where the log wraps back to `first`. The
     /// fast-commit area (when enabled) is `[log_end() + 1, max_len)`; block `log_end()` itself is
     /// left unused, as in Linux and e2fsck.
@@ -291,7 +319,8 @@ impl JournalSuperblock {
         if !self.is_v2() {
             return Ok(());
         }
-        let unknown_incompat = self.feature_incompat & !feature::INCOMPAT_KNOWN;
+        let known = feature::INCOMPAT_KNOWN | feature::INCOMPAT_QUILL_FC_AREAS;
+        let unknown_incompat = self.feature_incompat & !known;
         if unknown_incompat != 0 {
             return Err(OnDiskError::unsupported(
                 WHAT,
@@ -303,6 +332,20 @@ impl JournalSuperblock {
                 WHAT,
                 format!("unknown ro_compat features {:#x}", self.feature_ro_compat),
             ));
+        }
+        if self.has_incompat(feature::INCOMPAT_QUILL_FC_AREAS) {
+            if !self.has_incompat(feature::INCOMPAT_FAST_COMMIT) {
+                return Err(OnDiskError::corrupted(
+                    WHAT,
+                    "per-core fast-commit areas without fast_commit",
+                ));
+            }
+            if !(2..=FC_AREAS_MAX).contains(&self.fc_areas) {
+                return Err(OnDiskError::corrupted(
+                    WHAT,
+                    format!("{} per-core fast-commit areas", self.fc_areas),
+                ));
+            }
         }
         let v2 = self.feature_incompat & feature::INCOMPAT_CSUM_V2 != 0;
         let v3 = self.feature_incompat & feature::INCOMPAT_CSUM_V3 != 0;
@@ -395,6 +438,17 @@ fn superblock_checksum(bytes: &[u8]) -> u32 {
     let before = crc32c_raw(!0, &bytes[..S_CHECKSUM]);
     let zeroed = crc32c_raw(before, &[0u8; 4]);
     crc32c_raw(zeroed, &bytes[S_CHECKSUM + 4..JBD2_SUPERBLOCK_SIZE])
+}
+
+/// `[first, end)` split into `parts` equal ranges, the last taking the remainder.
+pub fn fast_commit_parts(first: u32, end: u32, parts: u32) -> Vec<std::ops::Range<u32>> {
+    let each = (end - first) / parts;
+    (0..parts)
+        .map(|k| {
+            let start = first + k * each;
+            start..if k + 1 == parts { end } else { start + each }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -571,6 +625,38 @@ mod tests {
         assert_eq!(superblock.checksum_version(), ChecksumVersion::None);
         assert!(!superblock.has_incompat(feature::INCOMPAT_64BIT));
         assert_eq!(superblock.encode(), bytes, "v2-only bytes are left alone");
+    }
+
+    /// quill's per-core fast-commit areas: the count lives in the first padding word only
+    /// while INCOMPAT_QUILL_FC_AREAS is set; the areas split the fast-commit area evenly.
+    #[test]
+    fn per_core_fast_commit_areas_round_trip_and_are_checked() {
+        let fc = feature::INCOMPAT_FAST_COMMIT;
+        let quill = feature::INCOMPAT_QUILL_FC_AREAS;
+        let mut sb = JournalSuperblock::new(4096, 4096, UUID, 0, V3_64 | fc);
+        sb.num_fc_blocks = 64;
+        sb.feature_incompat |= quill;
+        sb.fc_areas = 3;
+        let parsed = JournalSuperblock::parse(&sb.encode()).unwrap();
+        assert_eq!(parsed.fc_areas, 3);
+        let areas = parsed.fast_commit_areas();
+        assert_eq!(areas, vec![4033..4054, 4054..4075, 4075..4096]);
+        // Cleared: the padding word is written back as zero and reads as no areas.
+        let mut clear = parsed.clone();
+        clear.feature_incompat &= !quill;
+        let bytes = clear.encode();
+        assert_eq!(read_be32(&bytes, S_QUILL_FC_AREAS), Some(0));
+        let clear = JournalSuperblock::parse(&bytes).unwrap();
+        assert_eq!(clear.fc_areas, 0);
+        assert_eq!(clear.fast_commit_areas(), [4033..4096]);
+        for (areas, incompat) in
+            [(1, V3_64 | fc | quill), (65, V3_64 | fc | quill), (2, V3_64 | quill)]
+        {
+            let mut bad = sb.clone();
+            bad.fc_areas = areas;
+            bad.feature_incompat = incompat;
+            assert_corrupted(JournalSuperblock::parse(&bad.encode()));
+        }
     }
 
     #[test]
