@@ -142,10 +142,17 @@ pub fn run(args: DumpArgs) -> Result<()> {
     }
     println!("{}", end_of_log_line(&scan));
     if let Some(area) = fast_commit_area(image.superblock(), sb) {
-        let blocks = read_fast_commit_area(&*dev, &location, area)?;
         let inode_size = image.superblock().inode_size;
-        for line in fast_commit_lines(&blocks, inode_size, scan.end_tid, args.blocks) {
-            println!("{line}");
+        // quill's per-core areas (INCOMPAT_QUILL_FC_AREAS): each is a standard area.
+        let parts = ondisk::jbd2::fast_commit_parts(area.start, area.end, sb.fc_areas.max(1));
+        for (k, part) in parts.iter().enumerate() {
+            let blocks = read_fast_commit_area(&*dev, &location, part.clone())?;
+            if parts.len() > 1 {
+                println!("per-core fast-commit area {k} of {}:", parts.len());
+            }
+            for line in fast_commit_lines(&blocks, inode_size, scan.end_tid, args.blocks) {
+                println!("{line}");
+            }
         }
     }
     Ok(())

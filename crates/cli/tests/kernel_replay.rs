@@ -255,7 +255,7 @@ fn journal_dump_shows_kernel_and_quill_fast_commits_and_both_areas_round_trip() 
         },
         ..fs::MountOptions::default()
     };
-    let mounted = fs::Filesystem::open(std::sync::Arc::new(dev.unwrap()), options).unwrap();
+    let mounted = fs::Filesystem::open(std::sync::Arc::new(dev.unwrap()), options.clone()).unwrap();
     for i in 0..16 {
         mounted.create(fs::ROOT_INO, format!("pre{i}").as_bytes(), 0o644, 0, 0).unwrap();
     }
@@ -278,6 +278,30 @@ fn journal_dump_shows_kernel_and_quill_fast_commits_and_both_areas_round_trip() 
     assert!(records.iter().any(|r| r.starts_with("add range inode")), "{records:#?}");
     let (blocks, tid) = fast_commit_area(&image);
     assert_eq!(assert_area_round_trips(&blocks, tid, 256), 6);
+
+    // quill's per-core areas (fc_areas=2): the dump lists each area's fast commits.
+    let image = scratch.path("per-core.img");
+    mkfs(&image, "64M", &["-b", "4096", "-O", "fast_commit"]);
+    let dev = blockdev::file::FileDevice::open(&image, blockdev::file::FileOptions::default());
+    let mut per_core = options.clone();
+    per_core.journal.fc_areas = 2;
+    let mounted = fs::Filesystem::open(std::sync::Arc::new(dev.unwrap()), per_core).unwrap();
+    let files: Vec<u32> = (0..20)
+        .map(|i| mounted.create(fs::ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+        .collect();
+    mounted.sync().unwrap();
+    for &ino in &files[16..] {
+        mounted.write(ino, 0, &[7u8; 5000]).unwrap();
+        mounted.fsync(ino, false).unwrap();
+    }
+    mounted.crash();
+    let o = run(quill().args(["journal", "dump"]).arg(&image));
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for area in 0..2 {
+        let at = out.find(&format!("per-core fast-commit area {area} of 2:")).expect(&out);
+        assert!(out[at..].contains(": 2 fast commits of tid"), "area {area}: {out}");
+    }
 
     // The kernel's: new files in the root, each fsynced, copied while still mounted.
     let fsynced_files = |mnt: &Path| {

@@ -474,6 +474,32 @@ pub enum FastCommitState {
     StaleHead,
     /// Complete fast commits of the expected tid: recovery replays them.
     Replayable,
+    /// quill's per-core areas (`fc_areas` > 1) hold fast commits: the journal has
+    /// INCOMPAT_QUILL_FC_AREAS, which stock e2fsck and the kernel must refuse.
+    QuillAreas,
+}
+
+/// What the explorer counts for an image with quill's per-core areas: stock e2fsck refused
+/// it, changing nothing ([`refuses_quill_areas`]).
+pub const E2FSCK_REFUSED_QUILL_AREAS: &str = "e2fsck-refused-per-core-fc-areas";
+
+/// Stock `e2fsck -fy` must refuse a journal with INCOMPAT_QUILL_FC_AREAS (an unknown
+/// incompatible feature to it) and leave the image as it was: it cannot replay the per-core
+/// areas, and replaying the log without them would lose acknowledged fsyncs.
+pub fn refuses_quill_areas(path: &Path) -> Result<(), String> {
+    let before = std::fs::read(path).map_err(|e| e.to_string())?;
+    let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
+    let after = std::fs::read(path).map_err(|e| e.to_string())?;
+    if code < 4 || !text.contains("unknown incompatible feature") {
+        return Err(format!(
+            "e2fsck -fy did not refuse per-core fast-commit areas (exit {code}):\n{}",
+            head(&text)
+        ));
+    }
+    if before != after {
+        return Err("e2fsck -fy refused per-core fast-commit areas but changed the image".into());
+    }
+    Ok(())
 }
 
 /// [`FastCommitState`] of the raw crash image on `dev` (read before anything recovers it).
@@ -486,6 +512,9 @@ pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> Fast
     let sb = &scan.superblock;
     if sb.start == 0 {
         return FastCommitState::Nothing;
+    }
+    if sb.has_incompat(ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS) {
+        return FastCommitState::QuillAreas;
     }
     let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, scan.end_tid) else {
         return FastCommitState::Nothing;
@@ -511,6 +540,10 @@ pub fn e2fsck_repairs(
     torn: bool,
     fast_commits: FastCommitState,
 ) -> Result<Repairs, String> {
+    if fast_commits == FastCommitState::QuillAreas {
+        return refuses_quill_areas(path)
+            .map(|()| Repairs { gave_up: Some(E2FSCK_REFUSED_QUILL_AREAS), ..Repairs::default() });
+    }
     let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
     let gave_up = match fast_commits {
         FastCommitState::Replayable
@@ -674,9 +707,8 @@ mod tests {
             let size = data.len() as u64;
             Node { ino, kind: 'f', perm: inode.perm, size, nlink: 1, data, xattrs: BTreeMap::new() }
         };
-        let tree = |paths: &[&str]| -> Tree {
-            paths.iter().map(|p| (p.to_string(), node(p))).collect()
-        };
+        let tree =
+            |paths: &[&str]| -> Tree { paths.iter().map(|p| (p.to_string(), node(p))).collect() };
         let mut linked = tree(&["a", "b", "c"]);
         for n in linked.values_mut().filter(|n| n.ino == node("a").ino) {
             n.nlink = 2;

@@ -14,8 +14,8 @@ use ondisk::ext4;
 use parking_lot::Mutex;
 
 use crate::check::{
-    check_acknowledged, e2fsck_clean, e2fsck_repairs, fast_commit_state, FsyncPromise,
-    Unacknowledged::WholeVersions,
+    check_acknowledged, e2fsck_clean, e2fsck_repairs, fast_commit_state, FastCommitState,
+    FsyncPromise, Unacknowledged::WholeVersions,
 };
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
@@ -76,11 +76,12 @@ impl Options {
 
 /// Every journal preset of `journal::config::PRESETS` (a preset added there joins the rotation
 /// on its own), and CJFS as the paper runs it on a device with a cache barrier (the recording
-/// device has one); ordered and journalled data; a page cache that holds the whole workload or
-/// one that writes back every few blocks.
+/// device has one), and iJournaling with per-core areas; ordered and journalled data; a page
+/// cache that holds the whole workload or one that writes back every few blocks.
 pub fn default_configs() -> Vec<Config> {
     let mut out = Vec::new();
-    let specs = journal::config::PRESETS.iter().copied().chain(["cjfs,commit_record=barrier"]);
+    let variants = ["cjfs,commit_record=barrier", "ijournal,fc_areas=2"];
+    let specs = journal::config::PRESETS.iter().copied().chain(variants);
     for dirty_kib in [64 * 1024, 16] {
         for data in ["ordered", "journal"] {
             for preset in specs.clone() {
@@ -429,7 +430,10 @@ fn check_state_here(
     std::fs::write(&recovered, dev.snapshot()).map_err(|e| ("e2fsck-fn", e.to_string()))?;
     e2fsck_clean(&recovered).map_err(|e| ("e2fsck-fn", format!("after quill's recovery: {e}")))?;
     pass("e2fsck-fn");
-    if kernel {
+    if kernel && fast_commits == FastCommitState::QuillAreas {
+        kernel_refuses(scratch, &raw).map_err(|e| ("kernel-mount", e))?;
+        pass("kernel-refused-per-core-fc-areas");
+    } else if kernel {
         check_kernel_mount(w, rec, state, scratch, &raw, &tree)?.into_iter().for_each(&mut pass);
     }
     let repairs =
@@ -512,6 +516,21 @@ fn check_kernel_mount(
         return Err(("kernel-mount-same-tree", why));
     }
     Ok(["kernel-mount", "kernel-mount-e2fsck-fn", "kernel-mount-same-tree"])
+}
+
+/// The kernel must refuse to mount a crash image whose journal has quill's per-core
+/// fast-commit areas (INCOMPAT_QUILL_FC_AREAS), as `jbd2_journal_load` refuses unknown
+/// incompatible features, rather than replay the log without them.
+fn kernel_refuses(scratch: &Scratch, raw: &Path) -> Result<(), String> {
+    let copy = scratch.path("kernel.img");
+    std::fs::copy(raw, &copy).map_err(|e| e.to_string())?;
+    match crate::kernel_fc::Mount::new(&copy, scratch.path("kernel-mnt")) {
+        Ok(mount) => {
+            mount.unmount()?;
+            Err("the kernel mounted a journal with per-core fast-commit areas".into())
+        }
+        Err(_) => Ok(()),
+    }
 }
 
 /// The tree of `image` read by quill read-only.

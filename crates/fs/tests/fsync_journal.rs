@@ -520,3 +520,103 @@ fn a_file_created_where_a_deleted_inode_left_xattrs_commits_so_they_do_not_come_
     assert_eq!(read_all(&fs, new).unwrap(), b"fresh");
     fs.unmount().unwrap();
 }
+
+/// The journal superblock of the image at `image`.
+fn journal_superblock(image: &Path) -> ondisk::jbd2::JournalSuperblock {
+    let dev = open_device(image);
+    let location = fs::Ext4Image::open(dev.clone()).unwrap().journal_location().unwrap();
+    journal::superblock::read_superblock(&*dev, &location).unwrap()
+}
+
+fn per_core_areas() -> MountOptions {
+    let mut options = fsync_journal();
+    options.journal.fc_areas = 2;
+    options
+}
+
+/// iJournaling's per-core areas (`fc_areas = 2`): fast commits of files with odd and even
+/// inode numbers go to two areas, written each under its own lock. While they hold fast
+/// commits the journal has INCOMPAT_QUILL_FC_AREAS: after a crash stock e2fsck and the kernel
+/// refuse the image (changing nothing) and quill recovers every fsync; a full commit, or an
+/// unmount, leaves a standard journal that both accept.
+#[test]
+fn per_core_areas_are_flagged_while_they_hold_fast_commits_and_only_quill_replays_them() {
+    let Some((scratch, image)) =
+        fresh_image("fsync-journal-per-core", &["-b", "4096", "-O", "fast_commit"])
+    else {
+        return;
+    };
+    let quill_flag = ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
+    let fs = Filesystem::open(open_device(&image), per_core_areas()).unwrap();
+    let files: Vec<u32> = (0..24)
+        .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+        .collect();
+    let files = &files[16..];
+    fs.sync().unwrap();
+    assert_eq!(journal_superblock(&image).feature_incompat & quill_flag, 0);
+    let mut expected = Vec::new();
+    for (k, &ino) in files.iter().enumerate() {
+        let bytes = chunk(k as u8, 3000 + 500 * k);
+        fs.write(ino, 0, &bytes).unwrap();
+        fs.fsync(ino, false).unwrap();
+        expected.push((ino, bytes));
+    }
+    assert_eq!(fs.journal().stats().fast_commits, files.len() as u64);
+    let sb = journal_superblock(&image);
+    assert_ne!(sb.feature_incompat & quill_flag, 0, "flagged while the areas hold fast commits");
+    assert_eq!(sb.fc_areas, 2);
+    // A full commit supersedes them: the journal is standard again (the commit stage
+    // clears the flag once it has woken the commit's waiters).
+    fs.sync().unwrap();
+    let cleared = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        journal_superblock(&image).feature_incompat & quill_flag == 0
+    });
+    assert!(cleared, "the flag outlived the full commit that superseded the areas");
+    for (k, (ino, bytes)) in expected.iter_mut().enumerate() {
+        let more = chunk(50 + k as u8, 2000);
+        fs.write(*ino, bytes.len() as u64, &more).unwrap();
+        bytes.extend_from_slice(&more);
+        fs.fsync(*ino, true).unwrap();
+    }
+    fs.crash();
+
+    // Stock tools refuse the crash image, and change nothing.
+    let before = std::fs::read(&image).unwrap();
+    let out = std::process::Command::new("e2fsck").arg("-fy").arg(&image).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.code().unwrap_or(0) >= 4, "e2fsck -fy accepted it: {text}");
+    assert!(text.contains("unknown incompatible feature"), "{text}");
+    assert!(std::fs::read(&image).unwrap() == before, "e2fsck changed the image");
+    if can_loop_mount("per-core areas refused by the kernel") {
+        let copy = scratch.path("kernel.img");
+        std::fs::copy(&image, &copy).unwrap();
+        let mounted = common::loop_device_command("mount")
+            .args(["-o", "loop"])
+            .arg(&copy)
+            .arg(scratch.path("mnt"))
+            .output()
+            .unwrap();
+        assert!(!mounted.status.success(), "the kernel mounted per-core areas");
+    }
+
+    // quill recovers every fsync from both areas, and leaves a standard journal.
+    let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+    for (ino, bytes) in &expected {
+        assert!(read_all(&fs, *ino).unwrap() == *bytes, "inode {ino} after quill's recovery");
+    }
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+    let sb = journal_superblock(&image);
+    assert_eq!((sb.feature_incompat & quill_flag, sb.fc_areas), (0, 0));
+
+    // A mount with per-core areas that fast-commits and unmounts leaves a standard journal.
+    let fs = Filesystem::open(open_device(&image), per_core_areas()).unwrap();
+    fs.write(files[0], 0, b"after").unwrap();
+    fs.fsync(files[0], false).unwrap();
+    fs.write(files[1], 0, b"after").unwrap();
+    fs.fsync(files[1], false).unwrap();
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+    assert_eq!(journal_superblock(&image).feature_incompat & quill_flag, 0);
+}

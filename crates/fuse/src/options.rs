@@ -141,7 +141,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
             }
             "committing_max" | "flush_batch_max" | "versions_max" | "recovery_threads"
             | "coalescing" | "lists" | "commit_io" | "checkpoint_io" | "commit_record"
-            | "fsync_journal" => {
+            | "fsync_journal" | "fc_areas" => {
                 // Checked by JournalConfig::set once the preset is known.
                 let value = need(key, value)?.to_string();
                 settings.retain(|(k, _)| k != key);

@@ -117,7 +117,7 @@ impl Drop for Mount {
 
 /// `tool` (mount or umount) under the machine-wide loop-device lock (shared with the crash
 /// explorer's kernel images).
-fn loop_device_command(tool: &str) -> Command {
+pub fn loop_device_command(tool: &str) -> Command {
     crashtest::kernel_fc::loop_device_command(tool)
 }
 
