@@ -123,33 +123,32 @@ fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
     let _ = writeln!(
         out,
         "\nfast commits (fsync_journal), median runs: fsyncs written as fast commits, their \
-         share of all fsyncs, area blocks per fast commit, and the fsyncs that committed \
-         instead, by reason"
+         share of all fsyncs, fsyncs per area write (group commit), area blocks per write, and \
+         the fsyncs that committed instead, by reason"
     );
     let _ = writeln!(
         out,
-        "{:<20} {:<28} {:>4} {:>8} {:>6} {:>7}  fallbacks",
-        "workload", "target", "thr", "fc", "share", "blk/fc"
+        "{:<20} {:<28} {:>4} {:>8} {:>6} {:>8} {:>7}  fallbacks",
+        "workload", "target", "thr", "fc", "share", "fc/write", "blk/wr"
     );
     for s in rows {
         let r = &s.median_run;
         let e = r.engine.as_ref().expect("filtered");
         let share = if r.fsyncs == 0 { 0.0 } else { e.fast_commits as f64 / r.fsyncs as f64 };
-        let per = if e.fast_commits == 0 {
-            0.0
-        } else {
-            e.fast_commit_blocks as f64 / e.fast_commits as f64
-        };
+        let writes = e.fast_commit_writes.max(1) as f64;
+        let per = e.fast_commit_blocks as f64 / writes;
+        let batch = e.fast_commits as f64 / writes;
         let fallbacks: Vec<String> =
             e.fast_commit_fallbacks.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
         let _ = writeln!(
             out,
-            "{:<20} {:<28} {:>4} {:>8} {:>5.0}% {:>7.2}  {}",
+            "{:<20} {:<28} {:>4} {:>8} {:>5.0}% {:>8.2} {:>7.2}  {}",
             truncate(&s.workload, 20),
             labels.get(&s.target),
             s.threads,
             e.fast_commits,
             share * 100.0,
+            batch,
             per,
             if fallbacks.is_empty() { "-".to_string() } else { fallbacks.join(", ") }
         );

@@ -64,6 +64,9 @@ pub struct EngineFigures {
     pub fast_commits: u64,
     #[serde(default)]
     pub fast_commit_blocks: u64,
+    /// Fast commits written to the area (batches of the fsyncs in `fast_commits`).
+    #[serde(default)]
+    pub fast_commit_writes: u64,
     #[serde(default)]
     pub fast_commit_fallbacks: Vec<(String, u64)>,
     /// Bytes the journal wrote (log blocks, fast-commit area blocks, checkpointed blocks) and

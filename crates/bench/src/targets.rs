@@ -592,6 +592,7 @@ impl Prepared {
             in_flight_max: a.in_flight_max,
             fast_commits: a.fast_commits - b.fast_commits,
             fast_commit_blocks: a.fast_commit_blocks - b.fast_commit_blocks,
+            fast_commit_writes: a.fast_commit_writes - b.fast_commit_writes,
             journal_bytes: (a.log_blocks_written + a.fast_commit_blocks + a.checkpoint_blocks
                 - b.log_blocks_written
                 - b.fast_commit_blocks

@@ -620,3 +620,92 @@ fn per_core_areas_are_flagged_while_they_hold_fast_commits_and_only_quill_replay
     assert_fsck_clean(&image);
     assert_eq!(journal_superblock(&image).feature_incompat & quill_flag, 0);
 }
+
+/// A device whose flushes and FUA writes take a few milliseconds, as a disk's do: concurrent
+/// fsyncs then meet at the fast-commit area.
+struct SlowSync(std::sync::Arc<dyn blockdev::BlockDevice>);
+
+impl blockdev::BlockDevice for SlowSync {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), blockdev::DeviceError> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        self.0.write_at(offset, data)
+    }
+    fn write_fua_at(&self, offset: u64, data: &[u8]) -> Result<(), blockdev::DeviceError> {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        self.0.write_fua_at(offset, data)
+    }
+    fn flush(&self) -> Result<(), blockdev::DeviceError> {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        self.0.flush()
+    }
+}
+
+/// Concurrent fsyncs share fast commits (group commit): eight threads appending to their own
+/// files and fsyncing take fewer area writes than fsyncs, and after a crash quill, e2fsck and
+/// the kernel bring back every file as its last fsync left it.
+#[test]
+fn concurrent_fsyncs_share_fast_commits_and_each_comes_back() {
+    let Some((scratch, image)) =
+        fresh_image("fsync-journal-group", &["-b", "4096", "-O", "fast_commit"])
+    else {
+        return;
+    };
+    for fc_areas in [1, 2] {
+        let copy = scratch.path(&format!("group-{fc_areas}.img"));
+        std::fs::copy(&image, &copy).unwrap();
+        let mut options = fsync_journal();
+        options.journal.fc_areas = fc_areas;
+        let dev = std::sync::Arc::new(SlowSync(open_device(&copy)));
+        let fs = std::sync::Arc::new(Filesystem::open(dev, options).unwrap());
+        let files: Vec<u32> = (0..24)
+            .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+            .collect();
+        fs.sync().unwrap();
+        let threads: Vec<_> = files[16..]
+            .iter()
+            .enumerate()
+            .map(|(t, &ino)| {
+                let fs = fs.clone();
+                std::thread::spawn(move || {
+                    let mut written = Vec::new();
+                    for round in 0..15u8 {
+                        let more = chunk(round.wrapping_add(t as u8 * 16), 700 + 37 * t);
+                        fs.write(ino, written.len() as u64, &more).unwrap();
+                        written.extend_from_slice(&more);
+                        fs.fsync(ino, round % 3 == 0).unwrap();
+                    }
+                    (ino, written)
+                })
+            })
+            .collect();
+        let expected: Vec<(u32, Vec<u8>)> = threads.into_iter().map(|h| h.join().unwrap()).collect();
+        let stats = fs.journal().stats();
+        println!(
+            "fc_areas={fc_areas}: {} fsyncs as fast commits in {} area writes, {} transactions",
+            stats.fast_commits, stats.fast_commit_writes, stats.transactions
+        );
+        assert!(stats.fast_commits > 0, "{stats:?}");
+        assert!(stats.fast_commit_writes < stats.fast_commits, "no fsyncs shared: {stats:?}");
+        std::sync::Arc::try_unwrap(fs).ok().expect("threads joined").crash();
+        if fc_areas > 1 {
+            // Only quill replays per-core areas.
+            let fs = Filesystem::open(open_device(&copy), MountOptions::default()).unwrap();
+            for (ino, bytes) in &expected {
+                assert!(read_all(&fs, *ino).unwrap() == *bytes, "inode {ino}");
+            }
+            fs.unmount().unwrap();
+            assert_fsck_clean(&copy);
+            continue;
+        }
+        recover_three_ways(&scratch, &copy, |fs, who| {
+            for (ino, bytes) in &expected {
+                assert!(read_all(fs, *ino).unwrap() == *bytes, "{who}: inode {ino}");
+            }
+        });
+    }
+}

@@ -13,7 +13,7 @@
 //!
 //! | step | what | why |
 //! |---|---|---|
-//! | 1 | take `j_fc_lock` (the file's area's, with per-core areas) | one fast commit at a time owns an area (as the kernel) |
+//! | 1 | queue the records, take `j_fc_lock` (the file's area's, with per-core areas); if an earlier holder wrote them, return its outcome; else take every queued request of the newest transaction as one batch | one fast commit at a time owns an area (as the kernel); concurrent fsyncs share one fast commit (group commit, see `AreaSlot`) |
 //! | 2 | pin transaction `tid` if it is the running one, else fall back | a full commit must not lock it while its fast commit is written; one already locked commits anyway |
 //! | 3 | write the superblock naming the log if nothing has since attach | in the first transaction it may still say "clean" (`s_start = 0`), and recovery would read nothing (the kernel instead refuses fast commits before the first full commit) |
 //! | 4 | wait until `tid - 1` is durable | recovery replays fast commits only of the tid right after the last complete full commit; with several transactions in flight the previous one may still be committing |
@@ -34,7 +34,7 @@ use crate::error::Result;
 use crate::journal::Shared;
 use crate::stats;
 use crate::transaction::{Transaction, TxnState};
-use ondisk::jbd2::fast_commit::{pack_fast_commit, FcRecord};
+use ondisk::jbd2::fast_commit::{fast_commit_records, pack_fast_commit, FcRecord};
 use ondisk::Tid;
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -89,9 +89,32 @@ pub enum FastCommitOutcome {
 ///
 /// Lock order: area locks (in index order) before `flagged`, both before `j_state_lock`.
 pub(crate) struct FcArea {
-    areas: Vec<Mutex<AreaState>>,
+    areas: Vec<AreaSlot>,
     /// Per-core areas: whether the superblock on disk has INCOMPAT_QUILL_FC_AREAS.
     flagged: Mutex<bool>,
+}
+
+/// One area: its `j_fc_lock` and the fast commits waiting for it.
+///
+/// Fast commits are group-committed, as JBD2 group-commits fsyncs and as the kernel's
+/// `ext4_fc_commit` lets an fsync whose changes another fast commit carries return with it: an
+/// fsync queues its records, then takes the lock; whoever gets it first writes every queued
+/// request of the running transaction as one fast commit (one flush, one FUA write), and the
+/// others find theirs done when the lock comes to them. Without this, N concurrent fsyncs
+/// paid N flush and FUA pairs in turn.
+struct AreaSlot {
+    state: Mutex<AreaState>,
+    queue: Mutex<Vec<Arc<Request>>>,
+}
+
+/// One fsync's fast commit, waiting in an area's queue.
+struct Request {
+    tid: Tid,
+    /// Its records, TLV-encoded (so a batch owns them).
+    encoded: Vec<u8>,
+    /// Set by the batch that carried it: the outcome, or `Err` when the batch failed (the
+    /// journal is then aborted and says why).
+    done: Mutex<Option<std::result::Result<FastCommitOutcome, ()>>>,
 }
 
 struct AreaState {
@@ -112,8 +135,14 @@ impl FcArea {
     pub fn new(first: u32, end: u32, parts: u32) -> FcArea {
         let areas = ondisk::jbd2::fast_commit_parts(first, end, parts)
             .into_iter()
-            .map(|r| {
-                Mutex::new(AreaState { first: r.start, len: r.end - r.start, tid: None, next: 0 })
+            .map(|r| AreaSlot {
+                state: Mutex::new(AreaState {
+                    first: r.start,
+                    len: r.end - r.start,
+                    tid: None,
+                    next: 0,
+                }),
+                queue: Mutex::new(Vec::new()),
             })
             .collect();
         FcArea { areas, flagged: Mutex::new(false) }
@@ -156,7 +185,7 @@ pub(crate) fn retire_superseded(shared: &Shared, durable: Tid) -> Result<()> {
     let mut idle = true;
     let mut held = Vec::with_capacity(fc.areas.len());
     for area in &fc.areas {
-        let Some(mut area) = area.try_lock() else {
+        let Some(mut area) = area.state.try_lock() else {
             idle = false;
             continue;
         };
@@ -236,14 +265,76 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
     let Some(fc) = &shared.fc_area else {
         return Ok(FastCommitOutcome::Fallback(FcFallback::Off));
     };
-    let started = Instant::now();
     // One file's fast commits in one area, in order (see FcArea).
     let ino = records.iter().find_map(|r| match r {
         FcRecord::Inode { ino, .. } => Some(*ino),
         _ => None,
     });
-    let index = ino.unwrap_or(0) as usize % fc.areas.len();
-    let mut area = fc.areas[index].lock();
+    let slot = &fc.areas[ino.unwrap_or(0) as usize % fc.areas.len()];
+    let mut encoded = Vec::new();
+    for record in records {
+        record.encode(&mut encoded);
+    }
+    let me = Arc::new(Request { tid, encoded, done: Mutex::new(None) });
+    slot.queue.lock().push(me.clone());
+    let mut area = slot.state.lock();
+    if let Some(done) = me.done.lock().take() {
+        // An earlier holder of the lock wrote it with its batch.
+        return done_outcome(shared, done);
+    }
+    let batch = std::mem::take(&mut *slot.queue.lock());
+    debug_assert!(batch.iter().any(|r| Arc::ptr_eq(r, &me)), "queued before the lock");
+    // The newest transaction among them: only it can still be running (the others fall back).
+    let tid = batch.iter().map(|r| r.tid).fold(tid, |a, b| if b.is_after(a) { b } else { a });
+    let outcome = write_batch(shared, fc, &mut area, tid, &batch);
+    let failed = outcome.is_err();
+    for request in &batch {
+        let result = match &outcome {
+            Err(_) => Err(()),
+            Ok(_) if request.tid != tid => Ok(FastCommitOutcome::Fallback(FcFallback::NotRunning)),
+            Ok(outcome) => Ok(*outcome),
+        };
+        *request.done.lock() = Some(result);
+    }
+    drop(area);
+    if failed {
+        return outcome;
+    }
+    let done = me.done.lock().take().expect("set with the batch");
+    done_outcome(shared, done)
+}
+
+/// What a request's batch left it.
+fn done_outcome(
+    shared: &Shared,
+    done: std::result::Result<FastCommitOutcome, ()>,
+) -> Result<FastCommitOutcome> {
+    match done {
+        Ok(outcome) => Ok(outcome),
+        Err(()) => {
+            shared.check_aborted()?;
+            // Not aborted (every failure of a batch aborts the journal, so this is a guard).
+            Err(crate::error::JournalError::Aborted {
+                cause: "the fast commit carrying this fsync failed".into(),
+                errno: EIO,
+            })
+        }
+    }
+}
+
+/// errno EIO.
+const EIO: i32 = 5;
+
+/// Writes the requests of `batch` that belong to transaction `tid` as one fast commit, under
+/// the area's lock. The outcome applies to each of them (the others fall back).
+fn write_batch(
+    shared: &Shared,
+    fc: &FcArea,
+    area: &mut AreaState,
+    tid: Tid,
+    batch: &[Arc<Request>],
+) -> Result<FastCommitOutcome> {
+    let started = Instant::now();
     let Some(pin) = pin_running(shared, tid)? else {
         return Ok(FastCommitOutcome::Fallback(FcFallback::NotRunning));
     };
@@ -254,9 +345,16 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
     if fc.per_core() {
         flag_areas(shared, fc)?;
     }
+    let mut records = Vec::new();
+    for request in batch.iter().filter(|r| r.tid == tid) {
+        for tlv in fast_commit_records(&request.encoded, u16::MAX) {
+            records.push(tlv.expect("records this journal encoded").record);
+        }
+    }
+    let carried = batch.iter().filter(|r| r.tid == tid).count() as u64;
     let head = area.tid != Some(tid);
     let start = if head { 0 } else { area.next };
-    let blocks = pack_fast_commit(records, shared.location.block_size() as usize, tid, head);
+    let blocks = pack_fast_commit(&records, shared.location.block_size() as usize, tid, head);
     let count = blocks.len() as u32;
     if start + count > area.len {
         return Ok(FastCommitOutcome::Fallback(FcFallback::AreaFull));
@@ -276,8 +374,8 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
     area.tid = Some(tid);
     area.next = start + count;
     drop(pin);
-    drop(area);
-    stats::add(&shared.counters.fast_commits, 1);
+    stats::add(&shared.counters.fast_commits, carried);
+    stats::add(&shared.counters.fast_commit_writes, 1);
     stats::add(&shared.counters.fast_commit_blocks, u64::from(count));
     stats::add(&shared.counters.fast_commit_syncs, 2);
     stats::add_time(&shared.counters.ns_fast_commit, started.elapsed());

@@ -47,6 +47,7 @@ pub(crate) struct Counters {
     pub fast_commits: AtomicU64,
     pub fast_commit_blocks: AtomicU64,
     pub fast_commit_syncs: AtomicU64,
+    pub fast_commit_writes: AtomicU64,
     pub ns_fast_commit: AtomicU64,
 }
 
@@ -139,6 +140,9 @@ pub struct JournalStats {
     /// Device flushes and FUA writes of the fast-commit area: two per fast commit (a flush,
     /// then its first block with FUA) and one per retirement of superseded ones.
     pub fast_commit_syncs: u64,
+    /// Fast commits written to the area: batches, each carrying the fast commits of one or
+    /// more fsyncs (`fast_commits`).
+    pub fast_commit_writes: u64,
     /// fsyncs that wanted a fast commit and committed the transaction instead, by reason (the
     /// journal's and the file system's; filled by `Journal::stats`).
     pub fast_commit_fallbacks: Vec<(String, u64)>,
@@ -209,6 +213,7 @@ impl Counters {
             fast_commit_blocks: self.fast_commit_blocks.load(Relaxed),
             ms_fast_commit: ms(&self.ns_fast_commit),
             fast_commit_syncs: self.fast_commit_syncs.load(Relaxed),
+            fast_commit_writes: self.fast_commit_writes.load(Relaxed),
             fast_commit_fallbacks: Vec::new(),
             locks: LockWaits::default(),
         }
