@@ -98,13 +98,21 @@ pub(crate) struct FcArea {
 ///
 /// Fast commits are group-committed, as JBD2 group-commits fsyncs and as the kernel's
 /// `ext4_fc_commit` lets an fsync whose changes another fast commit carries return with it: an
-/// fsync queues its records, then takes the lock; whoever gets it first writes every queued
-/// request of the running transaction as one fast commit (one flush, one FUA write), and the
-/// others find theirs done when the lock comes to them. Without this, N concurrent fsyncs
-/// paid N flush and FUA pairs in turn.
+/// fsync queues its records; if the area's lock is free it leads, writing every queued request
+/// of the newest transaction as one fast commit (one flush, one FUA write), batch after batch
+/// while requests keep coming; otherwise it waits for a batch to carry its request, or for the
+/// lock to come free. Waiters learn they are done from the condition variable, not by taking
+/// the lock in turn: on a 2-core machine with 32 fsyncing threads, a lock passed through every
+/// done waiter, one wake-up after another, held the next batch back (two fsyncs per write).
+/// Without batches at all, N concurrent fsyncs paid N flush and FUA pairs in turn.
+///
+/// Lock order: `queue` before the area lock (taken with `try_lock` only, under `queue`; a
+/// leader holds the area lock and takes `queue` between batches).
 struct AreaSlot {
     state: Mutex<AreaState>,
     queue: Mutex<Vec<Arc<Request>>>,
+    /// Signalled (under `queue`) when a batch is done and when a leader lets the area go.
+    batch_done: parking_lot::Condvar,
 }
 
 /// One fsync's fast commit, waiting in an area's queue.
@@ -143,6 +151,7 @@ impl FcArea {
                     next: 0,
                 }),
                 queue: Mutex::new(Vec::new()),
+                batch_done: parking_lot::Condvar::new(),
             })
             .collect();
         FcArea { areas, flagged: Mutex::new(false) }
@@ -182,6 +191,18 @@ fn flag_areas(shared: &Shared, fc: &FcArea) -> Result<()> {
 /// cleared, with every area lock held so that no fast commit is being written meanwhile.
 pub(crate) fn retire_superseded(shared: &Shared, durable: Tid) -> Result<()> {
     let Some(fc) = &shared.fc_area else { return Ok(()) };
+    let retired = retire_areas(shared, fc, durable);
+    // An fsync that found an area's lock taken here waits for a leader: it must look again
+    // (also after an error, which aborted the journal: it then gets the abort).
+    for slot in &fc.areas {
+        let _queue = slot.queue.lock();
+        slot.batch_done.notify_all();
+    }
+    retired
+}
+
+/// [`retire_superseded`] under the areas' locks (those it can take at once).
+fn retire_areas(shared: &Shared, fc: &FcArea, durable: Tid) -> Result<()> {
     let mut idle = true;
     let mut held = Vec::with_capacity(fc.areas.len());
     for area in &fc.areas {
@@ -206,15 +227,21 @@ pub(crate) fn retire_superseded(shared: &Shared, durable: Tid) -> Result<()> {
         held.push(area);
     }
     if fc.per_core() && idle {
-        let mut flagged = fc.flagged.lock();
-        if *flagged {
-            shared.update_superblock(|sb| {
-                sb.feature_incompat &= !ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
-                sb.fc_areas = 0;
-            })?;
-            *flagged = false;
-            stats::add(&shared.counters.fast_commit_syncs, 1);
-        }
+        clear_flag(shared, fc)?;
+    }
+    Ok(())
+}
+
+/// The superblock's INCOMPAT_QUILL_FC_AREAS cleared, every area being empty and locked.
+fn clear_flag(shared: &Shared, fc: &FcArea) -> Result<()> {
+    let mut flagged = fc.flagged.lock();
+    if *flagged {
+        shared.update_superblock(|sb| {
+            sb.feature_incompat &= !ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
+            sb.fc_areas = 0;
+        })?;
+        *flagged = false;
+        stats::add(&shared.counters.fast_commit_syncs, 1);
     }
     Ok(())
 }
@@ -276,32 +303,66 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
         record.encode(&mut encoded);
     }
     let me = Arc::new(Request { tid, encoded, done: Mutex::new(None) });
-    slot.queue.lock().push(me.clone());
-    let mut area = slot.state.lock();
-    if let Some(done) = me.done.lock().take() {
-        // An earlier holder of the lock wrote it with its batch.
-        return done_outcome(shared, done);
+    let mut queue = slot.queue.lock();
+    queue.push(me.clone());
+    loop {
+        if let Some(done) = me.done.lock().take() {
+            // A batch carried it (this thread's, or the leader's of the moment).
+            return done_outcome(shared, done);
+        }
+        if let Some(mut area) = slot.state.try_lock() {
+            queue = lead(shared, fc, slot, &mut area, queue, &me);
+            drop(area);
+            // Whatever was queued meanwhile needs a leader: wake the waiters to take over.
+            slot.batch_done.notify_all();
+            continue;
+        }
+        slot.batch_done.wait(&mut queue);
     }
-    let batch = std::mem::take(&mut *slot.queue.lock());
-    debug_assert!(batch.iter().any(|r| Arc::ptr_eq(r, &me)), "queued before the lock");
-    // The newest transaction among them: only it can still be running (the others fall back).
-    let tid = batch.iter().map(|r| r.tid).fold(tid, |a, b| if b.is_after(a) { b } else { a });
-    let outcome = write_batch(shared, fc, &mut area, tid, &batch);
-    let failed = outcome.is_err();
-    for request in &batch {
-        let result = match &outcome {
-            Err(_) => Err(()),
-            Ok(_) if request.tid != tid => Ok(FastCommitOutcome::Fallback(FcFallback::NotRunning)),
-            Ok(outcome) => Ok(*outcome),
-        };
-        *request.done.lock() = Some(result);
+}
+
+/// Batches a leader writes after its own request's, at most, before it hands the area over
+/// (its fsync has returned nothing until then).
+const LEAD_AFTER_DONE: usize = 4;
+
+/// The leader's loop, holding the area's lock: takes what is queued as one batch, writes it,
+/// marks each request done and wakes the waiters, and goes on while requests keep coming
+/// (handing the lock to a waiter would cost a wake-up per batch). Returns with the queue
+/// locked and, unless it stopped after [`LEAD_AFTER_DONE`] batches, empty.
+fn lead<'q>(
+    shared: &Shared,
+    fc: &FcArea,
+    slot: &'q AreaSlot,
+    area: &mut AreaState,
+    mut queue: parking_lot::MutexGuard<'q, Vec<Arc<Request>>>,
+    me: &Arc<Request>,
+) -> parking_lot::MutexGuard<'q, Vec<Arc<Request>>> {
+    let mut after_done = 0;
+    while !queue.is_empty() && after_done <= LEAD_AFTER_DONE {
+        let batch = std::mem::take(&mut *queue);
+        drop(queue);
+        // The newest transaction among them: only it can still be running (the others fall
+        // back).
+        let tid = batch.iter().map(|r| r.tid).reduce(|a, b| if b.is_after(a) { b } else { a });
+        let tid = tid.expect("a batch is not empty");
+        let outcome = write_batch(shared, fc, area, tid, &batch);
+        for request in &batch {
+            let result = match &outcome {
+                Err(_) => Err(()),
+                Ok(_) if request.tid != tid => {
+                    Ok(FastCommitOutcome::Fallback(FcFallback::NotRunning))
+                }
+                Ok(outcome) => Ok(*outcome),
+            };
+            *request.done.lock() = Some(result);
+        }
+        queue = slot.queue.lock();
+        slot.batch_done.notify_all();
+        if me.done.lock().is_some() {
+            after_done += 1;
+        }
     }
-    drop(area);
-    if failed {
-        return outcome;
-    }
-    let done = me.done.lock().take().expect("set with the batch");
-    done_outcome(shared, done)
+    queue
 }
 
 /// What a request's batch left it.
