@@ -260,26 +260,28 @@ impl Filesystem {
         if let Some((first, last)) = track.range {
             let ectx = extent_ctx(self, ino, data);
             let mut io = ReadIo { fs: self };
-            let mut lblk = first;
-            while lblk <= last {
-                let left = last - lblk + 1;
-                let step = match extent_tree::lookup(&mut io, &ectx, &inode.block, lblk)? {
+            for (lblk, run) in extent_tree::mapping(&mut io, &ectx, &inode.block, first, last)? {
+                match run {
                     Lookup::Mapped { pblk, len, unwritten } => {
+                        // ADD_RANGE carries at most an extent's length.
                         let max = if unwritten { ADD_RANGE_UNWRITTEN_MAX } else { ADD_RANGE_MAX };
-                        let len = len.min(left).min(max);
-                        let extent = Extent { logical: lblk, len, start: pblk, unwritten };
-                        ranges.push(FcRecord::AddRange { ino, extent });
-                        len
+                        let mut done = 0;
+                        while done < len {
+                            let step = (len - done).min(max);
+                            let extent = Extent {
+                                logical: lblk + done,
+                                len: step,
+                                start: pblk + u64::from(done),
+                                unwritten,
+                            };
+                            ranges.push(FcRecord::AddRange { ino, extent });
+                            done += step;
+                        }
                     }
                     Lookup::Hole { len_to_next } => {
-                        let len = len_to_next.unwrap_or(u32::MAX).min(left);
+                        let len = len_to_next.expect("mapping gives a hole its length");
                         ranges.push(FcRecord::DelRange { ino, logical: lblk, len });
-                        len
                     }
-                };
-                match lblk.checked_add(step) {
-                    Some(next) => lblk = next,
-                    None => break, // past the last logical block
                 }
             }
         }

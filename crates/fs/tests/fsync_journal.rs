@@ -683,7 +683,8 @@ fn concurrent_fsyncs_share_fast_commits_and_each_comes_back() {
                 })
             })
             .collect();
-        let expected: Vec<(u32, Vec<u8>)> = threads.into_iter().map(|h| h.join().unwrap()).collect();
+        let expected: Vec<(u32, Vec<u8>)> =
+            threads.into_iter().map(|h| h.join().unwrap()).collect();
         let stats = fs.journal().stats();
         println!(
             "fc_areas={fc_areas}: {} fsyncs as fast commits in {} area writes, {} transactions",
@@ -708,4 +709,55 @@ fn concurrent_fsyncs_share_fast_commits_and_each_comes_back() {
             }
         });
     }
+}
+
+/// Fast commits that fill the area to its end: the kernel's and e2fsck's recovery read area
+/// blocks until one stops the scan, up to one block past the journal, where the read fails and
+/// the mount with it. The area's last block is left zero, so a full area still stops the scan:
+/// the crash image mounts, and both bring back every fsync.
+#[test]
+fn a_full_fast_commit_area_still_stops_the_kernels_scan() {
+    let Some((scratch, image)) =
+        fresh_image("fsync-journal-full-area", &["-b", "4096", "-O", "fast_commit"])
+    else {
+        return;
+    };
+    // How many one-block fast commits the area takes before the first "area full".
+    let probe = scratch.path("probe.img");
+    std::fs::copy(&image, &probe).unwrap();
+    let fits = {
+        let fs = Filesystem::open(open_device(&probe), fsync_journal()).unwrap();
+        let ino = (0..20)
+            .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+            .last()
+            .unwrap();
+        fs.sync().unwrap();
+        let mut n = 0;
+        while fallbacks(&fs).is_empty() {
+            fs.write(ino, n * 100, &chunk(n as u8, 100)).unwrap();
+            fs.fsync(ino, false).unwrap();
+            n += 1;
+        }
+        assert_eq!(fallbacks(&fs), vec![("area full".to_string(), 1)]);
+        fs.unmount().unwrap();
+        n - 1
+    };
+    let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
+    let ino = (0..20)
+        .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+        .last()
+        .unwrap();
+    fs.sync().unwrap();
+    let mut expected = Vec::new();
+    for n in 0..fits {
+        let bytes = chunk(n as u8, 100);
+        fs.write(ino, n * 100, &bytes).unwrap();
+        expected.extend_from_slice(&bytes);
+        fs.fsync(ino, false).unwrap();
+    }
+    assert_eq!(fs.journal().stats().fast_commits, fits, "every fsync a fast commit");
+    fs.crash();
+    recover_three_ways(&scratch, &image, |fs, who| {
+        assert!(read_all(fs, ino).unwrap() == expected, "{who}: the last fsync's contents");
+    });
 }

@@ -90,6 +90,8 @@ pub enum FastCommitOutcome {
 /// Lock order: area locks (in index order) before `flagged`, both before `j_state_lock`.
 pub(crate) struct FcArea {
     areas: Vec<AreaSlot>,
+    /// The journal block after the area (`s_maxlen`).
+    end: u32,
     /// Per-core areas: whether the superblock on disk has INCOMPAT_QUILL_FC_AREAS.
     flagged: Mutex<bool>,
 }
@@ -100,19 +102,28 @@ pub(crate) struct FcArea {
 /// `ext4_fc_commit` lets an fsync whose changes another fast commit carries return with it: an
 /// fsync queues its records; if the area's lock is free it leads, writing every queued request
 /// of the newest transaction as one fast commit (one flush, one FUA write), batch after batch
-/// while requests keep coming; otherwise it waits for a batch to carry its request, or for the
-/// lock to come free. Waiters learn they are done from the condition variable, not by taking
-/// the lock in turn: on a 2-core machine with 32 fsyncing threads, a lock passed through every
-/// done waiter, one wake-up after another, held the next batch back (two fsyncs per write).
-/// Without batches at all, N concurrent fsyncs paid N flush and FUA pairs in turn.
+/// while requests keep coming; otherwise it parks until a batch carries its request (the
+/// leader unparks each owner) or the lock comes free (whoever lets it go unparks the owner of
+/// the first queued request). Waiters are never woken through a shared lock: on a 2-core
+/// machine with 32 fsyncing threads, a lock passed through every done waiter, one wake-up
+/// after another, held the next batch back (two fsyncs per write). Without batches at all, N
+/// concurrent fsyncs paid N flush and FUA pairs in turn.
 ///
-/// Lock order: `queue` before the area lock (taken with `try_lock` only, under `queue`; a
-/// leader holds the area lock and takes `queue` between batches).
+/// Lock order: the area lock before `queue`; `queue` is held only to push or take requests,
+/// never while taking the area lock.
 struct AreaSlot {
     state: Mutex<AreaState>,
     queue: Mutex<Vec<Arc<Request>>>,
-    /// Signalled (under `queue`) when a batch is done and when a leader lets the area go.
-    batch_done: parking_lot::Condvar,
+}
+
+impl AreaSlot {
+    /// After the area's lock was let go: the owner of the first queued request (if any) must
+    /// look again, to lead.
+    fn wake_next(&self) {
+        if let Some(next) = self.queue.lock().first() {
+            next.owner.unpark();
+        }
+    }
 }
 
 /// One fsync's fast commit, waiting in an area's queue.
@@ -123,6 +134,8 @@ struct Request {
     /// Set by the batch that carried it: the outcome, or `Err` when the batch failed (the
     /// journal is then aborted and says why).
     done: Mutex<Option<std::result::Result<FastCommitOutcome, ()>>>,
+    /// The fsync's thread, unparked when `done` is set or when it may lead.
+    owner: std::thread::Thread,
 }
 
 struct AreaState {
@@ -134,14 +147,37 @@ struct AreaState {
     next: u32,
 }
 
+/// The area's last block is left zero. The kernel's and e2fsck's recovery (jbd2's
+/// `fc_do_one_pass`) read area blocks until the replay callback says stop, up to
+/// `j_fc_last`, which is `s_maxlen`: one block past the journal, where `jread` fails ("JBD2:
+/// corrupted journal superblock") and the mount with it. A zero block stops the scan (tag 0 is
+/// no record), so an area whose fast commits fill it to the end would make the image
+/// unmountable; the kernel's own writer stops one block short too (`jbd2_fc_get_buf`). Seen
+/// when concurrent fsyncs filled a 15-block area. The block is zeroed when the journal
+/// attaches with fast commits ([`zero_area_end`]).
+pub(crate) const AREA_END_GUARD: u32 = 1;
+
+/// Writes zeros over the area's guard block (made durable by the first fast commit's flush,
+/// before any block it writes could lead a scan there).
+pub(crate) fn zero_area_end(shared: &Shared) -> Result<()> {
+    let Some(fc) = &shared.fc_area else { return Ok(()) };
+    let last = fc.end - 1;
+    let zeros = vec![0u8; shared.location.block_size() as usize];
+    shared
+        .dev
+        .write_at(shared.log_offset(last), &zeros)
+        .map_err(|e| shared.abort_on("zeroing the fast-commit area's last block", e))
+}
+
 /// Blocks a per-core area needs at least: a fast commit of a few blocks, and another.
 pub(crate) const FC_AREA_BLOCKS_MIN: u32 = 4;
 
 impl FcArea {
     /// The area `[first, end)` of the journal (`log_end + 1 .. max_len`), in `parts` equal
-    /// areas (1: the standard one).
+    /// areas (1: the standard one). Its last block is never written (see
+    /// [`AREA_END_GUARD`]).
     pub fn new(first: u32, end: u32, parts: u32) -> FcArea {
-        let areas = ondisk::jbd2::fast_commit_parts(first, end, parts)
+        let areas = ondisk::jbd2::fast_commit_parts(first, end - AREA_END_GUARD, parts)
             .into_iter()
             .map(|r| AreaSlot {
                 state: Mutex::new(AreaState {
@@ -151,10 +187,9 @@ impl FcArea {
                     next: 0,
                 }),
                 queue: Mutex::new(Vec::new()),
-                batch_done: parking_lot::Condvar::new(),
             })
             .collect();
-        FcArea { areas, flagged: Mutex::new(false) }
+        FcArea { areas, end, flagged: Mutex::new(false) }
     }
 
     fn per_core(&self) -> bool {
@@ -195,8 +230,7 @@ pub(crate) fn retire_superseded(shared: &Shared, durable: Tid) -> Result<()> {
     // An fsync that found an area's lock taken here waits for a leader: it must look again
     // (also after an error, which aborted the journal: it then gets the abort).
     for slot in &fc.areas {
-        let _queue = slot.queue.lock();
-        slot.batch_done.notify_all();
+        slot.wake_next();
     }
     retired
 }
@@ -302,45 +336,45 @@ fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastComm
     for record in records {
         record.encode(&mut encoded);
     }
-    let me = Arc::new(Request { tid, encoded, done: Mutex::new(None) });
-    let mut queue = slot.queue.lock();
-    queue.push(me.clone());
+    let me =
+        Arc::new(Request { tid, encoded, done: Mutex::new(None), owner: std::thread::current() });
+    slot.queue.lock().push(me.clone());
     loop {
         if let Some(done) = me.done.lock().take() {
             // A batch carried it (this thread's, or the leader's of the moment).
             return done_outcome(shared, done);
         }
         if let Some(mut area) = slot.state.try_lock() {
-            queue = lead(shared, fc, slot, &mut area, queue, &me);
+            lead(shared, fc, slot, &mut area, &me);
             drop(area);
-            // Whatever was queued meanwhile needs a leader: wake the waiters to take over.
-            slot.batch_done.notify_all();
+            slot.wake_next();
             continue;
         }
-        slot.batch_done.wait(&mut queue);
+        // Unparked when a batch carries the request or the lock comes free (an unpark that
+        // comes first makes this return at once); the timeout is only a guard.
+        std::thread::park_timeout(PARK_GUARD);
     }
 }
+
+/// How long an fsync waiting for its fast commit sleeps at most before looking again: a guard,
+/// not the mechanism (it is unparked).
+const PARK_GUARD: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Batches a leader writes after its own request's, at most, before it hands the area over
 /// (its fsync has returned nothing until then).
 const LEAD_AFTER_DONE: usize = 4;
 
 /// The leader's loop, holding the area's lock: takes what is queued as one batch, writes it,
-/// marks each request done and wakes the waiters, and goes on while requests keep coming
-/// (handing the lock to a waiter would cost a wake-up per batch). Returns with the queue
-/// locked and, unless it stopped after [`LEAD_AFTER_DONE`] batches, empty.
-fn lead<'q>(
-    shared: &Shared,
-    fc: &FcArea,
-    slot: &'q AreaSlot,
-    area: &mut AreaState,
-    mut queue: parking_lot::MutexGuard<'q, Vec<Arc<Request>>>,
-    me: &Arc<Request>,
-) -> parking_lot::MutexGuard<'q, Vec<Arc<Request>>> {
+/// marks each request done and unparks its owner, and goes on while requests keep coming
+/// (handing the lock over would cost a wake-up per batch), at most [`LEAD_AFTER_DONE`]
+/// batches after its own.
+fn lead(shared: &Shared, fc: &FcArea, slot: &AreaSlot, area: &mut AreaState, me: &Arc<Request>) {
     let mut after_done = 0;
-    while !queue.is_empty() && after_done <= LEAD_AFTER_DONE {
-        let batch = std::mem::take(&mut *queue);
-        drop(queue);
+    while after_done <= LEAD_AFTER_DONE {
+        let batch = std::mem::take(&mut *slot.queue.lock());
+        if batch.is_empty() {
+            break;
+        }
         // The newest transaction among them: only it can still be running (the others fall
         // back).
         let tid = batch.iter().map(|r| r.tid).reduce(|a, b| if b.is_after(a) { b } else { a });
@@ -355,14 +389,12 @@ fn lead<'q>(
                 Ok(outcome) => Ok(*outcome),
             };
             *request.done.lock() = Some(result);
+            request.owner.unpark();
         }
-        queue = slot.queue.lock();
-        slot.batch_done.notify_all();
         if me.done.lock().is_some() {
             after_done += 1;
         }
     }
-    queue
 }
 
 /// What a request's batch left it.

@@ -343,6 +343,7 @@ impl Journal {
         if read_only {
             return Ok(journal);
         }
+        crate::fc_commit::zero_area_end(&journal.shared)?;
         journal.spawn_stage("commit", commit::commit_stage)?;
         if journal.shared.config.committing_max > 1 {
             journal.spawn_stage("flush", flush::flush_stage)?;
