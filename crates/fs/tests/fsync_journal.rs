@@ -692,7 +692,8 @@ fn concurrent_fsyncs_share_fast_commits_and_each_comes_back() {
         );
         assert!(stats.fast_commits > 0, "{stats:?}");
         assert!(stats.fast_commit_writes < stats.fast_commits, "no fsyncs shared: {stats:?}");
-        std::sync::Arc::try_unwrap(fs).ok().expect("threads joined").crash();
+        let Ok(fs) = std::sync::Arc::try_unwrap(fs) else { panic!("threads joined") };
+        fs.crash();
         if fc_areas > 1 {
             // Only quill replays per-core areas.
             let fs = Filesystem::open(open_device(&copy), MountOptions::default()).unwrap();

@@ -648,7 +648,8 @@ mod tests {
         assert_eq!(read_be32(&bytes, S_QUILL_FC_AREAS), Some(0));
         let clear = JournalSuperblock::parse(&bytes).unwrap();
         assert_eq!(clear.fc_areas, 0);
-        assert_eq!(clear.fast_commit_areas(), [4033..4096]);
+        let areas = clear.fast_commit_areas();
+        assert_eq!((areas.len(), areas[0].start, areas[0].end), (1, 4033, 4096));
         for (areas, incompat) in
             [(1, V3_64 | fc | quill), (65, V3_64 | fc | quill), (2, V3_64 | quill)]
         {
