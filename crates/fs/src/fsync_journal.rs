@@ -375,9 +375,11 @@ impl Filesystem {
         Ok(buffer.read(|b| b[offset + from.min(size)..offset + size].iter().all(|&x| x == 0)))
     }
 
-    /// Writes `plan` as a fast commit. `Ok(true)`: durable (and recorded in the inode's
-    /// tracking); `Ok(false)`: the journal fell back, commit the transaction.
-    pub(crate) fn fast_commit(&self, plan: &FcPlan) -> Result<bool> {
+    /// Queues `plan` as a fast commit, under the inode's lock (`Journal::queue_fast_commit`:
+    /// one file's fast commits are written in the order they are queued, and each carries
+    /// the file's whole state as of its plan, so a newer one must never be replayed before an
+    /// older one). `None`: nothing was queued, commit the transaction.
+    pub(crate) fn queue_fast_commit(&self, plan: &FcPlan) -> Option<journal::FcTicket> {
         let inode = FcRecord::Inode { ino: plan.ino, raw: &plan.raw };
         let mut records: Vec<FcRecord<'_>> = Vec::with_capacity(plan.ranges.len() + 3);
         if let Some((parent_ino, name)) = &plan.created {
@@ -397,7 +399,17 @@ impl Filesystem {
             records.extend(plan.ranges.iter().copied());
         }
         records.push(inode);
-        match self.journal.fast_commit(plan.tid, &records)? {
+        self.journal.queue_fast_commit(plan.tid, &records).ok()
+    }
+
+    /// Waits for the fast commit queued for `plan`. `Ok(true)`: durable (and recorded in the
+    /// inode's tracking); `Ok(false)`: the journal fell back, commit the transaction.
+    pub(crate) fn wait_fast_commit(
+        &self,
+        plan: &FcPlan,
+        ticket: journal::FcTicket,
+    ) -> Result<bool> {
+        match self.journal.wait_fast_commit(ticket)? {
             FastCommitOutcome::Fallback(_) => Ok(false),
             FastCommitOutcome::Durable { .. } => {
                 let slot = self.inodes.slot(plan.ino);

@@ -303,7 +303,13 @@ impl Filesystem {
             self.writeback_locked(ino, data)?;
             match if datasync { data.last_data_tid } else { data.last_tid } {
                 Some(tid) if !self.journal.last_durable().is_at_or_after(tid) => {
-                    Some((tid, self.fsync_plan(ino, data, tid)?))
+                    let plan = self.fsync_plan(ino, data, tid)?;
+                    // Queued under the inode's lock, in the order of the plans.
+                    let ticket = match &plan {
+                        FsyncPlan::FastCommit(fc) => self.queue_fast_commit(fc),
+                        _ => None,
+                    };
+                    Some((tid, plan, ticket))
                 }
                 _ => None,
             }
@@ -311,12 +317,14 @@ impl Filesystem {
         match pending {
             // Durable already: data written in place still needs the device's flush.
             None => self.dev.flush()?,
-            Some((_, FsyncPlan::AlreadyDurable)) => {}
+            Some((_, FsyncPlan::AlreadyDurable, _)) => {}
             // iJournaling: the file alone, as a fast commit, when it can; else the
             // transaction, whose commit flushes the device before its commit block.
-            Some((tid, plan)) => {
-                let fast = match &plan {
-                    FsyncPlan::FastCommit(fc) => self.fast_commit(fc)?,
+            Some((tid, plan, ticket)) => {
+                let fast = match (&plan, ticket) {
+                    (FsyncPlan::FastCommit(fc), Some(ticket)) => {
+                        self.wait_fast_commit(fc, ticket)?
+                    }
                     _ => false,
                 };
                 if !fast {

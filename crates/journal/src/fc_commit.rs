@@ -315,44 +315,73 @@ pub(crate) fn fast_commit(
     tid: Tid,
     records: &[FcRecord<'_>],
 ) -> Result<FastCommitOutcome> {
-    let outcome = write(shared, tid, records);
-    if let Ok(FastCommitOutcome::Fallback(reason)) = &outcome {
-        shared.note_fast_commit_fallback(reason.name());
+    match queue(shared, tid, records) {
+        Ok(ticket) => ticket.wait(shared),
+        Err(fallback) => {
+            shared.note_fast_commit_fallback(fallback.name());
+            Ok(FastCommitOutcome::Fallback(fallback))
+        }
     }
-    outcome
 }
 
-fn write(shared: &Shared, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastCommitOutcome> {
-    let Some(fc) = &shared.fc_area else {
-        return Ok(FastCommitOutcome::Fallback(FcFallback::Off));
-    };
+/// A fast commit queued in its area ([`queue`]); [`FcTicket::wait`] returns its outcome.
+pub struct FcTicket {
+    area: usize,
+    request: Arc<Request>,
+}
+
+/// Queues a fast commit of `records` for transaction `tid` in its file's area, or says why
+/// there is none to queue. Fast commits of one file reach the area in the order they are
+/// queued, and recovery replays them in that order: a caller queues under the file's lock,
+/// so that an older fast commit of the file (its INODE, its DEL_RANGEs) can never be
+/// written after a newer one.
+pub(crate) fn queue(
+    shared: &Shared,
+    tid: Tid,
+    records: &[FcRecord<'_>],
+) -> std::result::Result<FcTicket, FcFallback> {
+    let Some(fc) = &shared.fc_area else { return Err(FcFallback::Off) };
     // One file's fast commits in one area, in order (see FcArea).
     let ino = records.iter().find_map(|r| match r {
         FcRecord::Inode { ino, .. } => Some(*ino),
         _ => None,
     });
-    let slot = &fc.areas[ino.unwrap_or(0) as usize % fc.areas.len()];
+    let area = ino.unwrap_or(0) as usize % fc.areas.len();
     let mut encoded = Vec::new();
     for record in records {
         record.encode(&mut encoded);
     }
-    let me =
+    let request =
         Arc::new(Request { tid, encoded, done: Mutex::new(None), owner: std::thread::current() });
-    slot.queue.lock().push(me.clone());
-    loop {
-        if let Some(done) = me.done.lock().take() {
-            // A batch carried it (this thread's, or the leader's of the moment).
-            return done_outcome(shared, done);
+    fc.areas[area].queue.lock().push(request.clone());
+    Ok(FcTicket { area, request })
+}
+
+impl FcTicket {
+    /// Waits until a batch carries the fast commit, leading the area's batches when it is free.
+    pub(crate) fn wait(self, shared: &Shared) -> Result<FastCommitOutcome> {
+        let fc = shared.fc_area.as_ref().expect("queued in an area");
+        let slot = &fc.areas[self.area];
+        let me = &self.request;
+        loop {
+            if let Some(done) = me.done.lock().take() {
+                // A batch carried it (this thread's, or the leader's of the moment).
+                let outcome = done_outcome(shared, done);
+                if let Ok(FastCommitOutcome::Fallback(reason)) = &outcome {
+                    shared.note_fast_commit_fallback(reason.name());
+                }
+                return outcome;
+            }
+            if let Some(mut area) = slot.state.try_lock() {
+                lead(shared, fc, slot, &mut area, me);
+                drop(area);
+                slot.wake_next();
+                continue;
+            }
+            // Unparked when a batch carries the request or the lock comes free (an unpark
+            // that comes first makes this return at once); the timeout is only a guard.
+            std::thread::park_timeout(PARK_GUARD);
         }
-        if let Some(mut area) = slot.state.try_lock() {
-            lead(shared, fc, slot, &mut area, &me);
-            drop(area);
-            slot.wake_next();
-            continue;
-        }
-        // Unparked when a batch carries the request or the lock comes free (an unpark that
-        // comes first makes this return at once); the timeout is only a guard.
-        std::thread::park_timeout(PARK_GUARD);
     }
 }
 

@@ -398,6 +398,29 @@ impl Journal {
         crate::fc_commit::fast_commit(&self.shared, tid, records)
     }
 
+    /// [`Journal::fast_commit`] in two steps. Queue under the file's lock: one file's fast
+    /// commits are written, and replayed, in the order they are queued, so an older one can
+    /// never land after a newer one. `Err` is the fallback when there is nothing to queue.
+    pub fn queue_fast_commit(
+        &self,
+        tid: Tid,
+        records: &[FcRecord<'_>],
+    ) -> std::result::Result<crate::fc_commit::FcTicket, FastCommitOutcome> {
+        crate::fc_commit::queue(&self.shared, tid, records).map_err(|fallback| {
+            self.shared.note_fast_commit_fallback(fallback.name());
+            FastCommitOutcome::Fallback(fallback)
+        })
+    }
+
+    /// Then wait, without the file's lock, until a batch has written it (see
+    /// [`Journal::fast_commit`] for the outcome).
+    pub fn wait_fast_commit(
+        &self,
+        ticket: crate::fc_commit::FcTicket,
+    ) -> Result<FastCommitOutcome> {
+        ticket.wait(&self.shared)
+    }
+
     /// Whether fast commits can be written (`fsync_journal` on, and an area to write them).
     pub fn fast_commits_enabled(&self) -> bool {
         self.shared.fc_area.is_some()

@@ -56,7 +56,7 @@ pub use buffer::Buffer;
 pub use config::JournalConfig;
 pub use error::{JournalError, Result};
 pub use fast_commit::{FastCommitArea, FastCommitReplay, FastCommitReport, RefuseFastCommits};
-pub use fc_commit::{FastCommitOutcome, FcFallback};
+pub use fc_commit::{FastCommitOutcome, FcFallback, FcTicket};
 pub use handle::Handle;
 pub use journal::{panic_message, Journal};
 pub use location::{JournalLocation, LocationError, LocationExtent};
