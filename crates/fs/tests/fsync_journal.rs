@@ -30,6 +30,14 @@ fn chunk(round: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| round.wrapping_mul(37).wrapping_add(i as u8) | 1).collect()
 }
 
+/// Files `f0`, `f1`, ... in the root (past the journal inode's inode-table block once there
+/// are more than 16 or so), their inode numbers in order.
+fn create_files(fs: &Filesystem, count: usize) -> Vec<u32> {
+    (0..count)
+        .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
+        .collect()
+}
+
 /// A fresh 64 MiB image made by mkfs.ext4 with `extra` options, in its own scratch
 /// directory; `None` (after a SKIP line) without e2fsprogs.
 fn fresh_image(name: &str, extra: &[&str]) -> Option<(Scratch, std::path::PathBuf)> {
@@ -728,10 +736,7 @@ fn a_full_fast_commit_area_still_stops_the_kernels_scan() {
     std::fs::copy(&image, &probe).unwrap();
     let fits = {
         let fs = Filesystem::open(open_device(&probe), fsync_journal()).unwrap();
-        let ino = (0..20)
-            .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
-            .last()
-            .unwrap();
+        let ino = *create_files(&fs, 20).last().unwrap();
         fs.sync().unwrap();
         let mut n = 0;
         while fallbacks(&fs).is_empty() {
@@ -744,10 +749,7 @@ fn a_full_fast_commit_area_still_stops_the_kernels_scan() {
         n - 1
     };
     let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
-    let ino = (0..20)
-        .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
-        .last()
-        .unwrap();
+    let ino = *create_files(&fs, 20).last().unwrap();
     fs.sync().unwrap();
     let mut expected = Vec::new();
     for n in 0..fits {
@@ -776,10 +778,7 @@ fn concurrent_fdatasyncs_of_one_file_keep_every_acknowledged_append() {
     };
     let dev = std::sync::Arc::new(SlowSync(open_device(&image)));
     let fs = std::sync::Arc::new(Filesystem::open(dev, fsync_journal()).unwrap());
-    let log = (0..20)
-        .map(|k| fs.create(ROOT_INO, format!("f{k}").as_bytes(), 0o644, 0, 0).unwrap().ino)
-        .last()
-        .unwrap();
+    let log = *create_files(&fs, 20).last().unwrap();
     fs.sync().unwrap();
     const RECORD: usize = 1000;
     let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
