@@ -332,14 +332,17 @@ impl RecordingDevice {
         };
 
         let mut image = self.initial.clone();
-        // For each sector, the op index of the newest durable write to it.
-        let mut durable_owner: HashMap<u64, usize> = HashMap::new();
+        // For each sector, the op index of the newest write to it that reached the media: the
+        // durable ones, then the applied ones. A write never replaces a newer one's sector (a
+        // cache holds one copy of a sector: once a write to it has completed, a later write
+        // replaces it there, and the older data cannot reach the media after the newer).
+        let mut owner: HashMap<u64, usize> = HashMap::new();
         for (index, op) in happened.iter().enumerate() {
             if let RecordedOp::Write { offset, data, fua, seq } = op {
                 if *fua || *seq < covers {
                     image[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
                     for s in 0..sectors_of(data) {
-                        durable_owner.insert(offset / SECTOR_SIZE + s as u64, index);
+                        owner.insert(offset / SECTOR_SIZE + s as u64, index);
                     }
                 }
             }
@@ -347,11 +350,11 @@ impl RecordingDevice {
         for &index in &state.applied {
             let (offset, data) = write(index);
             let all: Vec<u32> = (0..sectors_of(data)).collect();
-            apply_sectors(&mut image, &durable_owner, index, offset, data, &all);
+            apply_sectors(&mut image, &mut owner, index, offset, data, &all);
         }
         if let Some(torn) = &state.torn {
             let (offset, data) = write(torn.op_index);
-            apply_sectors(&mut image, &durable_owner, torn.op_index, offset, data, &torn.sectors);
+            apply_sectors(&mut image, &mut owner, torn.op_index, offset, data, &torn.sectors);
         }
         image
     }
@@ -474,7 +477,7 @@ fn sectors_of(data: &[u8]) -> u32 {
 /// Applies the chosen sectors of the write at op `index`, except those a later durable write owns.
 fn apply_sectors(
     image: &mut [u8],
-    durable_owner: &HashMap<u64, usize>,
+    owner: &mut HashMap<u64, usize>,
     index: usize,
     offset: u64,
     data: &[u8],
@@ -483,9 +486,10 @@ fn apply_sectors(
     let sector_bytes = SECTOR_SIZE as usize;
     for &s in sectors {
         let sector = offset / SECTOR_SIZE + s as u64;
-        if durable_owner.get(&sector).is_some_and(|&owner| owner > index) {
+        if owner.get(&sector).is_some_and(|&newer| newer > index) {
             continue;
         }
+        owner.insert(sector, index);
         let from = s as usize * sector_bytes;
         let at = sector as usize * sector_bytes;
         image[at..at + sector_bytes].copy_from_slice(&data[from..from + sector_bytes]);

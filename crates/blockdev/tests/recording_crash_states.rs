@@ -125,6 +125,27 @@ fn check_state(dev: &RecordingDevice, ops: &[RecordedOp], state: &CrashState) {
             assert!(newer, "durable op {} lost at sector {sector}: {why}", w.index);
         }
     }
+    // No sector holds a write older than another one that reached it (applied, or the torn
+    // write's sectors): once a write to a sector has completed, a later one replaces it in
+    // the cache, and the older data cannot reach the media after the newer.
+    let mut reached: Vec<usize> = state.applied.clone();
+    if let Some(torn) = &state.torn {
+        reached.push(torn.op_index);
+    }
+    for &index in &reached {
+        let Some(w) = writes.iter().find(|w| w.index == index) else { continue };
+        let range = w.first_sector..w.first_sector + w.sectors;
+        for (sector, &holder) in range.clone().zip(&tags[range]) {
+            let torn_elsewhere = state.torn.as_ref().is_some_and(|t| {
+                t.op_index == index && !t.sectors.contains(&((sector - w.first_sector) as u32))
+            });
+            if torn_elsewhere {
+                continue;
+            }
+            let newer = holder != 0 && by_seq[&holder].index >= w.index;
+            assert!(newer, "op {index} reached sector {sector} but older data shows: {why}");
+        }
+    }
     // At a flush boundary exactly the durable writes are on media.
     if state.kind == CrashKind::FlushBoundary {
         let mut expected = vec![0u64; tags.len()];
