@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::results::{Report, RunResult, Summary};
+use crate::results::{EngineFigures, Report, RunResult, Summary};
 
 /// The summary table: one row per (workload, target, threads) with the headline's median and
 /// range, the ratio against the baseline, throughput, fsync latency, the share of the device's
@@ -104,19 +104,29 @@ fn open_loop_table(out: &mut String, report: &Report, labels: &TargetLabels) {
     }
 }
 
+/// The summaries whose median run has engine figures `keep` accepts, with those figures.
+fn engine_rows(
+    report: &Report,
+    keep: impl Fn(&Summary, &EngineFigures) -> bool,
+) -> Vec<(&Summary, &EngineFigures)> {
+    report
+        .summaries
+        .iter()
+        .filter_map(|s| s.median_run.engine.as_ref().map(|e| (s, e)))
+        .filter(|(s, e)| keep(s, e))
+        .collect()
+}
+
+/// A row's first columns: workload, target and thread count.
+fn row_head(s: &Summary, labels: &TargetLabels) -> String {
+    format!("{:<20} {:<28} {:>4}", truncate(&s.workload, 20), labels.get(&s.target), s.threads)
+}
+
 /// fsync_journal: how many fsyncs of the median run were fast commits, and why the others
 /// committed the transaction.
 fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
-    let rows: Vec<&Summary> = report
-        .summaries
-        .iter()
-        .filter(|s| {
-            s.median_run
-                .engine
-                .as_ref()
-                .is_some_and(|e| e.fast_commits > 0 || !e.fast_commit_fallbacks.is_empty())
-        })
-        .collect();
+    let rows =
+        engine_rows(report, |_, e| e.fast_commits > 0 || !e.fast_commit_fallbacks.is_empty());
     if rows.is_empty() {
         return;
     }
@@ -131,25 +141,20 @@ fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
         "{:<20} {:<28} {:>4} {:>8} {:>6} {:>8} {:>7}  fallbacks",
         "workload", "target", "thr", "fc", "share", "fc/write", "blk/wr"
     );
-    for s in rows {
-        let r = &s.median_run;
-        let e = r.engine.as_ref().expect("filtered");
-        let share = if r.fsyncs == 0 { 0.0 } else { e.fast_commits as f64 / r.fsyncs as f64 };
+    for (s, e) in rows {
+        let fsyncs = s.median_run.fsyncs;
+        let share = if fsyncs == 0 { 0.0 } else { e.fast_commits as f64 / fsyncs as f64 };
         let writes = e.fast_commit_writes.max(1) as f64;
-        let per = e.fast_commit_blocks as f64 / writes;
-        let batch = e.fast_commits as f64 / writes;
         let fallbacks: Vec<String> =
             e.fast_commit_fallbacks.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
         let _ = writeln!(
             out,
-            "{:<20} {:<28} {:>4} {:>8} {:>5.0}% {:>8.2} {:>7.2}  {}",
-            truncate(&s.workload, 20),
-            labels.get(&s.target),
-            s.threads,
+            "{} {:>8} {:>5.0}% {:>8.2} {:>7.2}  {}",
+            row_head(s, labels),
             e.fast_commits,
             share * 100.0,
-            batch,
-            per,
+            e.fast_commits as f64 / writes,
+            e.fast_commit_blocks as f64 / writes,
             if fallbacks.is_empty() { "-".to_string() } else { fallbacks.join(", ") }
         );
     }
@@ -158,11 +163,7 @@ fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
 /// What each fsync cost the journal in the median run of a quill target: bytes it wrote (log,
 /// fast-commit area, checkpoints) and device flushes plus FUA writes it issued.
 fn per_fsync_table(out: &mut String, report: &Report, labels: &TargetLabels) {
-    let rows: Vec<&Summary> = report
-        .summaries
-        .iter()
-        .filter(|s| s.median_run.engine.is_some() && s.median_run.fsyncs > 0)
-        .collect();
+    let rows = engine_rows(report, |s, _| s.median_run.fsyncs > 0);
     if rows.is_empty() {
         return;
     }
@@ -176,16 +177,12 @@ fn per_fsync_table(out: &mut String, report: &Report, labels: &TargetLabels) {
         "{:<20} {:<28} {:>4} {:>10} {:>12}",
         "workload", "target", "thr", "KiB/fsync", "syncs/fsync"
     );
-    for s in rows {
-        let r = &s.median_run;
-        let e = r.engine.as_ref().expect("filtered");
-        let fsyncs = r.fsyncs as f64;
+    for (s, e) in rows {
+        let fsyncs = s.median_run.fsyncs as f64;
         let _ = writeln!(
             out,
-            "{:<20} {:<28} {:>4} {:>10.1} {:>12.2}",
-            truncate(&s.workload, 20),
-            labels.get(&s.target),
-            s.threads,
+            "{} {:>10.1} {:>12.2}",
+            row_head(s, labels),
             e.journal_bytes as f64 / 1024.0 / fsyncs,
             e.device_syncs as f64 / fsyncs
         );

@@ -41,10 +41,6 @@ use crate::extent_tree::{self, Lookup};
 use crate::filesystem::{DataMode, Filesystem};
 use crate::inodes::InodeData;
 
-/// Longest extent an ADD_RANGE may carry: `EXT_INIT_MAX_LEN`, and one less unwritten.
-const ADD_RANGE_MAX: u32 = 32768;
-const ADD_RANGE_UNWRITTEN_MAX: u32 = 32767;
-
 /// The reason counted for every fsync with fsync_journal on a file system without the
 /// fast_commit feature (no area e2fsck or the kernel would read).
 pub const NO_FEATURE: &str = "no fast_commit feature";
@@ -263,20 +259,11 @@ impl Filesystem {
             for (lblk, run) in extent_tree::mapping(&mut io, &ectx, &inode.block, first, last)? {
                 match run {
                     Lookup::Mapped { pblk, len, unwritten } => {
-                        // ADD_RANGE carries at most an extent's length.
-                        let max = if unwritten { ADD_RANGE_UNWRITTEN_MAX } else { ADD_RANGE_MAX };
-                        let mut done = 0;
-                        while done < len {
-                            let step = (len - done).min(max);
-                            let extent = Extent {
-                                logical: lblk + done,
-                                len: step,
-                                start: pblk + u64::from(done),
-                                unwritten,
-                            };
-                            ranges.push(FcRecord::AddRange { ino, extent });
-                            done += step;
-                        }
+                        // A run lies within one extent, so it fits one ADD_RANGE (whose extent
+                        // has the on-disk encoding's length limit).
+                        debug_assert!(len <= Extent::len_max(unwritten));
+                        let extent = Extent { logical: lblk, len, start: pblk, unwritten };
+                        ranges.push(FcRecord::AddRange { ino, extent });
                     }
                     Lookup::Hole { len_to_next } => {
                         let len = len_to_next.expect("mapping gives a hole its length");

@@ -35,6 +35,7 @@ use crate::journal::Shared;
 use crate::stats;
 use crate::transaction::{Transaction, TxnState};
 use ondisk::jbd2::fast_commit::{fast_commit_records, pack_fast_commit, FcRecord};
+use ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
 use ondisk::Tid;
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -87,13 +88,12 @@ pub enum FastCommitOutcome {
 /// full commit has superseded them all), so stock tools refuse a journal they would misread,
 /// and a clean journal is always standard (DESIGN.md §1).
 ///
-/// Lock order: area locks (in index order) before `flagged`, both before `j_state_lock`.
+/// Lock order: area locks (in index order) before the superblock's, both before
+/// `j_state_lock`.
 pub(crate) struct FcArea {
     areas: Vec<AreaSlot>,
     /// The journal block after the area (`s_maxlen`).
     end: u32,
-    /// Per-core areas: whether the superblock on disk has INCOMPAT_QUILL_FC_AREAS.
-    flagged: Mutex<bool>,
 }
 
 /// One area: its `j_fc_lock` and the fast commits waiting for it.
@@ -175,8 +175,16 @@ pub(crate) const FC_AREA_BLOCKS_MIN: u32 = 4;
 impl FcArea {
     /// The area `[first, end)` of the journal (`log_end + 1 .. max_len`), in `parts` equal
     /// areas (1: the standard one). Its last block is never written (see
-    /// [`AREA_END_GUARD`]).
-    pub fn new(first: u32, end: u32, parts: u32) -> FcArea {
+    /// [`AREA_END_GUARD`]). `Err` when per-core areas would be smaller than
+    /// [`FC_AREA_BLOCKS_MIN`].
+    pub fn new(first: u32, end: u32, parts: u32) -> std::result::Result<FcArea, String> {
+        let usable = end - AREA_END_GUARD - first;
+        if parts > 1 && usable / parts < FC_AREA_BLOCKS_MIN {
+            return Err(format!(
+                "fc_areas = {parts}: the fast-commit area of {usable} blocks leaves fewer than \
+                 {FC_AREA_BLOCKS_MIN} blocks to each"
+            ));
+        }
         let areas = ondisk::jbd2::fast_commit_parts(first, end - AREA_END_GUARD, parts)
             .into_iter()
             .map(|r| AreaSlot {
@@ -189,7 +197,7 @@ impl FcArea {
                 queue: Mutex::new(Vec::new()),
             })
             .collect();
-        FcArea { areas, end, flagged: Mutex::new(false) }
+        Ok(FcArea { areas, end })
     }
 
     fn per_core(&self) -> bool {
@@ -198,16 +206,18 @@ impl FcArea {
 }
 
 /// The superblock's INCOMPAT_QUILL_FC_AREAS set (and the area count), durable before a per-core
-/// area is written; called under that area's lock.
+/// area is written; called under that area's lock. The superblock itself says whether it is
+/// set already.
 fn flag_areas(shared: &Shared, fc: &FcArea) -> Result<()> {
-    let mut flagged = fc.flagged.lock();
-    if !*flagged {
-        let areas = fc.areas.len() as u32;
-        shared.update_superblock(|sb| {
-            sb.feature_incompat |= ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
+    let areas = fc.areas.len() as u32;
+    let written = shared.update_superblock_if(
+        |sb| !sb.has_incompat(INCOMPAT_QUILL_FC_AREAS),
+        |sb| {
+            sb.feature_incompat |= INCOMPAT_QUILL_FC_AREAS;
             sb.fc_areas = areas;
-        })?;
-        *flagged = true;
+        },
+    )?;
+    if written {
         stats::add(&shared.counters.fast_commit_syncs, 1);
     }
     Ok(())
@@ -261,20 +271,21 @@ fn retire_areas(shared: &Shared, fc: &FcArea, durable: Tid) -> Result<()> {
         held.push(area);
     }
     if fc.per_core() && idle {
-        clear_flag(shared, fc)?;
+        clear_flag(shared)?;
     }
     Ok(())
 }
 
 /// The superblock's INCOMPAT_QUILL_FC_AREAS cleared, every area being empty and locked.
-fn clear_flag(shared: &Shared, fc: &FcArea) -> Result<()> {
-    let mut flagged = fc.flagged.lock();
-    if *flagged {
-        shared.update_superblock(|sb| {
-            sb.feature_incompat &= !ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
+fn clear_flag(shared: &Shared) -> Result<()> {
+    let written = shared.update_superblock_if(
+        |sb| sb.has_incompat(INCOMPAT_QUILL_FC_AREAS),
+        |sb| {
+            sb.feature_incompat &= !INCOMPAT_QUILL_FC_AREAS;
             sb.fc_areas = 0;
-        })?;
-        *flagged = false;
+        },
+    )?;
+    if written {
         stats::add(&shared.counters.fast_commit_syncs, 1);
     }
     Ok(())
@@ -307,21 +318,6 @@ fn pin_running(shared: &Shared, tid: Tid) -> Result<Option<Pin<'_>>> {
     // the commit stage's lock-up sees this update.
     running.txn.updates.fetch_add(1, Ordering::AcqRel);
     Ok(Some(Pin { shared, txn: running.txn.clone() }))
-}
-
-/// See [`crate::Journal::fast_commit`].
-pub(crate) fn fast_commit(
-    shared: &Shared,
-    tid: Tid,
-    records: &[FcRecord<'_>],
-) -> Result<FastCommitOutcome> {
-    match queue(shared, tid, records) {
-        Ok(ticket) => ticket.wait(shared),
-        Err(fallback) => {
-            shared.note_fast_commit_fallback(fallback.name());
-            Ok(FastCommitOutcome::Fallback(fallback))
-        }
-    }
 }
 
 /// A fast commit queued in its area ([`queue`]); [`FcTicket::wait`] returns its outcome.

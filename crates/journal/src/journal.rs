@@ -174,7 +174,18 @@ impl Shared {
         &self,
         change: impl FnOnce(&mut ondisk::jbd2::JournalSuperblock),
     ) -> Result<()> {
-        let written = self.superblock.update(&*self.dev, &self.location, &self.locks, change);
+        self.update_superblock_if(|_| true, change).map(drop)
+    }
+
+    /// [`Shared::update_superblock`] only when `needed` says so of the superblock as it is
+    /// (checked under its lock); returns whether it wrote.
+    pub fn update_superblock_if(
+        &self,
+        needed: impl FnOnce(&ondisk::jbd2::JournalSuperblock) -> bool,
+        change: impl FnOnce(&mut ondisk::jbd2::JournalSuperblock),
+    ) -> Result<bool> {
+        let written =
+            self.superblock.update_if(&*self.dev, &self.location, &self.locks, needed, change);
         written.map_err(|e| self.abort(format!("writing the journal superblock: {e}"), e.errno()))
     }
 
@@ -298,19 +309,10 @@ impl Journal {
         let log = LogSpace::new(sb.first, sb.log_end(), sb.first);
         let fc_area = match fast_commits {
             false => None,
-            true => {
-                let (first, end) = (sb.log_end() + 1, sb.max_len);
-                let parts = config.fc_areas as u32;
-                if parts > 1 && (end - first) / parts < crate::fc_commit::FC_AREA_BLOCKS_MIN {
-                    return Err(JournalError::Invalid(format!(
-                        "fc_areas = {parts}: the fast-commit area of {} blocks leaves fewer than \
-                         {} blocks to each",
-                        end - first,
-                        crate::fc_commit::FC_AREA_BLOCKS_MIN
-                    )));
-                }
-                Some(FcArea::new(first, end, parts))
-            }
+            true => Some(
+                FcArea::new(sb.log_end() + 1, sb.max_len, config.fc_areas as u32)
+                    .map_err(JournalError::Invalid)?,
+            ),
         };
         let locks = Arc::new(LockCounters::default());
         let shared = Arc::new(Shared {
@@ -395,7 +397,10 @@ impl Journal {
     /// caller has written the file's data (not flushed it: this does). On
     /// [`FastCommitOutcome::Fallback`] nothing was written: commit `tid` instead.
     pub fn fast_commit(&self, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastCommitOutcome> {
-        crate::fc_commit::fast_commit(&self.shared, tid, records)
+        match self.queue_fast_commit(tid, records) {
+            Ok(ticket) => self.wait_fast_commit(ticket),
+            Err(fallback) => Ok(fallback),
+        }
     }
 
     /// [`Journal::fast_commit`] in two steps. Queue under the file's lock: one file's fast

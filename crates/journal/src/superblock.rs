@@ -138,7 +138,7 @@ pub fn format(
 ///
 /// Its lock is a leaf held across its own FUA write, so superblock writes land in the order
 /// their contents were made. An abort records its errno through it, so no code may abort while
-/// holding it: [`SuperblockWriter::update`] returns the device error and the caller aborts.
+/// holding it: [`SuperblockWriter::update_if`] returns the device error and the caller aborts.
 pub(crate) struct SuperblockWriter {
     /// [superblock lock]
     sb: TimedMutex<JournalSuperblock>,
@@ -168,18 +168,23 @@ impl SuperblockWriter {
         sb.first..sb.log_end()
     }
 
-    /// Applies `change` and writes the superblock (FUA) under its lock.
-    pub fn update(
+    /// Applies `change` and writes the superblock (FUA) under its lock, when `needed` says so
+    /// of the superblock as it is (checked under the same lock); returns whether it wrote.
+    pub fn update_if(
         &self,
         dev: &dyn BlockDevice,
         location: &JournalLocation,
         locks: &LockCounters,
+        needed: impl FnOnce(&JournalSuperblock) -> bool,
         change: impl FnOnce(&mut JournalSuperblock),
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let mut sb = self.sb.lock(locks);
+        if !needed(&sb) {
+            return Ok(false);
+        }
         change(&mut sb);
         self.unwritten.store(false, Ordering::Release);
-        write_superblock(dev, location, &sb)
+        write_superblock(dev, location, &sb).map(|()| true)
     }
 
     /// Writes the superblock naming the log start if nothing has written it since attach: the
