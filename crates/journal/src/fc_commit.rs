@@ -212,10 +212,7 @@ fn flag_areas(shared: &Shared, fc: &FcArea) -> Result<()> {
     let areas = fc.areas.len() as u32;
     let written = shared.update_superblock_if(
         |sb| !sb.has_incompat(INCOMPAT_QUILL_FC_AREAS),
-        |sb| {
-            sb.feature_incompat |= INCOMPAT_QUILL_FC_AREAS;
-            sb.fc_areas = areas;
-        },
+        |sb| sb.set_fc_areas(Some(areas)),
     )?;
     if written {
         stats::add(&shared.counters.fast_commit_syncs, 1);
@@ -280,10 +277,7 @@ fn retire_areas(shared: &Shared, fc: &FcArea, durable: Tid) -> Result<()> {
 fn clear_flag(shared: &Shared) -> Result<()> {
     let written = shared.update_superblock_if(
         |sb| sb.has_incompat(INCOMPAT_QUILL_FC_AREAS),
-        |sb| {
-            sb.feature_incompat &= !INCOMPAT_QUILL_FC_AREAS;
-            sb.fc_areas = 0;
-        },
+        |sb| sb.set_fc_areas(None),
     )?;
     if written {
         stats::add(&shared.counters.fast_commit_syncs, 1);

@@ -586,9 +586,8 @@ impl Journal {
         shared.update_superblock(|sb| {
             sb.sequence = next_tid;
             sb.start = 0;
-            sb.feature_incompat &=
-                !(feature::INCOMPAT_FAST_COMMIT | feature::INCOMPAT_QUILL_FC_AREAS);
-            sb.fc_areas = 0;
+            sb.feature_incompat &= !feature::INCOMPAT_FAST_COMMIT;
+            sb.set_fc_areas(None);
         })?;
         Ok(())
     }

@@ -181,8 +181,7 @@ pub fn recover_with_fast_commits(
     clean.sequence = scan.end_tid.next();
     clean.start = 0;
     // Per-core areas replayed (or superseded): the clean journal is standard again.
-    clean.feature_incompat &= !ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
-    clean.fc_areas = 0;
+    clean.set_fc_areas(None);
     write_superblock(dev, location, &clean)?;
     dev.flush()?;
     let mut replayed_blocks: Vec<u64> = replay.written.into_iter().collect();

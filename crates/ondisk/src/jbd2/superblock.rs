@@ -227,9 +227,11 @@ impl JournalSuperblock {
             bytes[S_CHECKSUM_TYPE] = self.checksum_type;
             write_be32(&mut bytes, S_NUM_FC_BLKS, self.num_fc_blocks);
             write_be32(&mut bytes, S_HEAD, self.head);
-            let areas =
-                if self.has_incompat(feature::INCOMPAT_QUILL_FC_AREAS) { self.fc_areas } else { 0 };
-            write_be32(&mut bytes, S_QUILL_FC_AREAS, areas);
+            // The padding word is quill's only with the flag; otherwise it stays as read
+            // ([`JournalSuperblock::set_fc_areas`] zeroes it when the flag goes).
+            if self.has_incompat(feature::INCOMPAT_QUILL_FC_AREAS) {
+                write_be32(&mut bytes, S_QUILL_FC_AREAS, self.fc_areas);
+            }
         }
         if self.checksum_version().has_block_checksums() {
             let checksum = superblock_checksum(&bytes);
@@ -280,6 +282,22 @@ impl JournalSuperblock {
         } else {
             self.num_fc_blocks
         }
+    }
+
+    /// quill's per-core fast-commit areas: `Some(n)` sets INCOMPAT_QUILL_FC_AREAS and the count,
+    /// `None` clears both and zeroes the padding word they use, so the journal is standard.
+    pub fn set_fc_areas(&mut self, areas: Option<u32>) {
+        match areas {
+            Some(n) => {
+                self.feature_incompat |= feature::INCOMPAT_QUILL_FC_AREAS;
+                self.fc_areas = n;
+            }
+            None => {
+                self.feature_incompat &= !feature::INCOMPAT_QUILL_FC_AREAS;
+                self.fc_areas = 0;
+            }
+        }
+        write_be32(&mut self.raw[..], S_QUILL_FC_AREAS, self.fc_areas);
     }
 
     /// The fast-commit area's parts, in journal blocks: one standard area, or with
@@ -643,7 +661,7 @@ mod tests {
         assert_eq!(areas, vec![4033..4054, 4054..4075, 4075..4096]);
         // Cleared: the padding word is written back as zero and reads as no areas.
         let mut clear = parsed.clone();
-        clear.feature_incompat &= !quill;
+        clear.set_fc_areas(None);
         let bytes = clear.encode();
         assert_eq!(read_be32(&bytes, S_QUILL_FC_AREAS), Some(0));
         let clear = JournalSuperblock::parse(&bytes).unwrap();
