@@ -34,8 +34,13 @@ impl Scratch {
 }
 
 impl Drop for Scratch {
+    /// Removes the directory, except under a failing test: its images are the evidence.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::thread::panicking() {
+            eprintln!("kept the failing test's files in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
