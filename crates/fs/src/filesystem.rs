@@ -7,7 +7,9 @@
 //!    VFS's `s_vfs_rename_mutex`), so directory ancestry cannot change while they lock.
 //! 2. Directory inode locks: a parent before its child; two unrelated directories (only under
 //!    `rename_lock`) by inode number.
-//! 3. Non-directory inode locks, by inode number.
+//! 3. Non-directory inode locks, by inode number. One exception: a new inode's lock is taken
+//!    inside the creating handle, right after its number is allocated (`create_node`); no
+//!    one holding a free inode's lock starts a handle, so that cannot deadlock.
 //! 4. Starting a journal handle (`Journal::start` may wait for a commit, which never needs an
 //!    inode lock, so holding inode locks here cannot deadlock). Block reservations are taken
 //!    before the handle starts, because a reservation may wait for a commit.

@@ -501,6 +501,16 @@ impl Filesystem {
                 }
                 Err(err) => return self.finish(Err(err), txn),
             };
+        // The new inode's lock, held from here until its state is in the slot. Its name is
+        // visible without the parent's lock as soon as `dir_add` fills the dentry cache, and
+        // its record as soon as `write_inode` runs: another thread that locked the slot in
+        // between would load that record, change it (a setxattr), and have the change
+        // overwritten when the slot is filled here. Taking an inode lock inside a handle is
+        // the one exception to the lock order (`filesystem.rs`), and cannot deadlock: the
+        // number was free until `alloc_inode`, and every operation finds a free inode deleted
+        // (`lock_live`) and lets go of it without starting a handle.
+        let new_slot = self.inodes.slot(ino);
+        let mut new_guard = new_slot.state.lock();
         // The new inode as far as it got (its blocks, whether its record was written), for
         // undoing it when a later step fails.
         let mut made: Option<(InodeData, bool)> = None;
@@ -569,9 +579,8 @@ impl Filesystem {
         })();
         match &result {
             Ok(_) => {
-                // The new inode's slot starts out loaded (nobody else knows its number yet).
                 let (data, _) = made.take().expect("made on success");
-                *self.inodes.slot(ino).state.lock() = Some(data);
+                *new_guard = Some(data);
             }
             Err(_) => {
                 // ext4's error path (drop_nlink + iput) frees the new inode: do the same in

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use blockdev::memory::MemDevice;
 use common::{assert_fsck_clean, have, list_dir, mkfs, run_watched, seed, Rng, Scratch};
-use fs::{Filesystem, FsError, MountOptions, RenameFlags, ROOT_INO};
+use fs::{Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO};
 
 const THREADS: usize = 16;
 const OPS_PER_THREAD: usize = 400;
@@ -213,6 +213,86 @@ fn a_create_the_directory_cannot_hold_leaves_no_cached_name() {
     );
     assert!(fs.resolve(&format!("/d/{failed}")).is_err());
     fs.unlink(ROOT_INO, b"filler").unwrap();
+    fs.unmount().unwrap();
+    std::fs::write(&path, dev.snapshot()).unwrap();
+    assert_fsck_clean(&path);
+}
+
+/// Files each creator makes in the race test below.
+const RACE_FILES: usize = 2000;
+/// Creator threads in the race test; each has a chaser.
+const RACE_PAIRS: usize = 4;
+
+/// A creator thread makes files `c<T>-<I>` and sets `user.creator` on each right after; its
+/// chaser looks each name up (through the dentry cache, which knows it as soon as the entry is
+/// added, before the create returns) and sets `user.chaser` the moment it resolves. Both
+/// changes must survive: a create that filled the new inode's slot after the chaser could
+/// reach it overwrote the chaser's change, and its xattr block leaked (e2fsck: "block bitmap
+/// differences").
+#[test]
+fn a_change_made_through_a_new_name_before_its_create_returns_is_kept() {
+    if !have("mkfs.ext4", "new-name race test") || !have("e2fsck", "new-name race test") {
+        return;
+    }
+    let scratch = Scratch::new("dentry-cache-race");
+    let path = scratch.path("fs.img");
+    mkfs(&path, "32M", &["-b", "1024", "-N", "16384"]);
+    let dev = Arc::new(MemDevice::from_bytes(std::fs::read(&path).unwrap()));
+    let fs = Arc::new(Filesystem::open(dev.clone(), MountOptions::default()).unwrap());
+    let dir = fs.mkdir(ROOT_INO, b"race", 0o755, 0, 0).unwrap().ino;
+    // Values too big for the inode's xattr space, so each lives in the xattr block.
+    let value = |who: &str, name: &str| format!("{who}:{name}:{}", "v".repeat(300)).into_bytes();
+    let shared = fs.clone();
+    let results = run_watched(2 * RACE_PAIRS, Duration::from_secs(300), move |t| {
+        let (pair, chaser) = (t / 2, t % 2 == 1);
+        let mut chased = 0;
+        for i in 0..RACE_FILES {
+            let name = format!("c{pair}-{i}");
+            if chaser {
+                let ino = loop {
+                    match shared.lookup(dir, name.as_bytes()) {
+                        Ok(attr) => break attr.ino,
+                        Err(FsError::NotFound) => std::thread::yield_now(),
+                        Err(e) => return Err(format!("lookup {name}: {e}")),
+                    }
+                };
+                shared
+                    .setxattr(ino, b"user.chaser", &value("chaser", &name), SetMode::Any)
+                    .map_err(|e| format!("chaser's setxattr on {name}: {e}"))?;
+                chased += 1;
+            } else {
+                let ino = shared
+                    .create(dir, name.as_bytes(), 0o644, 0, 0)
+                    .map_err(|e| format!("create {name}: {e}"))?
+                    .ino;
+                shared
+                    .setxattr(ino, b"user.creator", &value("creator", &name), SetMode::Any)
+                    .map_err(|e| format!("creator's setxattr on {name}: {e}"))?;
+            }
+        }
+        Ok(chased)
+    });
+    for (t, result) in results.into_iter().enumerate() {
+        if let Err(e) = result {
+            panic!("thread {t}: {e}");
+        }
+    }
+    let mut lost = Vec::new();
+    for pair in 0..RACE_PAIRS {
+        for i in 0..RACE_FILES {
+            let name = format!("c{pair}-{i}");
+            let ino = fs.lookup(dir, name.as_bytes()).unwrap().ino;
+            for who in ["creator", "chaser"] {
+                let key = format!("user.{who}");
+                match fs.getxattr(ino, key.as_bytes()) {
+                    Ok(got) if got == value(who, &name) => {}
+                    other => lost.push(format!("{name} {key}: {other:?}")),
+                }
+            }
+        }
+    }
+    assert!(lost.is_empty(), "{} acknowledged setxattrs lost, first: {:?}", lost.len(), &lost[..1]);
+    let fs = Arc::try_unwrap(fs).unwrap_or_else(|_| panic!("the workers are done"));
     fs.unmount().unwrap();
     std::fs::write(&path, dev.snapshot()).unwrap();
     assert_fsck_clean(&path);
