@@ -1,8 +1,9 @@
 //! The commit stage (JBD2 commit.c, CJFS's commit thread).
 //!
 //! For each transaction, in tid order:
-//! 1. `commit_lock_up`: wait for a committing slot (`committing_max`), lock the transaction so
-//!    no new handle joins, wait for its open handles. Conflicts (buffers whose `versions_max`
+//! 1. `commit_lock_up`: wait for a committing slot (`committing_max`), close the transaction
+//!    to fast commits and wait for those being written (`fc_commit.rs`), lock the transaction
+//!    so no new handle joins, wait for its open handles. Conflicts (buffers whose `versions_max`
 //!    versions are all in flight) are waited out; with coalescing the transaction first goes
 //!    back to Running and keeps absorbing handles while it waits.
 //! 2. `commit_freeze`: every buffer gets a frozen version (an `Arc` clone; writers copy on
@@ -121,6 +122,7 @@ fn commit_lock_up(shared: &Shared, txn: &Transaction) -> bool {
         stats::add_time(&shared.counters.ns_conflict_wait, waited.elapsed());
         return false;
     }
+    crate::fc_commit::wait_fast_commits(shared, txn);
     {
         // Under the write lock no handle is between its Running check and its updates
         // increment (both happen under the read lock), so from here `updates` only falls.

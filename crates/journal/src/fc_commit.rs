@@ -14,7 +14,7 @@
 //! | step | what | why |
 //! |---|---|---|
 //! | 1 | queue the records, take `j_fc_lock` (the file's area's, with per-core areas); if an earlier holder wrote them, return its outcome; else take every queued request of the newest transaction as one batch | one fast commit at a time owns an area (as the kernel); concurrent fsyncs share one fast commit (group commit, see `AreaSlot`) |
-//! | 2 | pin transaction `tid` if it is the running one, else fall back | a full commit must not lock it while its fast commit is written; one already locked commits anyway |
+//! | 2 | pin transaction `tid` if it is the running one and its commit has not begun, else fall back | its full commit waits for the pins before it locks the transaction, as the kernel's waits for an ongoing fast commit; handles go on joining meanwhile |
 //! | 3 | write the superblock naming the log if nothing has since attach | in the first transaction it may still say "clean" (`s_start = 0`), and recovery would read nothing (the kernel instead refuses fast commits before the first full commit) |
 //! | 4 | wait until `tid - 1` is durable | recovery replays fast commits only of the tid right after the last complete full commit; with several transactions in flight the previous one may still be committing |
 //! | 5 | per-core areas: INCOMPAT_QUILL_FC_AREAS durable in the superblock; area reset when it holds another tid's fast commits | stock tools must refuse what they would misread; the old fast commits were superseded when their transaction became durable (step 4 for this tid) |
@@ -285,8 +285,12 @@ fn clear_flag(shared: &Shared) -> Result<()> {
     Ok(())
 }
 
-/// A running transaction held open as a handle holds it: it cannot finish locking (JBD2's
-/// `t_updates`) until the pin is dropped.
+/// A running transaction kept from being locked while its fast commit is written (the
+/// kernel's `JBD2_FAST_COMMIT_ONGOING`): the commit stage waits for its pins before it locks
+/// the transaction ([`wait_fast_commits`]). Handles go on joining meanwhile, as in the
+/// kernel, whose full commit waits for an ongoing fast commit before `T_LOCKED`; a pin counted
+/// as an open handle instead held every new handle back for the fast commit's flush and FUA
+/// write.
 struct Pin<'a> {
     shared: &'a Shared,
     txn: Arc<Transaction>,
@@ -294,24 +298,53 @@ struct Pin<'a> {
 
 impl Drop for Pin<'_> {
     fn drop(&mut self) {
-        if self.txn.updates.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.txn.fc_writers.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shared.commit_wake.wake_all();
         }
     }
 }
 
-/// Pins transaction `tid` if it is the running one and not locked.
+/// Pins transaction `tid` if it is the running one and the commit stage has not closed it to
+/// fast commits.
 fn pin_running(shared: &Shared, tid: Tid) -> Result<Option<Pin<'_>>> {
     let st = shared.state.read(&shared.locks);
     st.aborted()?;
     let Some(running) = st.txns().running() else { return Ok(None) };
-    if running.tid() != tid || running.state() != TxnState::Running {
+    if running.tid() != tid
+        || running.state() != TxnState::Running
+        || running.txn.fc_closed.load(Ordering::Acquire)
+    {
         return Ok(None);
     }
-    // As a handle's admission: under the read lock a Running transaction cannot be locked, so
-    // the commit stage's lock-up sees this update.
-    running.txn.updates.fetch_add(1, Ordering::AcqRel);
+    // Under the read lock `fc_closed` cannot be set (the commit stage sets it under the write
+    // lock), so the commit stage's wait sees this pin.
+    running.txn.fc_writers.fetch_add(1, Ordering::AcqRel);
     Ok(Some(Pin { shared, txn: running.txn.clone() }))
+}
+
+/// The commit stage's step before it locks `txn`: no new fast commit of it may begin, and
+/// those being written finish (jbd2_journal_commit_transaction's wait for
+/// `JBD2_FAST_COMMIT_ONGOING`, then `JBD2_FULL_COMMIT_ONGOING`). A fast commit must not be in
+/// flight while its transaction commits: once the transaction is durable its fast commits are
+/// retired (`retire_superseded`), which takes for granted that a fast commit holding an
+/// area's lock is of a newer transaction.
+pub(crate) fn wait_fast_commits(shared: &Shared, txn: &Transaction) {
+    if shared.fc_area.is_none() {
+        return;
+    }
+    if !txn.fc_closed.load(Ordering::Acquire) {
+        let _st = shared.state.write(&shared.locks);
+        txn.fc_closed.store(true, Ordering::Release);
+    }
+    let waited = Instant::now();
+    loop {
+        let ticket = shared.commit_wake.ticket();
+        if txn.fc_writers.load(Ordering::Acquire) == 0 {
+            break;
+        }
+        shared.commit_wake.wait(ticket);
+    }
+    stats::add_time(&shared.counters.ns_fast_commit_wait, waited.elapsed());
 }
 
 /// A fast commit queued in its area ([`queue`]); [`FcTicket::wait`] returns its outcome.

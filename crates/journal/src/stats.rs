@@ -49,6 +49,7 @@ pub(crate) struct Counters {
     pub fast_commit_syncs: AtomicU64,
     pub fast_commit_writes: AtomicU64,
     pub ns_fast_commit: AtomicU64,
+    pub ns_fast_commit_wait: AtomicU64,
 }
 
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
@@ -137,6 +138,9 @@ pub struct JournalStats {
     pub fast_commits: u64,
     pub fast_commit_blocks: u64,
     pub ms_fast_commit: f64,
+    /// The commit stage waiting, before it locks a transaction, for that transaction's fast
+    /// commits being written, summed over transactions (handles still join meanwhile).
+    pub ms_fast_commit_wait: f64,
     /// Device flushes and FUA writes of the fast-commit area: two per fast commit (a flush,
     /// then its first block with FUA) and one per retirement of superseded ones.
     pub fast_commit_syncs: u64,
@@ -212,6 +216,7 @@ impl Counters {
             fast_commits: self.fast_commits.load(Relaxed),
             fast_commit_blocks: self.fast_commit_blocks.load(Relaxed),
             ms_fast_commit: ms(&self.ns_fast_commit),
+            ms_fast_commit_wait: ms(&self.ns_fast_commit_wait),
             fast_commit_syncs: self.fast_commit_syncs.load(Relaxed),
             fast_commit_writes: self.fast_commit_writes.load(Relaxed),
             fast_commit_fallbacks: Vec::new(),
