@@ -129,6 +129,15 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
 
     fn write_dir_block(&mut self, lblk: u32, data: &[u8]) -> Result<()> {
         let pblk = self.map(lblk)?;
+        if let Some(tid) = self.io.fast_commit_tid() {
+            // The block as the transaction found it, for the CREAT records of names put in
+            // it (`FcTrack::admit_create`): what a replay finds there.
+            if !self.data.fc.leaf_room_known(tid, lblk) {
+                let before = self.io.read_meta(pblk)?;
+                let room = crate::dir::largest_room(&before, self.ectx.csum_seed.is_some());
+                self.data.fc.note_leaf_room(tid, lblk, room);
+            }
+        }
         self.io.write_meta(pblk, data)
     }
 

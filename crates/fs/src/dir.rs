@@ -206,6 +206,15 @@ pub fn add_entry_at(
     }
 }
 
+/// The most bytes one new record could take in directory block `block` (the largest
+/// [`DirEntry::room`]), where `ext4_find_dest_de` and e2fsprogs' `link_proc` look for room. 0
+/// for a block that does not parse as a chain of records (an htree node): no name goes there.
+pub fn largest_room(block: &[u8], has_tail: bool) -> usize {
+    dirent::parse_dir_block_records(block, has_tail)
+        .map(|records| records.iter().map(DirEntry::room).max().unwrap_or(0))
+        .unwrap_or(0)
+}
+
 /// Removes `name` and returns the inode it referred to (`NotFound` when absent).
 pub fn remove_entry(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<u32> {
     remove_entry_at(io, ctx, name).map(|(ino, _)| ino)

@@ -682,6 +682,10 @@ impl MetaIo for Txn<'_> {
         self.blocks_delta -= count as i64;
         Ok(())
     }
+
+    fn fast_commit_tid(&self) -> Option<ondisk::Tid> {
+        self.fs.journal.fast_commits_enabled().then(|| self.handle.tid())
+    }
 }
 
 fn check_block(fs: &Filesystem, block: u64) -> Result<()> {

@@ -22,13 +22,13 @@
 //! Everything else falls back to committing the transaction, counted by reason in the journal's
 //! figures (`fast_commit_fallbacks`): the kernel's ineligible operations (xattrs, renames,
 //! fallocate ranges, journaled data); a creation replay could not redo (a directory, special
-//! file or symlink; a parent that is new, grew, or lost a name in the same transaction; an
-//! inode number freed in it); links and unlinks (LINK/UNLINK records are not written);
-//! truncation (the orphan list); and fsync of a directory, of a hard-linked inode, of an inode
+//! file or symlink; a parent that is new or grew in the same transaction, or lost a name from
+//! the leaf where replay would have no room for it; an inode number freed in it); links and
+//! unlinks (LINK/UNLINK records are not written); truncation (the orphan list); and fsync of a directory, of a hard-linked inode, of an inode
 //! without extents or with an external xattr block, or of one in the journal inode's
 //! inode-table block (the last two for the kernel's and e2fsck 1.47.0's replays).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use journal::FastCommitOutcome;
 use ondisk::ext4::{self, Extent};
@@ -91,7 +91,24 @@ pub(crate) struct FcTrack {
     /// A directory: the leaf blocks that lost a name during `tid`, and the names lost.
     removed_from: BTreeSet<u32>,
     removed_names: HashSet<Box<[u8]>>,
+    /// A directory: each block written during `tid`, with the room a replay finds in it and
+    /// what the CREAT records of names put there take ([`FcTrack::admit_create`]).
+    leaf_room: BTreeMap<u32, LeafRoom>,
 }
+
+/// One directory block's room for CREAT records in a transaction.
+#[derive(Debug, Clone, Copy)]
+struct LeafRoom {
+    /// The largest room one record of the block had when the transaction first wrote it
+    /// ([`crate::dir::largest_room`]): the block as the last full commit left it.
+    at_start: usize,
+    /// What the names admitted as CREAT records into the block take (`dir_rec_len` each).
+    admitted: usize,
+}
+
+/// The reason counted for a file created in an indexed directory's leaf that lost a name in
+/// the running transaction and had too little room at its start ([`FcTrack::admit_create`]).
+pub const LEAF_FULL: &str = "directory leaf without room at the last commit";
 
 impl FcTrack {
     /// Starts over when `tid` is a newer transaction than the one tracked.
@@ -146,22 +163,60 @@ impl FcTrack {
         t.removed_names.insert(name.into());
     }
 
-    /// A directory: why a file created in it now, in `tid`, as `name` in leaf block `lblk`,
-    /// cannot be a CREAT record ([`Filesystem::create_record`]).
-    fn create_blocked(&self, tid: Tid, lblk: u32, name: &[u8]) -> Option<&'static str> {
-        if self.tid != Some(tid) {
-            return None;
+    /// A directory: whether `tid` has noted the room of its block `lblk` yet.
+    pub fn leaf_room_known(&self, tid: Tid, lblk: u32) -> bool {
+        self.tid == Some(tid) && self.leaf_room.contains_key(&lblk)
+    }
+
+    /// A directory: its block `lblk`, about to be written in `tid` for the first time, has
+    /// `room` ([`crate::dir::largest_room`]).
+    pub fn note_leaf_room(&mut self, tid: Tid, lblk: u32, room: usize) {
+        self.at(tid).leaf_room.entry(lblk).or_insert(LeafRoom { at_start: room, admitted: 0 });
+    }
+
+    /// A directory (`indexed`: an htree): whether a file created in it now, in `tid`, as
+    /// `name` in leaf block `lblk`, can be a CREAT record ([`Filesystem::create_record`]);
+    /// `Err` says why not. An admitted name counts against the leaf's room.
+    ///
+    /// A leaf that lost a name in `tid` holds that name still at the last commit, so the room
+    /// the name went into may not be there at replay. Replay puts each CREAT's name in the
+    /// first record with room for it (`ext4_find_dest_de`, e2fsprogs' `link_proc`), and
+    /// taking `n` bytes from a record leaves it `n` bytes less room: so if one record had room
+    /// for all the names admitted into the leaf together, each of them finds room, in
+    /// whatever order the fast commits replay them. An htree puts a name in the leaf its hash
+    /// selects, at replay as now (its index did not change in `tid`: that blocks every
+    /// creation, `creates_blocked`); a linear directory's replay may put it in any block, so
+    /// there a lost name still blocks the creation.
+    fn admit_create(
+        &mut self,
+        tid: Tid,
+        lblk: u32,
+        name: &[u8],
+        indexed: bool,
+    ) -> std::result::Result<(), &'static str> {
+        let t = self.at(tid);
+        if let Some(reason) = t.creates_blocked {
+            return Err(reason);
         }
-        if let Some(reason) = self.creates_blocked {
-            return Some(reason);
+        if t.removed_names.contains(name) {
+            return Err("name reused");
         }
-        if self.removed_names.contains(name) {
-            return Some("name reused");
+        let lost_a_name = t.removed_from.contains(&lblk);
+        if lost_a_name && !indexed {
+            return Err("directory block lost a name");
         }
-        if self.removed_from.contains(&lblk) {
-            return Some("directory block lost a name");
+        let needed = ext4::dir::dir_rec_len(name.len());
+        match t.leaf_room.get_mut(&lblk) {
+            Some(room) => {
+                if lost_a_name && room.admitted + needed > room.at_start {
+                    return Err(LEAF_FULL);
+                }
+                room.admitted += needed;
+                Ok(())
+            }
+            None if lost_a_name => Err(LEAF_FULL),
+            None => Ok(()),
         }
-        None
     }
 
     /// An inode write in `tid` (`Filesystem::write_inode`): expressible only if its caller said
@@ -286,25 +341,29 @@ impl Filesystem {
     ///
     /// Replay adds the name to the parent as the last full commit left it (e2fsck's
     /// `ext2fs_link`, the kernel's `__ext4_link`, quill's `replay_create`), and e2fsck 1.47.0
-    /// cannot grow a directory there (it stops with "No free space in the directory"). The
-    /// name fits there if it went into room its leaf block had and nothing taken from that
-    /// block in `tid` made the room: so no name removed from the block in `tid` before this
-    /// one (its space is still in use at the last commit), no block added to the parent and no
-    /// entry moved (a split, a compaction: [`crate::dir::Added::in_place`]), this creation
-    /// included. Names added in `tid` and not fast-committed only leave more room; an htree
-    /// puts a name in the leaf its hash selects, at replay as now. The name must not have been
-    /// removed from the parent in `tid` either: the kernel's replay keeps an entry it finds
-    /// (`-EEXIST` is success there) and the new inode would have no name. The inode must have
-    /// been free at the last commit too: a number freed in `tid` and taken again would be
-    /// replayed over the file still using it there (the allocator avoids such numbers while
-    /// fast commits are on). Freed blocks are no concern: none is reused before the
-    /// transaction that freed it is durable (`groups.rs`).
+    /// cannot grow a directory there (it stops with "No free space in the directory", or
+    /// would allocate a block a later record may claim). So the name must fit where replay
+    /// puts it:
+    /// - it went into room its leaf block had, no block was added to the parent and no entry
+    ///   moved (a split, a compaction: [`crate::dir::Added::in_place`]), this creation
+    ///   included: replay then finds the leaf as it was;
+    /// - where the leaf lost a name in `tid` (whose space is still in use at the last commit),
+    ///   the leaf's room at the start of `tid` must hold every name admitted into it
+    ///   ([`FcTrack::admit_create`]); in a linear directory such a creation commits.
+    ///
+    /// Names added in `tid` and not fast-committed only leave more room. The name must not
+    /// have been removed from the parent in `tid` either: the kernel's replay keeps an entry
+    /// it finds (`-EEXIST` is success there) and the new inode would have no name. The inode
+    /// must have been free at the last commit too: a number freed in `tid` and taken again
+    /// would be replayed over the file still using it there (the allocator avoids such
+    /// numbers while fast commits are on). Freed blocks are no concern: none is reused before
+    /// the transaction that freed it is durable (`groups.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_record<'n>(
         &self,
         tid: Tid,
         parent: u32,
-        pdata: &InodeData,
+        pdata: &mut InodeData,
         ino: u32,
         mode: u16,
         name: &'n [u8],
@@ -315,12 +374,11 @@ impl Filesystem {
             ext4::MODE_DIR => return Err("mkdir"),
             _ => return Err("mknod or symlink"),
         }
-        if let Some(reason) = pdata.fc.create_blocked(tid, lblk, name) {
-            return Err(reason);
-        }
         if self.groups.inode_freed_in(ino, tid) {
             return Err("inode number reused");
         }
+        let indexed = pdata.inode.flags & ext4::INDEX_FL != 0;
+        pdata.fc.admit_create(tid, lblk, name, indexed)?;
         Ok((parent, name))
     }
 

@@ -36,6 +36,12 @@ pub trait MetaIo {
 
     /// Frees `count` file-data blocks starting at `start`.
     fn free_data_blocks(&mut self, start: u64, count: u64) -> Result<()>;
+
+    /// The running transaction this operation's writes join, when fast commits may have to
+    /// say what they change (`fsync_journal.rs`); `None` elsewhere (replay, tests).
+    fn fast_commit_tid(&self) -> Option<ondisk::Tid> {
+        None
+    }
 }
 
 /// An in-memory [`MetaIo`] for the structure modules' unit tests.
