@@ -304,8 +304,11 @@ impl Drop for Pin<'_> {
     }
 }
 
-/// Pins transaction `tid` if it is the running one and the commit stage has not closed it to
-/// fast commits.
+/// Pins transaction `tid` if it is the running one, the commit stage has not closed it to
+/// fast commits, and no full commit of it has been asked for. Once one has (an fsync that fell
+/// back, a sync, a full area), a fast commit would only hold that commit back for its own
+/// flush and FUA write: its fsyncs join the full commit instead, which makes them durable at
+/// the same time and writes nothing more for them.
 fn pin_running(shared: &Shared, tid: Tid) -> Result<Option<Pin<'_>>> {
     let st = shared.state.read(&shared.locks);
     st.aborted()?;
@@ -313,6 +316,7 @@ fn pin_running(shared: &Shared, tid: Tid) -> Result<Option<Pin<'_>>> {
     if running.tid() != tid
         || running.state() != TxnState::Running
         || running.txn.fc_closed.load(Ordering::Acquire)
+        || st.commit_request().is_some_and(|r| r.is_at_or_after(tid))
     {
         return Ok(None);
     }
