@@ -76,8 +76,16 @@ pub(crate) struct FcTrack {
     tid: Option<Tid>,
     /// Why a fast commit cannot express the changes (the first reason seen).
     ineligible: Option<&'static str>,
-    /// Logical blocks whose mapping changed: first and last.
-    range: Option<(u32, u32)>,
+    /// Logical blocks whose mapping changed since the last durable fast commit of the inode
+    /// (first and last), each with its number in `range_notes`. A fast commit carries the
+    /// ranges changed since the one before it that is durable, as the kernel's does
+    /// (`ext4_fc_reset_inode` after a commit): replay applies a transaction's fast commits
+    /// one after the other. Not since the last one queued: that one may still fall back.
+    ranges: Vec<(u64, u32, u32)>,
+    /// Ranges noted in `tid` so far, and how many of them the newest fast commit planned
+    /// carries.
+    range_notes: u64,
+    range_notes_planned: u64,
     /// Inode writes in `tid`, and how many of them a fast commit has made durable.
     changes: u64,
     synced: u64,
@@ -133,10 +141,16 @@ impl FcTrack {
     /// Logical blocks `first..=last` may map differently after `tid`'s changes.
     pub fn note_range(&mut self, tid: Tid, first: u32, last: u32) {
         let t = self.at(tid);
-        t.range = Some(match t.range {
-            None => (first, last),
-            Some((a, b)) => (a.min(first), b.max(last)),
-        });
+        t.range_notes += 1;
+        let note = t.range_notes;
+        let planned = t.range_notes_planned;
+        match t.ranges.last_mut() {
+            // An append extends the last note while no fast commit carries that one yet.
+            Some((n, a, b)) if *n > planned && *a <= first && first <= b.saturating_add(1) => {
+                (*n, *b) = (note, (*b).max(last));
+            }
+            _ => t.ranges.push((note, first, last)),
+        }
     }
 
     /// The inode, written in `tid` already, was created there as `name` in `parent`: a CREAT
@@ -242,6 +256,8 @@ pub(crate) struct FcPlan {
     created: Option<(u32, Box<[u8]>)>,
     /// `FcTrack::changes` when built: what the fast commit makes durable.
     changes: u64,
+    /// `FcTrack::range_notes` when built: the ranges it carries.
+    range_notes: u64,
 }
 
 /// What fsync should do about the inode's changes in transaction `tid`.
@@ -257,7 +273,7 @@ pub(crate) enum FsyncPlan {
 impl Filesystem {
     /// Decides, under the inode's lock and after its writeback, how fsync makes `ino`'s
     /// changes of transaction `tid` durable.
-    pub(crate) fn fsync_plan(&self, ino: u32, data: &InodeData, tid: Tid) -> Result<FsyncPlan> {
+    pub(crate) fn fsync_plan(&self, ino: u32, data: &mut InodeData, tid: Tid) -> Result<FsyncPlan> {
         if !self.journal.fast_commits_enabled() {
             if self.options.journal.fsync_journal && !self.options.read_only {
                 let reason = if self.params.feature_compat & ext4::feature::COMPAT_FAST_COMMIT == 0
@@ -308,7 +324,11 @@ impl Filesystem {
             return Ok(FsyncPlan::Commit);
         }
         let mut ranges = Vec::new();
-        if let Some((first, last)) = track.range {
+        let span = track.ranges.iter().fold(None, |span, &(_, first, last)| match span {
+            None => Some((first, last)),
+            Some((a, b)) => Some((first.min(a), last.max(b))),
+        });
+        if let Some((first, last)) = span {
             let ectx = extent_ctx(self, ino, data);
             let mut io = ReadIo { fs: self };
             for (lblk, run) in extent_tree::mapping(&mut io, &ectx, &inode.block, first, last)? {
@@ -332,7 +352,9 @@ impl Filesystem {
         let len = (128 + usize::from(inode.extra_isize)).min(data.raw.len());
         let raw = data.raw[..len].to_vec();
         let created = track.created.clone();
-        Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, created, changes: track.changes }))
+        let (changes, range_notes) = (track.changes, track.range_notes);
+        data.fc.range_notes_planned = range_notes;
+        Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, created, changes, range_notes }))
     }
 
     /// Whether the creation of inode `ino` (of `mode`) as `name` in directory `parent` during
@@ -462,6 +484,7 @@ impl Filesystem {
                 let track = &mut guard.as_mut().expect("loaded").fc;
                 if track.tid == Some(plan.tid) {
                     track.synced = track.synced.max(plan.changes);
+                    track.ranges.retain(|&(note, _, _)| note > plan.range_notes);
                 }
                 Ok(true)
             }
