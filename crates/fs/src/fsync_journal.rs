@@ -24,9 +24,10 @@
 //! fallocate ranges, journaled data); a creation replay could not redo (a directory, special
 //! file or symlink; a parent that is new or grew in the same transaction, or lost a name from
 //! the leaf where replay would have no room for it; an inode number freed in it); links and
-//! unlinks (LINK/UNLINK records are not written); truncation (the orphan list); and fsync of a directory, of a hard-linked inode, of an inode
-//! without extents or with an external xattr block, or of one in the journal inode's
-//! inode-table block (the last two for the kernel's and e2fsck 1.47.0's replays).
+//! unlinks (LINK/UNLINK records are not written); truncation (the orphan list); and fsync of
+//! a directory, of a hard-linked inode, of an inode without extents or with an external
+//! xattr block, or of one in the journal inode's inode-table block (the last two for the
+//! kernel's and e2fsck 1.47.0's replays).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
