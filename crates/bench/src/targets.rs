@@ -17,6 +17,8 @@
 //!   `dev=file|simssd`, and with `dev=simssd` the device's latency model: `ssd=default|970pro`
 //!   ([`SimSsdConfig::profile`]) and any of its fields on top (`ssd_flush_us=900`,
 //!   `ssd_channels=4`, …).
+//! - `quill-fuse` also: `threads=N`, the FUSE request threads (default
+//!   [`quill_fuse::default_threads`]).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -69,6 +71,9 @@ pub struct TargetSpec {
     /// quill targets: the journal's size (`journal_mib=`); None: mke2fs's default for the
     /// image size (64 MiB for the default 2 GiB image).
     pub journal_mib: Option<u32>,
+    /// quill-fuse: FUSE request threads (`threads=`); None: the mount's default
+    /// ([`quill_fuse::default_threads`]).
+    pub fuse_threads: Option<usize>,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -109,6 +114,7 @@ impl TargetSpec {
             io: IoMode::default(),
             fast_commit: false,
             journal_mib: None,
+            fuse_threads: None,
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -146,6 +152,14 @@ impl TargetSpec {
                             }
                         }
                         "io" => spec.io = value.parse().map_err(|e| format!("{text}: {e}"))?,
+                        "threads" if kind == Kind::QuillFuse => {
+                            let threads: usize = value
+                                .parse()
+                                .ok()
+                                .filter(|n| (1..=256).contains(n))
+                                .ok_or_else(|| format!("{text}: threads={value}? (1..=256)"))?;
+                            spec.fuse_threads = Some(threads);
+                        }
                         "journal_mib" => {
                             let mib: u32 = value
                                 .parse()
@@ -299,10 +313,13 @@ impl TargetSpec {
                 let quill = self.open_quill(env, &image, &mut prepared)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
-                let config = quill_fuse::MountConfig {
+                let mut config = quill_fuse::MountConfig {
                     fsname: image.display().to_string(),
                     ..Default::default()
                 };
+                if let Some(threads) = self.fuse_threads {
+                    config.threads = threads;
+                }
                 let session = quill_fuse::mount(quill.fs.clone(), &mountpoint, &config)
                     .map_err(|e| format!("FUSE mount on {}: {e}", mountpoint.display()))?;
                 let session = session.spawn().map_err(|e| format!("FUSE session: {e}"))?;
@@ -734,6 +751,10 @@ mod tests {
         assert_eq!(TargetSpec::parse("lib").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("lib:io=buffered").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
+        assert_eq!(TargetSpec::parse("quill-fuse:threads=32").unwrap().fuse_threads, Some(32));
+        assert!(TargetSpec::parse("quill-fuse:threads=0").is_err());
+        // A FUSE setting, not a journal one: the library target has no request threads.
+        assert!(TargetSpec::parse("lib:threads=8").is_err());
         let ssd = TargetSpec::parse("lib:ssd_flush_us=900,dev=simssd,ssd=970pro").unwrap();
         let want = SimSsdConfig { flush_us: 900, ..SimSsdConfig::samsung_970_pro() };
         assert_eq!(ssd.quill_device, QuillDevice::SimSsd(want));
