@@ -37,6 +37,7 @@ pub fn format_table(report: &Report) -> String {
     open_loop_table(&mut out, report, &labels);
     fast_commit_table(&mut out, report, &labels);
     per_fsync_table(&mut out, report, &labels);
+    fuse_request_table(&mut out, report, &labels);
     stage_table(&mut out, report, &labels);
     lock_wait_table(&mut out, report, &labels);
     let failed: Vec<&RunResult> = report.runs.iter().filter(|r| r.error.is_some()).collect();
@@ -156,6 +157,56 @@ fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
             e.fast_commits as f64 / writes,
             e.fast_commit_blocks as f64 / writes,
             if fallbacks.is_empty() { "-".to_string() } else { fallbacks.join(", ") }
+        );
+    }
+}
+
+/// Opcodes a FUSE row names, the most handler time first.
+const FUSE_OPS_SHOWN: usize = 6;
+
+/// quill-fuse targets: the FUSE requests of the median run per workload operation, how busy
+/// the request threads were in quill's handlers, the most fsyncs in flight at once, and the
+/// opcodes that took the most handler time, with their requests per operation and
+/// microseconds each.
+fn fuse_request_table(out: &mut String, report: &Report, labels: &TargetLabels) {
+    let rows = engine_rows(report, |_, e| e.fuse.is_some());
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nFUSE requests (quill-fuse), median runs: requests per workload op, request threads \
+         and their time in quill's handlers (% of threads x run), most fsyncs in flight, and \
+         the opcodes taking most of that time: requests per op (us each in quill)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<20} {:<28} {:>4} {:>7} {:>4} {:>6} {:>6}  opcodes",
+        "workload", "target", "thr", "req/op", "fthr", "busy%", "fsyncs"
+    );
+    for (s, e) in rows {
+        let fuse = e.fuse.as_ref().expect("kept rows have FUSE figures");
+        let ops = s.median_run.ops.max(1) as f64;
+        let capacity_ms = fuse.threads as f64 * s.median_run.seconds * 1000.0;
+        let busy = if capacity_ms > 0.0 { fuse.busy_ms() / capacity_ms * 100.0 } else { 0.0 };
+        let mut by_time = fuse.ops.clone();
+        by_time.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let shown: Vec<String> = by_time
+            .iter()
+            .take(FUSE_OPS_SHOWN)
+            .map(|(name, n, ms)| {
+                format!("{name} {:.2} ({:.0})", *n as f64 / ops, ms * 1000.0 / (*n).max(1) as f64)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{} {:>7.2} {:>4} {:>5.0}% {:>6}  {}",
+            row_head(s, labels),
+            fuse.requests() as f64 / ops,
+            fuse.threads,
+            busy,
+            fuse.fsyncs_in_flight_max,
+            shown.join(", ")
         );
     }
 }
@@ -611,6 +662,55 @@ mod tests {
         let summary_csv = std::fs::read_to_string(&files[1]).unwrap();
         assert_eq!(summary_csv.lines().count(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn quill_fuse_runs_get_a_request_table_with_the_costliest_opcodes_first() {
+        let mut run = RunResult {
+            workload: "varmail-shared".into(),
+            target: "quill-fuse".into(),
+            threads: 16,
+            seconds: 2.0,
+            ops: 1000,
+            engine: Some(EngineFigures {
+                fuse: Some(crate::results::FuseFigures {
+                    threads: 4,
+                    // 4 threads for 2 s: 8,000 ms; 2,000 ms in handlers is 25%.
+                    ops: vec![
+                        ("getattr".into(), 400, 100.0),
+                        ("fsync".into(), 150, 1800.0),
+                        ("flush".into(), 200, 100.0),
+                    ],
+                    fsyncs_in_flight_max: 4,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        run.set_rates();
+        let mut lib = run.clone();
+        lib.target = "lib".into();
+        lib.engine = Some(EngineFigures::default());
+        let runs = vec![run, lib];
+        let report = Report {
+            summaries: summarize(&runs, None),
+            runs,
+            baseline: None,
+            ..Default::default()
+        };
+        let table = format_table(&report);
+        let rows: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("FUSE requests"))
+            .skip(2)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(rows.len(), 1, "{table}");
+        let row = rows[0];
+        assert!(row.contains("quill-fuse") && row.contains("0.75") && row.contains("25%"), "{row}");
+        // fsync took the most handler time: first, at 12,000 us each.
+        let fsync = row.find("fsync 0.15 (12000)").expect(row);
+        assert!(fsync < row.find("getattr 0.40 (250)").expect(row), "{row}");
     }
 
     #[test]

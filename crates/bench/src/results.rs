@@ -75,6 +75,31 @@ pub struct EngineFigures {
     pub journal_bytes: u64,
     #[serde(default)]
     pub device_syncs: u64,
+    /// quill-fuse targets: the requests quill's FUSE handlers served.
+    #[serde(default)]
+    pub fuse: Option<FuseFigures>,
+}
+
+/// What a quill-fuse target's handlers served over one run (`quill_fuse::RequestStats`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FuseFigures {
+    /// FUSE request threads.
+    pub threads: usize,
+    /// Per opcode: its name, the requests, and milliseconds in quill's handlers, summed.
+    pub ops: Vec<(String, u64, f64)>,
+    /// The most fsync requests in quill's handlers at once.
+    pub fsyncs_in_flight_max: u64,
+}
+
+impl FuseFigures {
+    pub fn requests(&self) -> u64 {
+        self.ops.iter().map(|(_, n, _)| n).sum()
+    }
+
+    /// Milliseconds in quill's handlers, summed over requests.
+    pub fn busy_ms(&self) -> f64 {
+        self.ops.iter().map(|(_, _, ms)| ms).sum()
+    }
 }
 
 impl EngineFigures {

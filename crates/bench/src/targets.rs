@@ -39,7 +39,7 @@ use journal::{JournalConfig, JournalStats};
 
 use crate::fsapi::{FsApi, LibApi, PosixApi};
 use crate::queue_depth::QueueDepthDevice;
-use crate::results::EngineFigures;
+use crate::results::{EngineFigures, FuseFigures};
 use crate::workloads::StartHook;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,7 +310,7 @@ impl TargetSpec {
                 prepared.quill = Some(quill);
             }
             Kind::QuillFuse => {
-                let quill = self.open_quill(env, &image, &mut prepared)?;
+                let mut quill = self.open_quill(env, &image, &mut prepared)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
                 let mut config = quill_fuse::MountConfig {
@@ -320,6 +320,9 @@ impl TargetSpec {
                 if let Some(threads) = self.fuse_threads {
                     config.threads = threads;
                 }
+                let stats = config.request_stats.clone();
+                let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
+                quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });
                 let session = quill_fuse::mount(quill.fs.clone(), &mountpoint, &config)
                     .map_err(|e| format!("FUSE mount on {}: {e}", mountpoint.display()))?;
                 let session = session.spawn().map_err(|e| format!("FUSE session: {e}"))?;
@@ -369,6 +372,16 @@ pub struct QuillSide {
     pub queue: Arc<QueueDepthDevice>,
     flusher: Option<fs::Flusher>,
     stats_at_start: Arc<parking_lot::Mutex<JournalStats>>,
+    /// quill-fuse: the mount's request counters, their snapshot when measuring started, and
+    /// the request threads.
+    fuse: Option<FuseCounters>,
+}
+
+#[derive(Clone)]
+struct FuseCounters {
+    stats: Arc<quill_fuse::RequestStats>,
+    at_start: Arc<parking_lot::Mutex<quill_fuse::RequestFigures>>,
+    threads: usize,
 }
 
 /// Formats `dev` with quill's mkfs and opens it. An image file is freshly created and sparse,
@@ -400,7 +413,7 @@ fn format_and_open_quill(
     // (the FUSE adapter starts its own).
     let flusher = fs.start_flusher(Duration::from_secs(1)).ok();
     let stats_at_start = Arc::new(parking_lot::Mutex::new(fs.journal().stats()));
-    Ok(QuillSide { fs, queue, flusher, stats_at_start })
+    Ok(QuillSide { fs, queue, flusher, stats_at_start, fuse: None })
 }
 
 /// A sparse image formatted by mkfs.ext4 as CJFS's scripts do (no lazy init, so background
@@ -572,10 +585,15 @@ impl Prepared {
         let Some(q) = &self.quill else { return StartHook::default() };
         let (fs, queue, at_start) =
             (Arc::downgrade(&q.fs), q.queue.clone(), q.stats_at_start.clone());
+        let fuse = q.fuse.clone();
         StartHook(Some(Arc::new(move || {
             if let Some(fs) = fs.upgrade() {
                 *at_start.lock() = fs.journal().stats();
                 queue.reset();
+            }
+            if let Some(fuse) = &fuse {
+                fuse.stats.restart_peak();
+                *fuse.at_start.lock() = fuse.stats.snapshot();
             }
         })))
     }
@@ -636,6 +654,18 @@ impl Prepared {
                 .zip(b.locks.named())
                 .map(|((name, now), (_, then))| (name.to_string(), now.ms - then.ms))
                 .collect(),
+            fuse: q.fuse.as_ref().map(|fuse| {
+                let now = fuse.stats.snapshot();
+                FuseFigures {
+                    threads: fuse.threads,
+                    ops: now
+                        .since(&fuse.at_start.lock())
+                        .into_iter()
+                        .map(|(name, n, ns)| (name.to_string(), n, ns as f64 / 1e6))
+                        .collect(),
+                    fsyncs_in_flight_max: now.fsyncs_in_flight_max,
+                }
+            }),
         })
     }
 

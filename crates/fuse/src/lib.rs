@@ -53,9 +53,11 @@ use parking_lot::Mutex;
 
 pub mod options;
 mod privileges;
+mod request_stats;
 
 /// The fuser crate this adapter is built on (its `Session` is what [`mount`] returns).
 pub use fuser;
+pub use request_stats::{RequestFigures, RequestStats};
 
 /// How long the kernel may cache attributes and entries it got from us. Every change goes
 /// through this mount, and the kernel invalidates what it changes itself, so the TTL only
@@ -84,6 +86,8 @@ pub struct MountConfig {
     pub fsname: String,
     /// Generic VFS flags passed through to the kernel (`nosuid`, `noexec`, `noatime`, …).
     pub vfs_flags: Vec<MountOption>,
+    /// Where the mount counts its requests ([`RequestStats`]): keep a clone to read them.
+    pub request_stats: Arc<RequestStats>,
     /// Tests only (fault injection); `None` in every production mount.
     #[doc(hidden)]
     pub test_trigger: Option<LookupTrigger>,
@@ -113,6 +117,7 @@ impl Default for MountConfig {
             read_only: false,
             fsname: "quill".into(),
             vfs_flags: Vec::new(),
+            request_stats: Arc::default(),
             test_trigger: None,
         }
     }
@@ -161,6 +166,7 @@ pub fn mount(
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
     let mut adapter = QuillFuse::new(fs);
+    adapter.requests = config.request_stats.clone();
     adapter.test_trigger = config.test_trigger.clone();
     Session::new(adapter, mountpoint, &fuse_config)
 }
@@ -224,6 +230,8 @@ pub struct QuillFuse {
     abort_logged: AtomicBool,
     /// Request errors logged so far (see [`REQUEST_ERRORS_LOGGED_MAX`]).
     errors_logged: AtomicU64,
+    /// The requests served, by opcode ([`RequestStats`]).
+    requests: Arc<RequestStats>,
     /// Tests only: see [`LookupTrigger`].
     test_trigger: Option<LookupTrigger>,
 }
@@ -246,6 +254,7 @@ impl QuillFuse {
             next_fh: AtomicU64::new(1),
             abort_logged: AtomicBool::new(false),
             errors_logged: AtomicU64::new(0),
+            requests: Arc::default(),
             test_trigger: None,
         }
     }
@@ -259,6 +268,7 @@ impl QuillFuse {
     /// this adds what became of the request. Locks are `parking_lot`'s, released while
     /// unwinding and never poisoned, so later requests (reads) still run.
     fn guarded(&self, op: &'static str, handler: impl FnOnce()) {
+        let _counted = self.requests.begin(op);
         let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(handler)) else { return };
         let what = panic_message(&*payload);
         let _ = self.fs.journal().abort(format!("panic in a FUSE {op} request: {what}"), libc::EIO);
