@@ -17,6 +17,7 @@
 //!   `dev=file|simssd`, and with `dev=simssd` the device's latency model: `ssd=default|970pro`
 //!   ([`SimSsdConfig::profile`]) and any of its fields on top (`ssd_flush_us=900`,
 //!   `ssd_channels=4`, …).
+//! - quill also: `atime=relatime|strictatime|noatime` (the mount's access-time mode).
 //! - `quill-fuse` also: `threads=N`, the FUSE request threads (default
 //!   [`quill_fuse::default_threads`]).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
@@ -152,6 +153,18 @@ impl TargetSpec {
                             }
                         }
                         "io" => spec.io = value.parse().map_err(|e| format!("{text}: {e}"))?,
+                        "atime" => {
+                            spec.quill.atime = match value {
+                                "relatime" => fs::AtimeMode::Relative,
+                                "strictatime" => fs::AtimeMode::Strict,
+                                "noatime" => fs::AtimeMode::Never,
+                                _ => {
+                                    return Err(format!(
+                                        "{text}: atime={value}? (relatime, strictatime or noatime)"
+                                    ))
+                                }
+                            }
+                        }
                         "threads" if kind == Kind::QuillFuse => {
                             let threads: usize = value
                                 .parse()
@@ -782,6 +795,9 @@ mod tests {
         assert_eq!(TargetSpec::parse("lib:io=buffered").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
         assert_eq!(TargetSpec::parse("quill-fuse:threads=32").unwrap().fuse_threads, Some(32));
+        let noatime = TargetSpec::parse("quill-fuse:atime=noatime").unwrap();
+        assert_eq!(noatime.quill.atime, fs::AtimeMode::Never);
+        assert!(TargetSpec::parse("lib:atime=sometimes").is_err());
         assert!(TargetSpec::parse("quill-fuse:threads=0").is_err());
         // A FUSE setting, not a journal one: the library target has no request threads.
         assert!(TargetSpec::parse("lib:threads=8").is_err());

@@ -259,6 +259,22 @@ impl QuillFuse {
         }
     }
 
+    /// What an open tells the kernel about the file's page cache. With `noatime`,
+    /// FOPEN_KEEP_CACHE: the kernel keeps the cache across opens instead of dropping it at
+    /// each one. Every change to a file's data comes through this mount (quill changes none
+    /// by itself), and the kernel updates or drops the cached pages for the writes, truncates
+    /// and fallocates it sends, so what it kept is what quill holds. With `relatime` or
+    /// `strictatime` reads must reach quill, which sets the access time as ext4 does (the
+    /// kernel's FUSE client does not): a read served from the cache would leave a file
+    /// written since it was last read looking unread.
+    fn open_flags(&self) -> FopenFlags {
+        if self.fs.options().atime == fs::AtimeMode::Never {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
     /// Runs one request's handler. A panic in it must neither leave the request unanswered
     /// (its caller would wait forever) nor let what the handler half changed commit: the
     /// journal is aborted (the file system turns read-only, as after any error the journal
@@ -716,7 +732,7 @@ impl fuser::Filesystem for QuillFuse {
         self.guarded("open", move || {
             let ino = ino!(ino, reply);
             match self.open_handle(ino) {
-                Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+                Ok(fh) => reply.opened(fh, self.open_flags()),
                 Err(err) => reply.error(self.errno(err)),
             }
         })

@@ -18,6 +18,41 @@ fn can_mount(test: &str) -> bool {
     root && fuse
 }
 
+/// Mounts a fresh 64 MiB quill file system (in memory, with `options`) and runs `body` on the
+/// mount point
+/// with the mount's request counters; unmounts, and fails if `body` did or the unmount did.
+fn with_mount(
+    options: fs::MountOptions,
+    body: impl FnOnce(&Path, &quill_fuse::RequestStats) + std::panic::UnwindSafe,
+) {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
+    fs::mkfs::mkfs(dev.as_ref(), &mkfs).unwrap();
+    let fs = Arc::new(fs::Filesystem::open(dev, options).unwrap());
+    static MOUNTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mountpoint =
+        std::env::temp_dir().join(format!("quill-fuse-requests-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&mountpoint).unwrap();
+    let config = quill_fuse::MountConfig::default();
+    let stats = config.request_stats.clone();
+    let session = quill_fuse::mount(fs.clone(), &mountpoint, &config).unwrap().spawn().unwrap();
+    let result = std::panic::catch_unwind(|| body(&mountpoint, &stats));
+    let umounted = Command::new("umount").arg(&mountpoint).status();
+    session.join().unwrap();
+    quill_fuse::unmount_fs(fs).unwrap();
+    let _ = std::fs::remove_dir(&mountpoint);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(umounted.is_ok_and(|s| s.success()), "umount {}", mountpoint.display());
+}
+
+/// Requests of opcode `op` so far.
+fn requests(stats: &quill_fuse::RequestStats, op: &str) -> u64 {
+    stats.snapshot().ops.iter().find(|o| o.0 == op).map_or(0, |o| o.1)
+}
+
 /// quill answers FLUSH with ENOSYS (it has nothing to push at close): the kernel then answers
 /// every later close itself, with success, and sends no more FLUSH requests.
 #[test]
@@ -25,38 +60,98 @@ fn after_the_first_close_no_flush_request_reaches_quill() {
     if !can_mount("FUSE flush requests") {
         return;
     }
-    let dev = Arc::new(MemDevice::new(64 << 20));
-    let mkfs = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
-    fs::mkfs::mkfs(dev.as_ref(), &mkfs).unwrap();
-    let fs = Arc::new(fs::Filesystem::open(dev, fs::MountOptions::default()).unwrap());
-    let mountpoint = std::env::temp_dir().join(format!("quill-fuse-flush-{}", std::process::id()));
-    std::fs::create_dir_all(&mountpoint).unwrap();
-    let config = quill_fuse::MountConfig::default();
-    let stats = config.request_stats.clone();
-    let session = quill_fuse::mount(fs.clone(), &mountpoint, &config).unwrap().spawn().unwrap();
-
     let closes = 40;
-    let result = std::panic::catch_unwind(|| {
+    with_mount(fs::MountOptions::default(), |mnt, stats| {
         for i in 0..closes {
             // open, write, close: each close must succeed.
-            std::fs::write(mountpoint.join(format!("f{i}")), format!("file {i}")).unwrap();
+            std::fs::write(mnt.join(format!("f{i}")), format!("file {i}")).unwrap();
         }
         for i in 0..closes {
-            let got = std::fs::read_to_string(mountpoint.join(format!("f{i}"))).unwrap();
+            let got = std::fs::read_to_string(mnt.join(format!("f{i}"))).unwrap();
             assert_eq!(got, format!("file {i}"));
         }
+        assert!(requests(stats, "release") >= 2 * closes, "{:?}", stats.snapshot());
+        let flushes = requests(stats, "flush");
+        assert!(flushes <= 1, "{flushes} FLUSH requests for {} closes", 2 * closes);
     });
-    let umounted = Command::new("umount").arg(&mountpoint).status();
-    session.join().unwrap();
-    quill_fuse::unmount_fs(fs).unwrap();
-    let _ = std::fs::remove_dir(&mountpoint);
-    assert!(umounted.is_ok_and(|s| s.success()), "umount {}", mountpoint.display());
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+}
 
-    let figures = stats.snapshot();
-    let count = |op: &str| figures.ops.iter().find(|o| o.0 == op).map_or(0, |o| o.1);
-    assert!(count("release") >= 2 * closes, "{figures:?}");
-    assert!(count("flush") <= 1, "{} FLUSH requests for {} closes", count("flush"), 2 * closes);
+/// With noatime, opens keep the page cache (FOPEN_KEEP_CACHE): reading a file again after
+/// reopening it sends no READ, and every change made through the mount (a write through
+/// another descriptor, a truncate, a punched hole, a rename over it, an unlink while open) is
+/// what the next read sees. With relatime (the default) every read reaches quill, which keeps
+/// the access time as ext4 does.
+#[test]
+fn with_noatime_the_page_cache_kept_across_opens_follows_every_change_made_through_the_mount() {
+    if !can_mount("FUSE page cache across opens") {
+        return;
+    }
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::fd::AsRawFd;
+    with_mount(fs::MountOptions::default(), |mnt, stats| {
+        let path = mnt.join("relatime");
+        std::fs::write(&path, b"read twice").unwrap();
+        let reads = requests(stats, "read");
+        for _ in 0..2 {
+            assert_eq!(std::fs::read(&path).unwrap(), b"read twice");
+        }
+        assert_eq!(requests(stats, "read"), reads + 2, "relatime: each read reaches quill");
+    });
+    let noatime = fs::MountOptions { atime: fs::AtimeMode::Never, ..Default::default() };
+    with_mount(noatime, |mnt, stats| {
+        let path = mnt.join("f");
+        let mut want = vec![b'a'; 3 * 4096];
+        std::fs::write(&path, &want).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+        let reads = requests(stats, "read");
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+        assert_eq!(requests(stats, "read"), reads, "a reopened file is read from the cache");
+
+        // A write through another descriptor, while one holds the file open.
+        let mut held = std::fs::File::open(&path).unwrap();
+        let mut other = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        other.seek(SeekFrom::Start(5000)).unwrap();
+        other.write_all(b"written").unwrap();
+        drop(other);
+        want[5000..5007].copy_from_slice(b"written");
+        let mut got = Vec::new();
+        held.read_to_end(&mut got).unwrap();
+        assert_eq!(got, want, "the held descriptor sees the other's write");
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+
+        // Truncate, then grow back: the dropped tail reads as zeros.
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(4000).unwrap();
+        file.set_len(3 * 4096).unwrap();
+        drop(file);
+        want[4000..].fill(0);
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+
+        // A punched hole in the middle block.
+        std::fs::write(&path, vec![b'b'; 3 * 4096]).unwrap();
+        want = vec![b'b'; 3 * 4096];
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: a valid descriptor and a range inside the file.
+        let punched = unsafe { libc::fallocate(file.as_raw_fd(), mode, 4096, 4096) };
+        assert_eq!(punched, 0, "fallocate: {}", std::io::Error::last_os_error());
+        drop(file);
+        want[4096..8192].fill(0);
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+
+        // A rename over it: the name now reads the other file.
+        let other = mnt.join("g");
+        std::fs::write(&other, b"the other file").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"the other file");
+
+        // Unlinked while open: the open descriptor still reads it; the name is gone.
+        let mut held = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let mut got = Vec::new();
+        held.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"the other file");
+        assert!(std::fs::read(&path).is_err());
+    });
 }
