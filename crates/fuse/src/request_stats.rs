@@ -104,6 +104,9 @@ impl RequestStats {
             self.fsyncs_in_flight_max.fetch_max(now, Relaxed);
         }
         let counters = OPS.iter().position(|&o| o == op).map_or(&self.other, |i| &self.ops[i]);
+        // Counted as it begins: by the time its caller has the reply, the request is in the
+        // figures (its time is added when the handler returns, after the reply).
+        counters.requests.fetch_add(1, Relaxed);
         RequestTimer { stats: self, counters, fsync, started: Instant::now() }
     }
 
@@ -135,7 +138,6 @@ pub(crate) struct RequestTimer<'a> {
 impl Drop for RequestTimer<'_> {
     fn drop(&mut self) {
         let ns = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.counters.requests.fetch_add(1, Relaxed);
         self.counters.ns.fetch_add(ns, Relaxed);
         if self.fsync {
             self.stats.fsyncs_in_flight.fetch_sub(1, Relaxed);

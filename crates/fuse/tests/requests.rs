@@ -70,7 +70,8 @@ fn after_the_first_close_no_flush_request_reaches_quill() {
             let got = std::fs::read_to_string(mnt.join(format!("f{i}"))).unwrap();
             assert_eq!(got, format!("file {i}"));
         }
-        assert!(requests(stats, "release") >= 2 * closes, "{:?}", stats.snapshot());
+        // FLUSH is sent by close itself (RELEASE follows in the background, so it is not
+        // counted here).
         let flushes = requests(stats, "flush");
         assert!(flushes <= 1, "{flushes} FLUSH requests for {} closes", 2 * closes);
     });
