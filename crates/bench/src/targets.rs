@@ -154,23 +154,16 @@ impl TargetSpec {
                         }
                         "io" => spec.io = value.parse().map_err(|e| format!("{text}: {e}"))?,
                         "atime" => {
-                            spec.quill.atime = match value {
-                                "relatime" => fs::AtimeMode::Relative,
-                                "strictatime" => fs::AtimeMode::Strict,
-                                "noatime" => fs::AtimeMode::Never,
-                                _ => {
-                                    return Err(format!(
+                            spec.quill.atime =
+                                fs::AtimeMode::from_mount_option(value).ok_or_else(|| {
+                                    format!(
                                         "{text}: atime={value}? (relatime, strictatime or noatime)"
-                                    ))
-                                }
-                            }
+                                    )
+                                })?;
                         }
                         "threads" if kind == Kind::QuillFuse => {
-                            let threads: usize = value
-                                .parse()
-                                .ok()
-                                .filter(|n| (1..=256).contains(n))
-                                .ok_or_else(|| format!("{text}: threads={value}? (1..=256)"))?;
+                            let threads = quill_fuse::options::parse_threads(value)
+                                .map_err(|e| format!("{text}: {e}"))?;
                             spec.fuse_threads = Some(threads);
                         }
                         "journal_mib" => {

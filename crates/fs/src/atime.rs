@@ -26,6 +26,17 @@ pub enum AtimeMode {
 const RELATIME_REFRESH_SECS: i64 = 24 * 60 * 60;
 
 impl AtimeMode {
+    /// The mode a mount option names: `relatime`, `strictatime`, `noatime`, or `atime`, which
+    /// undoes noatime (the default, relatime, as the kernel's).
+    pub fn from_mount_option(name: &str) -> Option<AtimeMode> {
+        match name {
+            "relatime" | "atime" => Some(AtimeMode::Relative),
+            "strictatime" => Some(AtimeMode::Strict),
+            "noatime" => Some(AtimeMode::Never),
+            _ => None,
+        }
+    }
+
     /// Whether a read at `now` updates `inode`'s access time (`touch_atime` and
     /// `relatime_need_update` in fs/inode.c).
     pub fn needs_update(self, inode: &Inode, now: Timestamp) -> bool {

@@ -51,6 +51,18 @@ pub struct MountSpec {
 /// Parses `-o` option lists (each may itself be comma-separated; later ones win). With
 /// `sloppy` (mount(8)'s `-s`), unknown options are ignored instead of refused; a known option
 /// with a bad value is an error either way. Errors are one line naming the option.
+/// The most FUSE request threads a mount takes.
+pub const THREADS_MAX: usize = 256;
+
+/// `threads=N`: FUSE request threads, 1 to [`THREADS_MAX`].
+pub fn parse_threads(value: &str) -> Result<usize, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (1..=THREADS_MAX).contains(n))
+        .ok_or_else(|| format!("threads={value}: expected 1 to {THREADS_MAX}"))
+}
+
 pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, String> {
     let mut spec = MountSpec::default();
     let mut preset: Option<journal::JournalConfig> = None;
@@ -70,12 +82,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
             }
             "relatime" | "strictatime" | "noatime" | "atime" => {
                 no_value(key, value)?;
-                spec.fs.atime = match key {
-                    "strictatime" => fs::AtimeMode::Strict,
-                    "noatime" => fs::AtimeMode::Never,
-                    // `atime` undoes noatime: the default, relatime, as the kernel's.
-                    _ => fs::AtimeMode::Relative,
-                };
+                spec.fs.atime = fs::AtimeMode::from_mount_option(key).expect("an atime option");
                 // The kernel shows noatime among the mount's options too.
                 spec.fuse.vfs_flags.retain(|f| f != &MountOption::NoAtime);
                 if key == "noatime" {
@@ -147,13 +154,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 settings.retain(|(k, _)| k != key);
                 settings.push((key.to_string(), value));
             }
-            "threads" => {
-                let n: usize = number(key, need(key, value)?)?;
-                if !(1..=256).contains(&n) {
-                    return Err(format!("threads={n}: expected 1 to 256"));
-                }
-                spec.fuse.threads = n;
-            }
+            "threads" => spec.fuse.threads = parse_threads(need(key, value)?)?,
             "log" => {
                 // A comma ends the option, so a path with one cannot be given here.
                 spec.log_file = Some(PathBuf::from(need(key, value.filter(|v| !v.is_empty()))?));

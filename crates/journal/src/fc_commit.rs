@@ -14,7 +14,7 @@
 //! | step | what | why |
 //! |---|---|---|
 //! | 1 | queue the records, take `j_fc_lock` (the file's area's, with per-core areas); if an earlier holder wrote them, return its outcome; else take every queued request of the newest transaction as one batch | one fast commit at a time owns an area (as the kernel); concurrent fsyncs share one fast commit (group commit, see `AreaSlot`) |
-//! | 2 | pin transaction `tid` if it is the running one and its commit has not begun, else fall back | its full commit waits for the pins before it locks the transaction, as the kernel's waits for an ongoing fast commit; handles go on joining meanwhile |
+//! | 2 | pin transaction `tid` if it is the running one and no full commit of it is requested, else fall back | its full commit waits for the pins before it locks the transaction, as the kernel's waits for an ongoing fast commit; handles go on joining meanwhile |
 //! | 3 | write the superblock naming the log if nothing has since attach | in the first transaction it may still say "clean" (`s_start = 0`), and recovery would read nothing (the kernel instead refuses fast commits before the first full commit) |
 //! | 4 | wait until `tid - 1` is durable | recovery replays fast commits only of the tid right after the last complete full commit; with several transactions in flight the previous one may still be committing |
 //! | 5 | per-core areas: INCOMPAT_QUILL_FC_AREAS durable in the superblock; area reset when it holds another tid's fast commits | stock tools must refuse what they would misread; the old fast commits were superseded when their transaction became durable (step 4 for this tid) |
@@ -304,42 +304,40 @@ impl Drop for Pin<'_> {
     }
 }
 
-/// Pins transaction `tid` if it is the running one, the commit stage has not closed it to
-/// fast commits, and no full commit of it has been asked for. Once one has (an fsync that fell
-/// back, a sync, a full area), a fast commit would only hold that commit back for its own
-/// flush and FUA write: its fsyncs join the full commit instead, which makes them durable at
-/// the same time and writes nothing more for them.
+/// Pins transaction `tid` if it is the running one and no full commit of it has been asked
+/// for (the kernel's `JBD2_FULL_COMMIT_ONGOING`). Once one has (an fsync that fell back, a
+/// sync, a full area, or the commit stage itself: [`wait_fast_commits`]), a fast commit would
+/// only hold that commit back for its own flush and FUA write: its fsyncs join the full
+/// commit instead, which makes them durable at the same time and writes nothing more for
+/// them.
 fn pin_running(shared: &Shared, tid: Tid) -> Result<Option<Pin<'_>>> {
     let st = shared.state.read(&shared.locks);
     st.aborted()?;
     let Some(running) = st.txns().running() else { return Ok(None) };
     if running.tid() != tid
         || running.state() != TxnState::Running
-        || running.txn.fc_closed.load(Ordering::Acquire)
         || st.commit_request().is_some_and(|r| r.is_at_or_after(tid))
     {
         return Ok(None);
     }
-    // Under the read lock `fc_closed` cannot be set (the commit stage sets it under the write
-    // lock), so the commit stage's wait sees this pin.
+    // Under the read lock no commit can be requested (that takes the write lock), so the
+    // commit stage's wait sees this pin.
     running.txn.fc_writers.fetch_add(1, Ordering::AcqRel);
     Ok(Some(Pin { shared, txn: running.txn.clone() }))
 }
 
-/// The commit stage's step before it locks `txn`: no new fast commit of it may begin, and
-/// those being written finish (jbd2_journal_commit_transaction's wait for
-/// `JBD2_FAST_COMMIT_ONGOING`, then `JBD2_FULL_COMMIT_ONGOING`). A fast commit must not be in
-/// flight while its transaction commits: once the transaction is durable its fast commits are
-/// retired (`retire_superseded`), which takes for granted that a fast commit holding an
-/// area's lock is of a newer transaction.
+/// The commit stage's step before it locks `txn`: no new fast commit of it may begin (its
+/// commit is requested, if the interval and not a request brought it here), and those being
+/// written finish (jbd2_journal_commit_transaction's wait for `JBD2_FAST_COMMIT_ONGOING`,
+/// then `JBD2_FULL_COMMIT_ONGOING`). A fast commit must not be in flight while its
+/// transaction commits: once the transaction is durable its fast commits are retired
+/// (`retire_superseded`), which takes for granted that a fast commit holding an area's lock
+/// is of a newer transaction.
 pub(crate) fn wait_fast_commits(shared: &Shared, txn: &Transaction) {
     if shared.fc_area.is_none() {
         return;
     }
-    if !txn.fc_closed.load(Ordering::Acquire) {
-        let _st = shared.state.write(&shared.locks);
-        txn.fc_closed.store(true, Ordering::Release);
-    }
+    shared.request_commit(txn.tid);
     let waited = Instant::now();
     loop {
         let ticket = shared.commit_wake.ticket();

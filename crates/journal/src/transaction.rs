@@ -25,7 +25,7 @@ use crate::ordered::OrderedData;
 use ondisk::Tid;
 use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -160,13 +160,9 @@ pub(crate) struct Transaction {
     pub revokes: TimedMutex<HashSet<u64>>,
     /// [atomic] Fast commits of this transaction being written (the kernel's
     /// `JBD2_FAST_COMMIT_ONGOING`, per transaction). Raised only under `j_state_lock` (read)
-    /// while the transaction is Running and `fc_closed` is clear, so once the commit stage
-    /// has set `fc_closed` (under the write lock) it only falls.
+    /// while the transaction is Running and no commit of it is requested, so once the commit
+    /// stage has requested its own (under the write lock) it only falls.
     pub fc_writers: AtomicU32,
-    /// [set under `j_state_lock` write] The commit stage is about to lock this transaction:
-    /// no new fast commit of it may begin (the kernel's `JBD2_FULL_COMMIT_ONGOING`); its
-    /// fsyncs wait for the full commit instead.
-    pub fc_closed: AtomicBool,
 }
 
 impl Transaction {
@@ -176,7 +172,6 @@ impl Transaction {
             started_at: Instant::now(),
             updates: AtomicU32::new(0),
             fc_writers: AtomicU32::new(0),
-            fc_closed: AtomicBool::new(false),
             credits: AtomicU32::new(0),
             handles: AtomicU32::new(0),
             log_reserved: AtomicU32::new(0),
