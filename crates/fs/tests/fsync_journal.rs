@@ -894,3 +894,57 @@ fn concurrent_fdatasyncs_of_one_file_keep_every_acknowledged_append() {
         }
     });
 }
+
+/// The first fast commit of a transaction puts its HEAD in the area's block 0. Where that fast
+/// commit is larger than a sector, a write of block 0 torn after its first sector would leave a
+/// damaged record before the first good TAIL, and every recovery (the kernel's mount too)
+/// refuses such an area. So the HEAD goes alone into block 0 with a TAIL of its own, and the
+/// records follow in blocks flushed before it: with block 0 torn that way, quill, e2fsck and
+/// the kernel still recover, and the fsynced file is whole.
+#[test]
+fn a_first_fast_commit_larger_than_a_sector_survives_a_torn_first_block() {
+    use ondisk::jbd2::fast_commit::{fast_commit_records, FcRecord};
+    let Some((scratch, image)) = fresh_image("fsync-journal-torn-head", &["-O", "fast_commit"])
+    else {
+        return;
+    };
+    let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
+    create_files(&fs, 20);
+    fs.sync().unwrap();
+    // Two INODE records and a CREAT with a long name: well over 512 bytes.
+    let name = format!("long-{}", "n".repeat(240));
+    let ino = fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+    let bytes = chunk(3, 6000);
+    fs.write(ino, 0, &bytes).unwrap();
+    fs.fsync(ino, false).unwrap();
+    assert_eq!(fs.journal().stats().fast_commits, 1, "{:?}", fallbacks(&fs));
+    fs.crash();
+
+    let dev = open_device(&image);
+    let fs_image = fs::Ext4Image::open(dev.clone()).unwrap();
+    let location = fs_image.journal_location().unwrap();
+    let scan = journal::scan_log(&*dev, &location).unwrap();
+    let area = journal::FastCommitArea::read(&*dev, &location, &scan.superblock, scan.end_tid)
+        .unwrap()
+        .expect("the journal has a fast-commit area");
+    let inode_size = fs_image.superblock().inode_size;
+    let first: Vec<_> =
+        fast_commit_records(&area.blocks[0], inode_size).map(|r| r.unwrap().record).collect();
+    assert!(
+        matches!(first[..], [FcRecord::Head { .. }, FcRecord::Tail { .. }]),
+        "block 0: {first:?}"
+    );
+    let offset = location.device_offset(area.first_log_block).unwrap();
+    drop((fs_image, dev));
+    // Block 0 torn: its first sector new, the rest as before the write (zeros).
+    let file = std::fs::OpenOptions::new().write(true).open(&image).unwrap();
+    use std::os::unix::fs::FileExt;
+    let block_size = area.blocks[0].len();
+    file.write_all_at(&vec![0u8; block_size - 512], offset + 512).unwrap();
+    drop(file);
+
+    recover_three_ways(&scratch, &image, |fs, who| {
+        let got = fs.lookup(ROOT_INO, name.as_bytes()).unwrap_or_else(|e| panic!("{who}: {e}"));
+        assert!(read_all(fs, got.ino).unwrap() == bytes, "{who}: the fsynced bytes");
+    });
+}

@@ -18,14 +18,14 @@
 //! | 3 | write the superblock naming the log if nothing has since attach | in the first transaction it may still say "clean" (`s_start = 0`), and recovery would read nothing (the kernel instead refuses fast commits before the first full commit) |
 //! | 4 | wait until `tid - 1` is durable | recovery replays fast commits only of the tid right after the last complete full commit; with several transactions in flight the previous one may still be committing |
 //! | 5 | per-core areas: INCOMPAT_QUILL_FC_AREAS durable in the superblock; area reset when it holds another tid's fast commits | stock tools must refuse what they would misread; the old fast commits were superseded when their transaction became durable (step 4 for this tid) |
-//! | 6 | write the blocks but the first, flush, then the first with FUA | the file's data (written by the caller) and the later blocks are durable before the block that makes them reachable: the first block holds the HEAD at area block 0, or follows a good TAIL, so a crash before it leaves a scan that stops there |
+//! | 6 | write the blocks but the first, flush, then the first with FUA | the file's data (written by the caller) and the later blocks are durable before the block that makes them reachable: the first block holds the HEAD at area block 0, or follows a good TAIL, so a crash before it leaves a scan that stops there; a HEAD whose fast commit does not fit in one sector gets a block of its own ([`pack`]) |
 //! | 7 | unpin | the transaction may lock and commit |
 //!
 //! Step 6 orders every crash state: the first block's write (FUA) is the single point where the
 //! fast commit becomes visible, and everything after it in the area was flushed before. A torn or
 //! missing first block is a stale or foreign record where the scan stops (after the previous good
-//! TAIL) or a HEAD of another tid (no fast commits), never a damaged area before any good TAIL
-//! (which would fail the kernel's recovery with EFSBADCRC).
+//! TAIL), a HEAD of another tid (no fast commits) or an empty fast commit whole, never a damaged
+//! area before any good TAIL (which would fail the kernel's recovery with EFSBADCRC).
 //!
 //! Lock order: `j_fc_lock` is taken before `j_state_lock` and held across the area's I/O and
 //! the wait for the previous transaction, which needs none of the engine's other locks.
@@ -472,6 +472,39 @@ fn done_outcome(
 /// errno EIO.
 const EIO: i32 = 5;
 
+/// The smallest write a device may tear: what the crash explorer's torn writes keep or lose.
+const SECTOR: usize = 512;
+
+/// Lays out the fast commit of `records` ([`pack_fast_commit`]). The first fast commit of a
+/// transaction (`head`) makes the area's block 0 new, and the scan of every recovery fails
+/// (the kernel's with ECANCELED or EFSCORRUPTED, refusing the mount) on a damaged record
+/// before the first good TAIL. A torn write of block 0 that kept the HEAD's sector but not
+/// the rest of the fast commit would leave just that. So where the HEAD, the records and the
+/// TAIL's crc do not all fit in block 0's first sector, the HEAD goes alone in block 0,
+/// closed by a TAIL of its own (an empty fast commit, which replays as nothing), and the
+/// records follow in the next blocks: a tear of block 0 then keeps or loses the empty fast
+/// commit whole, and the blocks after it were flushed before it (step 6).
+fn pack(records: &[FcRecord<'_>], block_size: usize, tid: Tid, head: bool) -> Vec<Vec<u8>> {
+    use ondisk::jbd2::fast_commit::FC_TL_SIZE;
+    let blocks = pack_fast_commit(records, block_size, tid, head);
+    if !head {
+        return blocks;
+    }
+    let head_record = FcRecord::Head { features: 0, tid };
+    let tail_through_crc = FC_TL_SIZE + 8;
+    let used = std::iter::once(&head_record)
+        .chain(records)
+        .map(|r| FC_TL_SIZE + r.value_len())
+        .sum::<usize>()
+        + tail_through_crc;
+    if blocks.len() == 1 && used <= SECTOR {
+        return blocks;
+    }
+    let mut split = pack_fast_commit(&[], block_size, tid, true);
+    split.extend(pack_fast_commit(records, block_size, tid, false));
+    split
+}
+
 /// Writes the requests of `batch` that belong to transaction `tid` as one fast commit, under
 /// the area's lock. The outcome applies to each of them (the others fall back).
 fn write_batch(
@@ -501,7 +534,7 @@ fn write_batch(
     let carried = batch.iter().filter(|r| r.tid == tid).count() as u64;
     let head = area.tid != Some(tid);
     let start = if head { 0 } else { area.next };
-    let blocks = pack_fast_commit(&records, shared.location.block_size() as usize, tid, head);
+    let blocks = pack(&records, shared.location.block_size() as usize, tid, head);
     let count = blocks.len() as u32;
     if start + count > area.len {
         return Ok(FastCommitOutcome::Fallback(FcFallback::AreaFull));
