@@ -29,7 +29,8 @@
 //! xattr block, or of one in the journal inode's inode-table block (the last two for the
 //! kernel's and e2fsck 1.47.0's replays).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use journal::FastCommitOutcome;
 use ondisk::ext4::{self, Extent};
@@ -94,16 +95,44 @@ pub(crate) struct FcTrack {
     next: Option<std::result::Result<(), &'static str>>,
     /// A file created in `tid`: its parent and name, for the CREAT record.
     created: Option<(u32, Box<[u8]>)>,
+    /// Whether the inode was created in `tid` (whether or not a CREAT record expresses it).
+    born: bool,
+    /// A file created in `tid` under a name that named another file at the last commit: the
+    /// records that delete that file at replay, until a fast commit carrying them is durable.
+    replaces: Option<Arc<Unlinked>>,
     /// A directory: why no file created in it during `tid` from now on can be a CREAT record
     /// ([`Filesystem::create_record`]).
     creates_blocked: Option<&'static str>,
-    /// A directory: the leaf blocks that lost a name during `tid`, and the names lost.
+    /// A directory: the leaf blocks that lost a name during `tid`, and the names lost, each
+    /// with the records that delete its file at replay where fast commits can
+    /// ([`Filesystem::unlink_record`]).
     removed_from: BTreeSet<u32>,
-    removed_names: HashSet<Box<[u8]>>,
+    removed_names: HashMap<Box<[u8]>, Option<Arc<Unlinked>>>,
     /// A directory: each block written during `tid`, with the room a replay finds in it and
     /// what the CREAT records of names put there take ([`FcTrack::admit_create`]).
     leaf_room: BTreeMap<u32, LeafRoom>,
 }
+
+/// A file whose last name was removed in the running transaction, as a fast commit deletes it
+/// at replay: DEL_RANGE of everything it maps, an INODE record with one link, no size and an
+/// empty extent tree, then UNLINK of its name. The kernel's replay (`__ext4_unlink`) drops the
+/// link and frees the inode; quill's does the same; e2fsck 1.47.0's removes the name only, and
+/// its full check then clears the unattached zero-length inode the records left (the
+/// explorer allows exactly that for inodes an UNLINK record names). An INODE record with no
+/// links would serve e2fsck better, but the kernel's replay refuses it (`ext4_iget`: ESTALE),
+/// and without the records the kernel would keep the old entry and the new file no name.
+#[derive(Debug)]
+pub(crate) struct Unlinked {
+    ino: u32,
+    /// One past the last logical block it mapped: DEL_RANGE `0..mapped_end` (none for 0).
+    mapped_end: u32,
+    /// The INODE record's raw inode.
+    raw: Box<[u8]>,
+}
+
+/// The reason counted for a file created under a name removed in the same transaction whose
+/// old file the fast commit cannot delete at replay (see [`Filesystem::unlink_record`]).
+pub const NAME_REUSED: &str = "name reused";
 
 /// One directory block's room for CREAT records in a transaction.
 #[derive(Debug, Clone, Copy)]
@@ -156,10 +185,18 @@ impl FcTrack {
 
     /// The inode, written in `tid` already, was created there as `name` in `parent`: a CREAT
     /// record expresses that (or cannot, for `Err(reason)`).
-    pub fn created(&mut self, tid: Tid, dentry: std::result::Result<(u32, &[u8]), &'static str>) {
+    pub fn created(
+        &mut self,
+        tid: Tid,
+        dentry: std::result::Result<CreateRecord<'_>, &'static str>,
+    ) {
         let t = self.at(tid);
+        t.born = true;
         match dentry {
-            Ok((parent, name)) => t.created = Some((parent, name.into())),
+            Ok(CreateRecord { parent, name, replaces }) => {
+                t.created = Some((parent, name.into()));
+                t.replaces = replaces;
+            }
             Err(reason) => {
                 t.ineligible.get_or_insert(reason);
             }
@@ -175,7 +212,15 @@ impl FcTrack {
     pub fn note_removal(&mut self, tid: Tid, lblk: u32, name: &[u8]) {
         let t = self.at(tid);
         t.removed_from.insert(lblk);
-        t.removed_names.insert(name.into());
+        t.removed_names.insert(name.into(), None);
+    }
+
+    /// A directory: the file `name` named until its removal in `tid` (noted already) is
+    /// deleted at replay by `records`.
+    pub fn note_unlinked(&mut self, tid: Tid, name: &[u8], records: Unlinked) {
+        if let Some(slot) = self.at(tid).removed_names.get_mut(name) {
+            *slot = Some(Arc::new(records));
+        }
     }
 
     /// A directory: whether `tid` has noted the room of its block `lblk` yet.
@@ -202,20 +247,28 @@ impl FcTrack {
     /// selects, at replay as now (its index did not change in `tid`: that blocks every
     /// creation, `creates_blocked`); a linear directory's replay may put it in any block, so
     /// there a lost name still blocks the creation.
+    ///
+    /// A name removed in `tid` is admitted only with the records that delete its old file at
+    /// replay first (returned): the kernel's replay keeps an entry it finds (`-EEXIST` is
+    /// success there), and the new inode would have no name. The old entry's space is then free
+    /// at replay, but the name is still counted against the leaf's room: replay may put it in
+    /// another record of the leaf, one the other names counted on.
     fn admit_create(
         &mut self,
         tid: Tid,
         lblk: u32,
         name: &[u8],
         indexed: bool,
-    ) -> std::result::Result<(), &'static str> {
+    ) -> std::result::Result<Option<Arc<Unlinked>>, &'static str> {
         let t = self.at(tid);
         if let Some(reason) = t.creates_blocked {
             return Err(reason);
         }
-        if t.removed_names.contains(name) {
-            return Err("name reused");
-        }
+        let replaces = match t.removed_names.get(name) {
+            None => None,
+            Some(None) => return Err(NAME_REUSED),
+            Some(Some(unlinked)) => Some(unlinked.clone()),
+        };
         let lost_a_name = t.removed_from.contains(&lblk);
         if lost_a_name && !indexed {
             return Err("directory block lost a name");
@@ -227,10 +280,10 @@ impl FcTrack {
                     return Err(LEAF_FULL);
                 }
                 room.admitted += needed;
-                Ok(())
+                Ok(replaces)
             }
             None if lost_a_name => Err(LEAF_FULL),
-            None => Ok(()),
+            None => Ok(replaces),
         }
     }
 
@@ -246,6 +299,13 @@ impl FcTrack {
     }
 }
 
+/// What a CREAT record of a new file names, and the old file it replaces.
+pub(crate) struct CreateRecord<'n> {
+    parent: u32,
+    name: &'n [u8],
+    replaces: Option<Arc<Unlinked>>,
+}
+
 /// A fast commit of one inode, built under its lock: its ADD_RANGE / DEL_RANGE records (which
 /// borrow nothing) and the raw inode its INODE record carries.
 pub(crate) struct FcPlan {
@@ -255,6 +315,8 @@ pub(crate) struct FcPlan {
     raw: Vec<u8>,
     /// A file created in `tid`: its parent and name.
     created: Option<(u32, Box<[u8]>)>,
+    /// The old file under that name, deleted first.
+    replaces: Option<Arc<Unlinked>>,
     /// `FcTrack::changes` when built: what the fast commit makes durable.
     changes: u64,
     /// `FcTrack::range_notes` when built: the ranges it carries.
@@ -353,9 +415,19 @@ impl Filesystem {
         let len = (128 + usize::from(inode.extra_isize)).min(data.raw.len());
         let raw = data.raw[..len].to_vec();
         let created = track.created.clone();
+        let replaces = track.replaces.clone();
         let (changes, range_notes) = (track.changes, track.range_notes);
         data.fc.range_notes_planned = range_notes;
-        Ok(FsyncPlan::FastCommit(FcPlan { tid, ino, ranges, raw, created, changes, range_notes }))
+        Ok(FsyncPlan::FastCommit(FcPlan {
+            tid,
+            ino,
+            ranges,
+            raw,
+            created,
+            replaces,
+            changes,
+            range_notes,
+        }))
     }
 
     /// Whether the creation of inode `ino` (of `mode`) as `name` in directory `parent` during
@@ -374,10 +446,9 @@ impl Filesystem {
     ///   the leaf's room at the start of `tid` must hold every name admitted into it
     ///   ([`FcTrack::admit_create`]); in a linear directory such a creation commits.
     ///
-    /// Names added in `tid` and not fast-committed only leave more room. The name must not
-    /// have been removed from the parent in `tid` either: the kernel's replay keeps an entry
-    /// it finds (`-EEXIST` is success there) and the new inode would have no name. The inode
-    /// must have been free at the last commit too: a number freed in `tid` and taken again
+    /// Names added in `tid` and not fast-committed only leave more room. A name removed from
+    /// the parent in `tid` takes the records that delete its old file at replay first
+    /// ([`Filesystem::unlink_record`]), or commits. The inode must have been free at the last commit too: a number freed in `tid` and taken again
     /// would be replayed over the file still using it there (the allocator avoids such
     /// numbers while fast commits are on). Freed blocks are no concern: none is reused before
     /// the transaction that freed it is durable (`groups.rs`).
@@ -391,7 +462,7 @@ impl Filesystem {
         mode: u16,
         name: &'n [u8],
         lblk: u32,
-    ) -> std::result::Result<(u32, &'n [u8]), &'static str> {
+    ) -> std::result::Result<CreateRecord<'n>, &'static str> {
         match mode & ext4::MODE_TYPE_MASK {
             ext4::MODE_REGULAR => {}
             ext4::MODE_DIR => return Err("mkdir"),
@@ -401,8 +472,55 @@ impl Filesystem {
             return Err("inode number reused");
         }
         let indexed = pdata.inode.flags & ext4::INDEX_FL != 0;
-        pdata.fc.admit_create(tid, lblk, name, indexed)?;
-        Ok((parent, name))
+        let replaces = pdata.fc.admit_create(tid, lblk, name, indexed)?;
+        Ok(CreateRecord { parent, name, replaces })
+    }
+
+    /// The records that delete file `ino` at replay, its last name removed in `tid` (under its
+    /// lock, before the removal writes it): `None` where fast commits cannot. The file must be
+    /// at replay what it was at the last commit, give or take fast-committed ranges, so that
+    /// DEL_RANGE over what it maps now frees every block it has there, and an UNLINK finds its
+    /// name: not created in `tid` (no name at replay unless a fast commit made one), no other
+    /// change in `tid` a fast commit could not express (a truncation, an xattr), one link. And
+    /// replay must handle it as it does the files fsync fast-commits: a regular file with
+    /// extents, no xattr block (i_blocks), not beside the journal inode (e2fsck 1.47.0).
+    pub(crate) fn unlink_record(
+        &self,
+        ino: u32,
+        data: &InodeData,
+        tid: Tid,
+    ) -> Result<Option<Unlinked>> {
+        let inode = &data.inode;
+        let track = &data.fc;
+        let changed_in_tid = track.tid == Some(tid);
+        if (changed_in_tid && (track.born || track.ineligible.is_some()))
+            || inode.mode & ext4::MODE_TYPE_MASK != ext4::MODE_REGULAR
+            || inode.links_count != 1
+            || inode.flags & ext4::EXTENTS_FL == 0
+            || inode.flags & ext4::HUGE_FILE_FL != 0
+            || inode.file_acl != 0
+            || self.options.data == DataMode::Journal
+            || self.shares_journal_inode_block(ino)?
+        {
+            return Ok(None);
+        }
+        let ectx = extent_ctx(self, ino, data);
+        let extents = extent_tree::extents(&mut ReadIo { fs: self }, &ectx, &inode.block)?;
+        let end = extents.iter().map(|e| u64::from(e.logical) + u64::from(e.len)).max();
+        // DEL_RANGE's length is 32 bits: it cannot reach a file's very last logical block.
+        let Ok(mapped_end) = u32::try_from(end.unwrap_or(0)) else { return Ok(None) };
+        let mut gone = inode.clone();
+        gone.links_count = 1;
+        gone.size = 0;
+        gone.blocks_raw = 0;
+        gone.dtime = 0;
+        extent_tree::init_root(&mut gone.block);
+        let len = (128 + usize::from(inode.extra_isize)).min(data.raw.len());
+        let mut raw = data.raw.clone();
+        gone.encode_into(&mut raw);
+        ext4::set_inode_checksum(&self.params, ino, &mut raw);
+        raw.truncate(len);
+        Ok(Some(Unlinked { ino, mapped_end, raw: raw.into_boxed_slice() }))
     }
 
     /// Whether inode `ino` sits in the inode-table block of the journal inode. e2fsck 1.47.0
@@ -449,8 +567,26 @@ impl Filesystem {
     /// older one). `None`: nothing was queued, commit the transaction.
     pub(crate) fn queue_fast_commit(&self, plan: &FcPlan) -> Option<journal::FcTicket> {
         let inode = FcRecord::Inode { ino: plan.ino, raw: &plan.raw };
-        let mut records: Vec<FcRecord<'_>> = Vec::with_capacity(plan.ranges.len() + 3);
+        let mut records: Vec<FcRecord<'_>> = Vec::with_capacity(plan.ranges.len() + 6);
         if let Some((parent_ino, name)) = &plan.created {
+            if let Some(old) = &plan.replaces {
+                // The old file under the name goes first, as ext4 writes an inode (ranges,
+                // then INODE), then its name ([`Unlinked`]).
+                if old.mapped_end > 0 {
+                    records.push(FcRecord::DelRange {
+                        ino: old.ino,
+                        logical: 0,
+                        len: old.mapped_end,
+                    });
+                }
+                records.push(FcRecord::Inode { ino: old.ino, raw: &old.raw });
+                records.push(FcRecord::Dentry {
+                    op: FcDentryOp::Unlink,
+                    parent_ino: *parent_ino,
+                    ino: old.ino,
+                    name,
+                });
+            }
             // As ext4 writes a created inode (ext4_fc_commit_dentry_updates): INODE first, so
             // that replay has an inode to map ranges into and to link, then its ranges, then
             // CREAT; and INODE again after them, as ext4's pass over the committing inodes
@@ -486,6 +622,12 @@ impl Filesystem {
                 if track.tid == Some(plan.tid) {
                     track.synced = track.synced.max(plan.changes);
                     track.ranges.retain(|&(note, _, _)| note > plan.range_notes);
+                    // The old file is deleted at replay now, and later fast commits need not
+                    // delete it again (a repeated INODE record would bring it back until the
+                    // UNLINK after it dropped its link again).
+                    if plan.replaces.is_some() {
+                        track.replaces = None;
+                    }
                 }
                 Ok(true)
             }

@@ -773,7 +773,18 @@ impl Filesystem {
         // Removing an entry allocates nothing: no reservation, so a full disk can be emptied.
         let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
         let result = (|| {
+            // Whether a fast commit can delete the file at replay, read before the removal
+            // writes it (and marks it changed in this transaction).
+            let tid = txn.handle.tid();
+            let unlinked = if self.journal.fast_commits_enabled() && !is_dir {
+                self.unlink_record(ino, data, tid)?
+            } else {
+                None
+            };
             self.dir_remove(&mut txn, parent, pdata, name)?;
+            if let Some(records) = unlinked {
+                pdata.fc.note_unlinked(tid, name, records);
+            }
             let t = now();
             pdata.inode.mtime = t;
             pdata.inode.ctime = t;
