@@ -35,6 +35,10 @@ pub struct CrashtestArgs {
     /// Every N-th workload runs several threads of longer random sequences (0: never).
     #[arg(long, default_value_t = 8)]
     threaded_every: usize,
+    /// Every N-th single-threaded workload is a mailbox one: varmail's deletes, creates and
+    /// fsyncs in one large (indexed) directory (0: never).
+    #[arg(long, default_value_t = 8)]
+    mailbox_every: usize,
     /// Threads of a threaded workload.
     #[arg(long, default_value_t = 3)]
     threads: usize,
@@ -124,6 +128,7 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
     }
     opts.threads = args.threads;
     opts.threaded_every = args.threaded_every;
+    opts.mailbox_every = args.mailbox_every;
     opts.max_states = (args.max_states > 0).then_some(args.max_states);
     opts.max_failures = if args.max_failures == 0 { usize::MAX } else { args.max_failures };
     for p in &args.presets {

@@ -31,7 +31,7 @@
 //! operations plus such files, each named as its `creat` named it, in a directory that exists
 //! after op `j`, and with an fsync or fdatasync of it started.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -196,22 +196,22 @@ fn check_thread(
     let states = &expected.states[t];
     let mut inode_error = None;
     for j in b.ns_lo..=b.hi {
-        let Some(names) = names_after(&states[j], &expected.namespaces[t][j], &ns, b, j) else {
-            continue;
-        };
-        // An fsynced file created after op `j` must be there on its own (one that existed by
-        // then is in or out of the names as op `j` left it).
-        let after_j = |m: &&usize| states[j].inodes.get(**m).is_none_or(|i| i.created > j);
-        let gone = b.present.iter().filter(after_j).find(|m| !names.values().any(|n| n == *m));
-        if let Some(m) = gone {
-            inode_error
-                .get_or_insert(format!("names as after op {j}, but fsynced inode {m} is missing"));
-            continue;
-        }
-        match check_inodes(&names, states, b, &sub, unacknowledged) {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                inode_error.get_or_insert(format!("names as after op {j}, but {e}"));
+        for names in names_after(&states[j], &expected.namespaces[t][j], &ns, b, j) {
+            // An fsynced file created after op `j` must be there on its own (one that existed
+            // by then is in or out of the names as op `j` left it).
+            let after_j = |m: &&usize| states[j].inodes.get(**m).is_none_or(|i| i.created > j);
+            let gone = b.present.iter().filter(after_j).find(|m| !names.values().any(|n| n == *m));
+            if let Some(m) = gone {
+                inode_error.get_or_insert(format!(
+                    "names as after op {j}, but fsynced inode {m} is missing"
+                ));
+                continue;
+            }
+            match check_inodes(&names, states, b, &sub, unacknowledged) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    inode_error.get_or_insert(format!("names as after op {j}, but {e}"));
+                }
             }
         }
     }
@@ -283,31 +283,53 @@ fn versions(states: &[Model], m: usize, lo: usize, hi: usize) -> Vec<Inode> {
 }
 
 /// The recovered names `ns` as the names after op `j` (`at`, whose namespace is `want`) plus
-/// files of `b.fast_created` created after it: path -> inode, or `None` when they are not.
+/// files of `b.fast_created` created after it: each way to read them, path -> inode (none
+/// when they are not). A fast-created file may also stand under a name an older file had
+/// after op `j` (its fast commit deleted that one first, `fsync_journal::Unlinked`): the
+/// names alone cannot tell the two apart, so each such path gives both readings.
 fn names_after(
     at: &Model,
     want: &crate::model::Namespace,
     ns: &crate::model::Namespace,
     b: &Bounds,
     j: usize,
-) -> Option<BTreeMap<String, usize>> {
-    if want == ns {
-        return Some(at.names.clone());
-    }
-    if b.fast_created.is_empty() || want.iter().any(|(p, v)| ns.get(p) != Some(v)) {
-        return None;
-    }
-    let mut names = at.names.clone();
-    for (path, value) in ns.iter().filter(|(p, _)| !want.contains_key(*p)) {
+) -> Vec<BTreeMap<String, usize>> {
+    let fast_created_after_j = |path: &str, value: &(char, String, Vec<u8>)| {
         let &(m, created) = b.fast_created.get(path)?;
         let (parent, _) = crate::model::split(path);
-        let alone = value.0 == 'f' && value.1 == *path;
-        if created <= j || !alone || !at.names.contains_key(parent) {
-            return None;
+        let alone = value.0 == 'f' && value.1 == path;
+        (created > j && alone && at.names.contains_key(parent)).then_some(m)
+    };
+    let mut names = at.names.clone();
+    if want != ns {
+        if b.fast_created.is_empty() || want.iter().any(|(p, v)| ns.get(p) != Some(v)) {
+            return Vec::new();
         }
-        names.insert(path.clone(), m);
+        for (path, value) in ns.iter().filter(|(p, _)| !want.contains_key(*p)) {
+            let Some(m) = fast_created_after_j(path, value) else { return Vec::new() };
+            names.insert(path.clone(), m);
+        }
     }
-    Some(names)
+    // Names the old file had after op `j` that a fast-created file may have taken over.
+    let replaced: Vec<(&String, usize)> = want
+        .iter()
+        .filter_map(|(path, value)| {
+            let m = fast_created_after_j(path, value)?;
+            (names.get(path) != Some(&m)).then_some((path, m))
+        })
+        .take(8)
+        .collect();
+    let mut readings = Vec::with_capacity(1 << replaced.len());
+    for choice in 0..1u32 << replaced.len() {
+        let mut reading = names.clone();
+        for (k, (path, m)) in replaced.iter().enumerate() {
+            if choice & (1 << k) != 0 {
+                reading.insert((*path).clone(), *m);
+            }
+        }
+        readings.push(reading);
+    }
+    readings
 }
 
 fn check_inodes(
@@ -461,6 +483,9 @@ pub struct Repairs {
     /// ("Directories count wrong for group"; the kernel's replay and quill's leave them
     /// right). Only with [`FastCommitState::Replayable`].
     pub miscounted_dirs: bool,
+    /// Inodes its full check cleared as unattached and zero-length after its replay of
+    /// UNLINK records had removed only their names ([`FastCommits::unlinked`]).
+    pub unlinked_cleared: Vec<u32>,
 }
 
 /// What the fast-commit area of a raw crash image holds for recovery (e2fsck 1.47.0 gets two
@@ -502,32 +527,59 @@ pub fn refuses_quill_areas(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// [`FastCommitState`] of the raw crash image on `dev` (read before anything recovers it).
-pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> FastCommitState {
-    use ondisk::jbd2::fast_commit::{fast_commit_records, FcRecord};
-    let Ok(fs_image) = fs::Ext4Image::open(dev.clone()) else { return FastCommitState::Nothing };
-    let Ok(location) = fs_image.journal_location() else { return FastCommitState::Nothing };
-    let Ok(scan) = journal::scan_log(&*dev, &location) else { return FastCommitState::Nothing };
+/// What the fast-commit area of a raw crash image holds, for judging `e2fsck -fy` on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastCommits {
+    pub state: FastCommitState,
+    /// The inodes UNLINK records in the area name (with [`FastCommitState::Replayable`]).
+    /// e2fsck 1.47.0 replays an UNLINK by removing the name only (its `ext2fs_unlink`),
+    /// where the kernel's replay drops the link and frees the inode; quill's fast commit of
+    /// a deleted file leaves it one link, no size and no blocks before its UNLINK
+    /// (`fsync_journal::Unlinked`), so e2fsck's full check then clears it as an "unattached
+    /// zero-length inode". That line, for these inodes, is e2fsck's replay, not damage.
+    pub unlinked: BTreeSet<u32>,
+}
+
+/// [`FastCommits`] of the raw crash image on `dev` (read before anything recovers it).
+pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> FastCommits {
+    use ondisk::jbd2::fast_commit::{fast_commit_records, FcDentryOp, FcRecord};
+    let nothing = |state| FastCommits { state, unlinked: BTreeSet::new() };
+    let Ok(fs_image) = fs::Ext4Image::open(dev.clone()) else {
+        return nothing(FastCommitState::Nothing);
+    };
+    let Ok(location) = fs_image.journal_location() else {
+        return nothing(FastCommitState::Nothing);
+    };
+    let Ok(scan) = journal::scan_log(&*dev, &location) else {
+        return nothing(FastCommitState::Nothing);
+    };
     let inode_size = fs_image.superblock().inode_size;
     let sb = &scan.superblock;
     if sb.start == 0 {
-        return FastCommitState::Nothing;
+        return nothing(FastCommitState::Nothing);
     }
     if sb.has_incompat(ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS) {
-        return FastCommitState::QuillAreas;
+        return nothing(FastCommitState::QuillAreas);
     }
     let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, scan.end_tid) else {
-        return FastCommitState::Nothing;
+        return nothing(FastCommitState::Nothing);
     };
     if let Some(Ok(first)) = fast_commit_records(&area.blocks[0], inode_size).next() {
         if matches!(first.record, FcRecord::Head { tid, .. } if tid != scan.end_tid) {
-            return FastCommitState::StaleHead;
+            return nothing(FastCommitState::StaleHead);
         }
     }
-    match area.scan(inode_size) {
-        Ok(found) if found.commits > 0 => FastCommitState::Replayable,
-        _ => FastCommitState::Nothing,
+    if !area.scan(inode_size).is_ok_and(|found| found.commits > 0) {
+        return nothing(FastCommitState::Nothing);
     }
+    let records = area.blocks.iter().flat_map(|block| fast_commit_records(block, inode_size));
+    let unlinked = records
+        .filter_map(|r| match r.ok()?.record {
+            FcRecord::Dentry { op: FcDentryOp::Unlink, ino, .. } => Some(ino),
+            _ => None,
+        })
+        .collect();
+    FastCommits { state: FastCommitState::Replayable, unlinked }
 }
 
 /// Stock `e2fsck -fy` repairs the raw crash image at `path`: it may only replay the journal,
@@ -535,11 +587,8 @@ pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> Fast
 /// `torn`, the crash tore a write, and e2fsck may also find the last transaction's commit
 /// block torn (its checksum fails): it then replays only the transactions before it, and
 /// says so.
-pub fn e2fsck_repairs(
-    path: &Path,
-    torn: bool,
-    fast_commits: FastCommitState,
-) -> Result<Repairs, String> {
+pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Repairs, String> {
+    let fast_commits = area.state;
     if fast_commits == FastCommitState::QuillAreas {
         return refuses_quill_areas(path)
             .map(|()| Repairs { gave_up: Some(E2FSCK_REFUSED_QUILL_AREAS), ..Repairs::default() });
@@ -588,6 +637,9 @@ pub fn e2fsck_repairs(
         {
             return true;
         }
+        if unlinked_zero_length(l).is_some_and(|ino| area.unlinked.contains(&ino)) {
+            return true;
+        }
         orphan_ea_released(l, &truncated).is_some()
     });
     if !unexpected.is_empty() {
@@ -601,8 +653,17 @@ pub fn e2fsck_repairs(
         && text.lines().any(|l| l.trim().starts_with("Directories count wrong for group #"));
     repairs.orphan_xattrs_dropped =
         text.lines().filter_map(|l| orphan_ea_released(l, &truncated)).collect();
+    repairs.unlinked_cleared = text.lines().filter_map(unlinked_zero_length).collect();
     e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy: {e}"))?;
     Ok(repairs)
+}
+
+/// "Unattached zero-length inode N.  Clear? yes": inode N (see [`FastCommits::unlinked`]).
+fn unlinked_zero_length(line: &str) -> Option<u32> {
+    let rest = line.trim().strip_prefix("Unattached zero-length inode ")?;
+    let (ino, answer) = rest.split_once('.')?;
+    (answer.trim() == "Clear? yes").then_some(())?;
+    ino.parse().ok()
 }
 
 /// "Inode N, i_blocks is A, should be B." about an orphan e2fsck truncated, A > B: the xattr

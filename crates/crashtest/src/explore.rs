@@ -19,7 +19,7 @@ use crate::check::{
 };
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
-use crate::workload::{ace, threaded, Config, Workload};
+use crate::workload::{ace, mailbox, threaded, Config, Workload};
 
 /// How much to explore.
 #[derive(Debug, Clone)]
@@ -31,6 +31,8 @@ pub struct Options {
     pub jobs: usize,
     /// Every n-th workload is a threaded one (0: none).
     pub threaded_every: usize,
+    /// Every n-th of the single-threaded workloads is a [`mailbox`] one (0: none).
+    pub mailbox_every: usize,
     pub threads: usize,
     pub threaded_length: usize,
     /// Crash states per workload at most (flush boundaries first); None: all.
@@ -55,6 +57,7 @@ impl Options {
             seed,
             jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
             threaded_every: 8,
+            mailbox_every: 8,
             threads: 3,
             threaded_length: 6,
             max_states: Some(120),
@@ -103,30 +106,46 @@ pub fn workload_seed(seed: u64, k: usize) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)
 }
 
-/// Whether workload `k` is a threaded one, and which configuration it takes. Single-threaded
-/// and threaded workloads each rotate through every configuration in turn: one rotation over
-/// `k` would give the threaded ones (every `threaded_every`-th) only the configurations
-/// `k mod len` reaches, and none of those to the others, when `len` is a multiple of it.
-pub fn rotation(opts: &Options, k: usize) -> (bool, usize) {
+/// The kinds of workload the explorer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    /// [`ace`]: ACE's small file set, 1 to 3 operations.
+    Ace,
+    /// [`threaded`]: several threads of longer random sequences.
+    Threaded,
+    /// [`mailbox`]: varmail's deletes and creates in one large directory.
+    Mailbox,
+}
+
+/// Which kind workload `k` is, and which configuration it takes: every `threaded_every`-th
+/// workload is threaded, and every `mailbox_every`-th of the others a mailbox. Each kind
+/// rotates through every configuration in turn: one rotation over `k` would give a kind taken
+/// every n-th time only the configurations `k mod len` reaches when `len` is a multiple of n.
+pub fn rotation(opts: &Options, k: usize) -> (WorkloadKind, usize) {
+    let len = opts.configs.len();
     let every = opts.threaded_every;
-    let threaded = every > 0 && k % every == every - 1;
-    let turn = match (threaded, every) {
-        (true, _) => k / every,
-        (false, 0) => k,
-        (false, _) => k - k / every,
-    };
-    (threaded, turn % opts.configs.len())
+    if every > 0 && k % every == every - 1 {
+        return (WorkloadKind::Threaded, (k / every) % len);
+    }
+    // The index of `k` among the single-threaded workloads.
+    let single = k - k.checked_div(every).unwrap_or(0);
+    let m = opts.mailbox_every;
+    if m > 0 && single % m == m - 1 {
+        return (WorkloadKind::Mailbox, (single / m) % len);
+    }
+    let ace = single - single.checked_div(m).unwrap_or(0);
+    (WorkloadKind::Ace, ace % len)
 }
 
 /// Workload `k` of a run seeded `opts.seed`.
 pub fn workload(opts: &Options, k: usize) -> Workload {
     let seed = workload_seed(opts.seed, k);
-    let (threaded_workload, config) = rotation(opts, k);
+    let (kind, config) = rotation(opts, k);
     let config = opts.configs[config].clone();
-    if threaded_workload {
-        threaded(seed, opts.threads, opts.threaded_length, config)
-    } else {
-        ace(seed, config)
+    match kind {
+        WorkloadKind::Threaded => threaded(seed, opts.threads, opts.threaded_length, config),
+        WorkloadKind::Mailbox => mailbox(seed, config),
+        WorkloadKind::Ace => ace(seed, config),
     }
 }
 
@@ -168,6 +187,7 @@ impl Failure {
 pub struct Totals {
     pub workloads: u64,
     pub threaded_workloads: u64,
+    pub mailbox_workloads: u64,
     pub operations: u64,
     pub images: u64,
     /// Crash images checked, by journal preset.
@@ -190,6 +210,7 @@ impl Totals {
     pub fn add(&mut self, other: Totals) {
         self.workloads += other.workloads;
         self.threaded_workloads += other.threaded_workloads;
+        self.mailbox_workloads += other.mailbox_workloads;
         self.operations += other.operations;
         self.images += other.images;
         for (k, v) in other.images_by_preset {
@@ -225,11 +246,12 @@ impl Totals {
         let presets: Vec<String> =
             self.images_by_preset.iter().map(|(k, v)| format!("{k} {v}")).collect();
         format!(
-            "{} workloads ({} threaded), {} operations; {} crash images ({}; by preset: {}); {} \
+            "{} workloads ({} threaded, {} mailbox), {} operations; {} crash images ({}; by preset: {}); {} \
              checks passed ({}){noted}; {} failed; {:.1} s ({} states with a torn primary \
              superblock left out)",
             self.workloads,
             self.threaded_workloads,
+            self.mailbox_workloads,
             self.operations,
             self.images,
             kinds.join(", "),
@@ -430,14 +452,14 @@ fn check_state_here(
     std::fs::write(&recovered, dev.snapshot()).map_err(|e| ("e2fsck-fn", e.to_string()))?;
     e2fsck_clean(&recovered).map_err(|e| ("e2fsck-fn", format!("after quill's recovery: {e}")))?;
     pass("e2fsck-fn");
-    if kernel && fast_commits == FastCommitState::QuillAreas {
+    if kernel && fast_commits.state == FastCommitState::QuillAreas {
         kernel_refuses(scratch, &raw).map_err(|e| ("kernel-mount", e))?;
         pass("kernel-refused-per-core-fc-areas");
     } else if kernel {
         check_kernel_mount(w, rec, state, scratch, &raw, &tree)?.into_iter().for_each(&mut pass);
     }
     let repairs =
-        e2fsck_repairs(&raw, state.torn.is_some(), fast_commits).map_err(|e| ("e2fsck-fy", e))?;
+        e2fsck_repairs(&raw, state.torn.is_some(), &fast_commits).map_err(|e| ("e2fsck-fy", e))?;
     if let Some(known_bug) = repairs.gave_up {
         // e2fsck 1.47.0's bug, not the image's (check.rs): quill's recovery was checked above.
         pass(known_bug);
@@ -445,6 +467,8 @@ fn check_state_here(
     }
     pass(if repairs.miscounted_dirs {
         "e2fsck-fy-but-1.47.0-miscounted-dirs"
+    } else if !repairs.unlinked_cleared.is_empty() {
+        "e2fsck-fy-cleared-fast-commit-unlinked-inodes"
     } else {
         "e2fsck-fy"
     });
@@ -561,6 +585,9 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
     let mut totals = Totals { workloads: 1, operations: w.ops() as u64, ..Totals::default() };
     if w.threads.len() > 1 {
         totals.threaded_workloads = 1;
+    }
+    if w.name.starts_with("mailbox-") {
+        totals.mailbox_workloads = 1;
     }
     let recorded = record(w).and_then(|rec| match rec.failures.first() {
         Some(e) => Err(e.clone()),

@@ -552,6 +552,62 @@ pub fn ace(seed: u64, config: Config) -> Workload {
     Workload { name: format!("ace-{length}"), seed, config, setup, threads: vec![ops] }
 }
 
+/// varmail's pattern in one large directory (an indexed one of several leaves, as varmail's
+/// and the kernel's large mail spools are): setup fills `mail/` with a few hundred files, then
+/// 2 to 4 rounds each delete a file, create one (a third of the time under the name just
+/// removed), write it and fsync it, and sometimes append to another file and fsync or
+/// fdatasync that. With fsync_journal these are fast commits whose CREAT and UNLINK records
+/// replay must fit into leaves that lost names in the same transaction.
+pub fn mailbox(seed: u64, config: Config) -> Workload {
+    let mut rng = Rng::new(seed);
+    let mut model = Model::new();
+    let mut setup = Vec::new();
+    let mut add = |op: Op, model: &mut Model| {
+        model.apply(&op, setup.len(), tag(SETUP, setup.len())).expect("valid setup");
+        setup.push(op);
+    };
+    add(Op::Mkdir(MAILBOX.into()), &mut model);
+    // ~30-byte names, 40-byte entries: about 100 to a 4 KiB block.
+    let mut live: Vec<String> = Vec::new();
+    for k in 0..(220 + rng.below(120)) {
+        let path = format!("{MAILBOX}/message-{k:04}-{:016x}", rng.next());
+        add(Op::Creat(path.clone()), &mut model);
+        if rng.chance(2) {
+            add(Op::Write { path: path.clone(), offset: 0, len: 1 + rng.below(3000) }, &mut model);
+        }
+        live.push(path);
+    }
+    let mut ops = Vec::new();
+    let mut push = |op: Op, model: &mut Model| {
+        model.apply(&op, ops.len(), 0).expect("valid mailbox operation");
+        ops.push(op);
+    };
+    let rounds = 2 + rng.below(3);
+    for round in 0..rounds {
+        let victim = live.swap_remove(rng.below(live.len() as u64) as usize);
+        push(Op::Unlink(victim.clone()), &mut model);
+        let path = if rng.chance(3) {
+            victim
+        } else {
+            format!("{MAILBOX}/new-{round}-{:016x}", rng.next())
+        };
+        push(Op::Creat(path.clone()), &mut model);
+        push(Op::Write { path: path.clone(), offset: 0, len: 1 + rng.below(9000) }, &mut model);
+        push(Op::Fsync(path.clone()), &mut model);
+        if rng.chance(3) {
+            let other = live[rng.below(live.len() as u64) as usize].clone();
+            let offset = model.get(&other).map_or(0, |i| i.data.len() as u64);
+            push(Op::Write { path: other.clone(), offset, len: 1 + rng.below(4000) }, &mut model);
+            push(if rng.chance(2) { Op::Fsync(other) } else { Op::Fdatasync(other) }, &mut model);
+        }
+        live.push(path);
+    }
+    Workload { name: format!("mailbox-{rounds}"), seed, config, setup, threads: vec![ops] }
+}
+
+/// The directory of [`mailbox`] workloads.
+pub const MAILBOX: &str = "mail";
+
 /// `threads` (at least 2) threads, each running `length` core operations (with persistence
 /// points half of the time) in its own directory.
 pub fn threaded(seed: u64, threads: usize, length: usize, config: Config) -> Workload {

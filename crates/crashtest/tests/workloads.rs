@@ -3,11 +3,11 @@
 //! including a negative control that must fail them).
 
 use crashtest::explore::{
-    default_configs, parse_state_line, rotation, state_line, workload, Options,
+    default_configs, parse_state_line, rotation, state_line, workload, Options, WorkloadKind,
 };
 use crashtest::model::{Kind, Model};
 use crashtest::run::{model_states, record};
-use crashtest::workload::{ace, threaded, Config, Op, Workload};
+use crashtest::workload::{ace, mailbox, threaded, Config, Op, Workload};
 use ondisk::testing::seed;
 
 fn op(s: &str) -> Op {
@@ -59,12 +59,16 @@ fn workloads_survive_their_text_form_and_are_valid() {
     let base = seed("workloads_text");
     for k in 0..300u64 {
         let config = Config { dirty_kib: 16, ..Config::default() };
-        let w = if k % 5 == 4 { threaded(base ^ k, 3, 8, config) } else { ace(base ^ k, config) };
+        let w = match k % 5 {
+            4 => threaded(base ^ k, 3, 8, config),
+            3 => mailbox(base ^ k, config),
+            _ => ace(base ^ k, config),
+        };
         let back = Workload::parse(&w.to_text()).unwrap_or_else(|e| panic!("{e}\n{}", w.to_text()));
         assert_eq!(back, w, "seed {}", base ^ k);
         model_states(&w).unwrap_or_else(|e| panic!("seed {}: {e}", base ^ k));
         let core = w.threads[0].iter().filter(|o| !o.is_persistence()).count();
-        if w.threads.len() == 1 {
+        if w.name.starts_with("ace-") {
             assert!((1..=3).contains(&core), "ACE runs 1 to 3 core ops: {}", w.to_text());
         }
     }
@@ -145,7 +149,7 @@ fn crash_lines_round_trip_and_stale_ones_are_refused() {
 }
 
 #[test]
-fn single_and_threaded_workloads_each_rotate_through_every_preset_and_configuration() {
+fn each_kind_of_workload_rotates_through_every_preset_and_configuration() {
     let mut opts = Options::standard(1);
     let configs = default_configs();
     for preset in journal::config::PRESETS {
@@ -158,18 +162,24 @@ fn single_and_threaded_workloads_each_rotate_through_every_preset_and_configurat
     assert_eq!(barrier, 4, "CJFS with barrier commit blocks, in both data modes and cache sizes");
     // Today's list, and lists whose length is a multiple of threaded_every (as 6 presets
     // make 24 configurations with threaded_every 8), where a single rotation over k would
-    // split the configurations between the two kinds of workload.
+    // split the configurations between the kinds of workload.
     for len in [configs.len(), 16, 24, 7] {
         opts.configs = (0..len).map(|i| configs[i % configs.len()].clone()).collect();
-        let mut seen = [vec![0usize; len], vec![0usize; len]];
-        let rounds = len * opts.threaded_every;
+        let mut seen = [vec![0usize; len], vec![0usize; len], vec![0usize; len]];
+        let rounds = len * opts.threaded_every * opts.mailbox_every;
         for k in 0..2 * rounds {
-            let (threaded, config) = rotation(&opts, k);
-            assert_eq!(threaded, workload(&opts, k).threads.len() > 1, "k {k}");
-            assert_eq!(workload(&opts, k).config, opts.configs[config], "k {k}");
-            seen[threaded as usize][config] += 1;
+            let (kind, config) = rotation(&opts, k);
+            let w = workload(&opts, k);
+            let expected = match kind {
+                WorkloadKind::Ace => "ace-",
+                WorkloadKind::Threaded => "threads-",
+                WorkloadKind::Mailbox => "mailbox-",
+            };
+            assert!(w.name.starts_with(expected), "k {k}: {kind:?} but {}", w.name);
+            assert_eq!(w.config, opts.configs[config], "k {k}");
+            seen[kind as usize][config] += 1;
         }
-        for (kind, counts) in ["single-threaded", "threaded"].iter().zip(&seen) {
+        for (kind, counts) in ["ace", "threaded", "mailbox"].iter().zip(&seen) {
             let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
             assert!(*min > 0 && max - min <= 1, "{len} configs, {kind}: {counts:?}");
         }
