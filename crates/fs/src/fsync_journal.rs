@@ -18,13 +18,15 @@
 //! | attributes without a size change (mode, owner, times; `setattr`) | INODE |
 //! | an access time (`relatime`) | INODE |
 //! | a regular file created (`create`), where replay can add its name ([`Filesystem::create_record`]) | INODE, its ranges, CREAT, INODE |
+//! | ... under a name removed in the same transaction, whose old file replay can delete ([`Filesystem::unlink_record`]) | the old file's DEL_RANGE, INODE and UNLINK first |
 //!
 //! Everything else falls back to committing the transaction, counted by reason in the journal's
 //! figures (`fast_commit_fallbacks`): the kernel's ineligible operations (xattrs, renames,
 //! fallocate ranges, journaled data); a creation replay could not redo (a directory, special
 //! file or symlink; a parent that is new or grew in the same transaction, or lost a name from
-//! the leaf where replay would have no room for it; an inode number freed in it); links and
-//! unlinks (LINK/UNLINK records are not written); truncation (the orphan list); and fsync of
+//! the leaf where replay would have no room for it; an inode number freed in it; a name
+//! removed in it whose old file replay could not delete); a file's own links and unlinks
+//! (LINK records are not written); truncation (the orphan list); and fsync of
 //! a directory, of a hard-linked inode, of an inode without extents or with an external
 //! xattr block, or of one in the journal inode's inode-table block (the last two for the
 //! kernel's and e2fsck 1.47.0's replays).
