@@ -139,6 +139,77 @@ fn rename_over_open_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// lseek(SEEK_DATA) and lseek(SEEK_HOLE) from offsets across files with holes, fallocated
+/// (unwritten) ranges, a punched hole and cached writes not yet written back, before and after
+/// fsync: each answer (offset or errno) by file, offset and moment.
+fn seek_outcomes(dir: &Path) -> Vec<String> {
+    use std::os::fd::AsRawFd;
+    let mut out = Vec::new();
+    let seeks = |out: &mut Vec<String>, name: &str, moment: &str, file: &File| {
+        let size = file.metadata().unwrap().len() as i64;
+        let mut offsets = vec![0, 1, 1023, 1024, 4095, 4096, 8191, 8192, 20_000, 65_536, 70_000];
+        offsets.extend([size - 1, size, size + 1]);
+        for offset in offsets.into_iter().filter(|&o| o >= 0) {
+            for (whence, what) in [(libc::SEEK_DATA, "data"), (libc::SEEK_HOLE, "hole")] {
+                // SAFETY: lseek on a descriptor this function owns.
+                let at = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+                let got = if at < 0 {
+                    format!("errno {}", std::io::Error::last_os_error().raw_os_error().unwrap())
+                } else {
+                    at.to_string()
+                };
+                out.push(format!("{name} {moment}: {what} from {offset} = {got}"));
+            }
+        }
+    };
+    let fallocate = |file: &File, mode: i32, offset: i64, len: i64| {
+        // SAFETY: fallocate on a descriptor the caller owns.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) };
+        assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
+    };
+    let open = |name: &str| {
+        OpenOptions::new().read(true).write(true).create(true).open(dir.join(name)).unwrap()
+    };
+    let block = vec![0xabu8; 4096];
+
+    // Data, a hole, data: written, then synced.
+    let sparse = open("sparse");
+    sparse.write_all_at(&block, 0).unwrap();
+    sparse.write_all_at(&block[..100], 65_536).unwrap();
+    seeks(&mut out, "sparse", "cached", &sparse);
+    sparse.sync_all().unwrap();
+    seeks(&mut out, "sparse", "synced", &sparse);
+
+    // A fallocated range past the data (unwritten, kept size), then a write into its middle.
+    let falloc = open("falloc");
+    falloc.write_all_at(&block[..3000], 0).unwrap();
+    fallocate(&falloc, libc::FALLOC_FL_KEEP_SIZE, 4096, 65_536);
+    falloc.set_len(70_000).unwrap();
+    falloc.sync_all().unwrap();
+    seeks(&mut out, "falloc", "unwritten", &falloc);
+    falloc.write_all_at(&block[..2000], 20_000).unwrap();
+    seeks(&mut out, "falloc", "cached in unwritten", &falloc);
+    falloc.sync_all().unwrap();
+    seeks(&mut out, "falloc", "synced", &falloc);
+
+    // A hole punched in the middle of written data.
+    let punched = open("punched");
+    for k in 0..20 {
+        punched.write_all_at(&block, k * 4096).unwrap();
+    }
+    punched.sync_all().unwrap();
+    fallocate(&punched, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 4096, 16_384);
+    seeks(&mut out, "punched", "synced", &punched);
+
+    // All hole (a size and nothing written), and empty.
+    let hole = open("hole");
+    hole.set_len(50_000).unwrap();
+    seeks(&mut out, "hole", "truncated up", &hole);
+    let empty = open("empty");
+    seeks(&mut out, "empty", "new", &empty);
+    out
+}
+
 /// Runs `check` on a kernel mount and on a quill mount (each of a fresh mkfs.ext4 image, with
 /// `kernel_opts` / `quill_opts`) and asserts both give the same; quill's image ends clean.
 /// Returns what both gave.
@@ -219,5 +290,26 @@ fn a_file_replaced_by_rename_stays_usable_through_its_open_descriptor() {
     if ready_here(test) {
         let got = same_on_kernel_and_quill(test, "", "", rename_over_open_outcomes);
         assert_eq!(got[0], "fstat nlink: 0", "{got:?}");
+    }
+}
+
+#[test]
+fn seek_data_and_seek_hole_answer_as_the_kernels_ext4() {
+    let test = "seek_data_and_seek_hole_answer_as_the_kernels_ext4";
+    if ready_here(test) {
+        let got = same_on_kernel_and_quill(test, "", "", seek_outcomes);
+        // What the files are built to show, so the comparison cannot pass on a generic
+        // lseek (data everywhere) on both sides.
+        for line in [
+            "sparse synced: hole from 0 = 4096",
+            "sparse cached: data from 4096 = 65536",
+            "falloc unwritten: data from 4096 = errno 6",
+            "falloc cached in unwritten: data from 4096 = 19456",
+            "punched synced: data from 4096 = 20480",
+            "hole truncated up: data from 0 = errno 6",
+            "empty new: hole from 0 = errno 6",
+        ] {
+            assert!(got.iter().any(|l| l == line), "{line} not in {got:#?}");
+        }
     }
 }

@@ -139,7 +139,7 @@ pub(crate) struct StepCredits {
 impl Filesystem {
     /// Locks a live inode whose data is about to be read or changed; directories are refused
     /// (their blocks change only through the directory code).
-    fn lock_file<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
+    pub(crate) fn lock_file<'a>(&self, slot: &'a InodeSlot) -> Result<InodeGuard<'a>> {
         let guard = self.lock_live(slot)?;
         if guard.as_ref().expect("loaded").inode.is_dir() {
             return Err(FsError::IsDir);

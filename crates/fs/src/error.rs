@@ -77,6 +77,9 @@ pub enum FsError {
     /// EFBIG: the file would exceed the largest size ext4 can map.
     #[error("file too large")]
     FileTooLarge,
+
+    #[error("no data or hole at or after that offset")]
+    NoSuchOffset,
 }
 
 /// Result alias of the `fs` crate.
@@ -134,6 +137,7 @@ impl FsError {
             FsError::TooManyLinks => errno::EMLINK,
             FsError::ReadOnly => errno::EROFS,
             FsError::FileTooLarge => errno::EFBIG,
+            FsError::NoSuchOffset => errno::ENXIO,
         }
     }
 }
@@ -142,6 +146,7 @@ impl FsError {
 pub mod errno {
     pub const ENOENT: i32 = 2;
     pub const EIO: i32 = 5;
+    pub const ENXIO: i32 = 6;
     pub const EEXIST: i32 = 17;
     pub const ENOTDIR: i32 = 20;
     pub const EISDIR: i32 = 21;

@@ -48,6 +48,7 @@ mod ops;
 mod orphan;
 mod page_cache;
 mod rename;
+mod seek;
 mod writeback;
 
 pub use atime::AtimeMode;
@@ -58,5 +59,6 @@ pub use filesystem::{DataMode, ErrorPolicy, Filesystem, MountOptions};
 pub use image::Ext4Image;
 pub use inodes::InodeSlot;
 pub use ops::{Attr, DirEntry, RenameFlags, SetAttr, StatFs, ROOT_INO};
+pub use seek::SeekTarget;
 pub use writeback::Flusher;
 pub use xattr::SetMode;

@@ -45,8 +45,8 @@ use fs::{Attr, FallocateMode, FsError, InodeSlot, RenameFlags, SetAttr, SetMode,
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session,
-    SessionACL, TimeOrNow, WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    Session, SessionACL, TimeOrNow, WriteFlags,
 };
 use ondisk::ext4::{self, dir as ext4dir, Timestamp};
 use parking_lot::Mutex;
@@ -1039,6 +1039,32 @@ impl fuser::Filesystem for QuillFuse {
                     fh,
                     FopenFlags::empty(),
                 ),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
+    }
+
+    /// SEEK_DATA and SEEK_HOLE (the kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself and
+    /// sends only these), from the extent map and the cached writes (`fs::SeekTarget`).
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        self.guarded("lseek", move || {
+            let ino = ino!(ino, reply);
+            let target = match whence {
+                libc::SEEK_DATA => fs::SeekTarget::Data,
+                libc::SEEK_HOLE => fs::SeekTarget::Hole,
+                _ => return reply.error(Errno::EINVAL),
+            };
+            let Ok(offset) = u64::try_from(offset) else { return reply.error(Errno::ENXIO) };
+            match self.fs.seek_data_hole(ino, offset, target) {
+                Ok(at) => reply.offset(at as i64),
                 Err(err) => reply.error(self.errno(err)),
             }
         })
