@@ -168,7 +168,13 @@ fn seek_outcomes(dir: &Path) -> Vec<String> {
         assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
     };
     let open = |name: &str| {
-        OpenOptions::new().read(true).write(true).create(true).open(dir.join(name)).unwrap()
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join(name))
+            .unwrap()
     };
     let block = vec![0xabu8; 4096];
 
