@@ -216,6 +216,89 @@ fn seek_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// renameat2 with RENAME_WHITEOUT (what overlayfs does on its upper directory): the file,
+/// directory and replaced target moved, and what stands under the old names (kind, device
+/// number, mode, owner, links, the type readdir gives); the flag combinations refused.
+fn whiteout_outcomes(dir: &Path) -> Vec<String> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).unwrap();
+    let rename = |from: &str, to: &str, flags: u32| -> String {
+        let (from, to) = (c(&dir.join(from)), c(&dir.join(to)));
+        // SAFETY: renameat2 with NUL-terminated paths this function owns.
+        let r = unsafe {
+            libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags)
+        };
+        if r == 0 {
+            "ok".into()
+        } else {
+            format!("errno {}", std::io::Error::last_os_error().raw_os_error().unwrap())
+        }
+    };
+    let describe = |name: &str| -> String {
+        match fs::symlink_metadata(dir.join(name)) {
+            Ok(m) => format!(
+                "{name}: mode {:o} rdev {} uid {} gid {} nlink {} size {}",
+                m.mode(),
+                m.rdev(),
+                m.uid(),
+                m.gid(),
+                m.nlink(),
+                m.len()
+            ),
+            Err(e) => format!("{name}: errno {}", e.raw_os_error().unwrap()),
+        }
+    };
+    let mut out = Vec::new();
+    fs::write(dir.join("a"), b"contents of a").unwrap();
+    out.push(format!("a -> b: {}", rename("a", "b", libc::RENAME_WHITEOUT)));
+    fs::write(dir.join("c"), b"c").unwrap();
+    fs::write(dir.join("d"), b"replaced").unwrap();
+    out.push(format!("c -> d (replacing): {}", rename("c", "d", libc::RENAME_WHITEOUT)));
+    fs::create_dir(dir.join("dir1")).unwrap();
+    fs::write(dir.join("dir1/inner"), b"inner").unwrap();
+    fs::create_dir(dir.join("other")).unwrap();
+    out.push(format!(
+        "dir1 -> other/dir2: {}",
+        rename("dir1", "other/dir2", libc::RENAME_WHITEOUT)
+    ));
+    // A set-group-ID directory gives its group to what is made in it, the whiteout too.
+    fs::create_dir(dir.join("sg")).unwrap();
+    std::os::unix::fs::chown(dir.join("sg"), Some(0), Some(65534)).unwrap();
+    fs::set_permissions(dir.join("sg"), fs::Permissions::from_mode(0o2777)).unwrap();
+    fs::write(dir.join("sg/e"), b"e").unwrap();
+    out.push(format!("sg/e -> sg/f: {}", rename("sg/e", "sg/f", libc::RENAME_WHITEOUT)));
+    fs::write(dir.join("g"), b"g").unwrap();
+    let both = libc::RENAME_WHITEOUT | libc::RENAME_EXCHANGE;
+    out.push(format!("g <-> b with whiteout: {}", rename("g", "b", both)));
+    let noreplace = libc::RENAME_WHITEOUT | libc::RENAME_NOREPLACE;
+    out.push(format!("g -> b, noreplace: {}", rename("g", "b", noreplace)));
+    out.push(format!("missing -> h: {}", rename("missing", "h", libc::RENAME_WHITEOUT)));
+    for name in ["a", "b", "c", "d", "dir1", "other/dir2", "other/dir2/inner", "sg/e", "sg/f"] {
+        out.push(describe(name));
+    }
+    out.push(format!("b reads {:?}", fs::read(dir.join("b")).unwrap()));
+    out.push(format!("root nlink {}", fs::metadata(dir).unwrap().nlink()));
+    let mut types: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            use std::os::unix::fs::FileTypeExt;
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            let kind = match () {
+                _ if t.is_char_device() => "character device",
+                _ if t.is_dir() => "directory",
+                _ if t.is_file() => "regular file",
+                _ => "other",
+            };
+            format!("readdir: {:?} {kind}", e.file_name())
+        })
+        .collect();
+    types.sort();
+    out.extend(types);
+    out
+}
+
 /// Runs `check` on a kernel mount and on a quill mount (each of a fresh mkfs.ext4 image, with
 /// `kernel_opts` / `quill_opts`) and asserts both give the same; quill's image ends clean.
 /// Returns what both gave.
@@ -314,6 +397,24 @@ fn seek_data_and_seek_hole_answer_as_the_kernels_ext4() {
             "punched synced: data from 4096 = 20480",
             "hole truncated up: data from 0 = errno 6",
             "empty new: hole from 0 = errno 6",
+        ] {
+            assert!(got.iter().any(|l| l == line), "{line} not in {got:#?}");
+        }
+    }
+}
+
+#[test]
+fn rename_whiteout_leaves_the_whiteout_the_kernels_ext4_leaves() {
+    let test = "rename_whiteout_leaves_the_whiteout_the_kernels_ext4_leaves";
+    if ready_here(test) {
+        let got = same_on_kernel_and_quill(test, "", "", whiteout_outcomes);
+        for line in [
+            "a -> b: ok",
+            "a: mode 20000 rdev 0 uid 0 gid 0 nlink 1 size 0",
+            "dir1: mode 20000 rdev 0 uid 0 gid 0 nlink 1 size 0",
+            "sg/e: mode 20000 rdev 0 uid 0 gid 65534 nlink 1 size 0",
+            "g <-> b with whiteout: errno 22",
+            "readdir: \"dir1\" character device",
         ] {
             assert!(got.iter().any(|l| l == line), "{line} not in {got:#?}");
         }

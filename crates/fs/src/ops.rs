@@ -79,6 +79,9 @@ pub struct DirEntry {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// RENAME_WHITEOUT (overlayfs): the old name is left to a whiteout, a character device
+    /// 0:0 with mode 0, owned by this uid and gid, made in the same transaction.
+    pub whiteout: Option<(u32, u32)>,
 }
 
 /// File-system statistics (statfs).
@@ -516,19 +519,9 @@ impl Filesystem {
         let mut made: Option<(InodeData, bool)> = None;
         let result = (|| {
             let fs = self;
-            let extra = fs.params.min_extra_isize.max(32);
-            let (mut inode, raw) = inodes::new_inode_record(fs.params.inode_size, extra);
-            let t = now();
-            inode.mode = mode;
-            inode.uid = uid;
-            inode.gid = gid;
-            inode.atime = t;
-            inode.mtime = t;
-            inode.ctime = t;
-            inode.crtime = t;
-            inode.links_count = if is_dir { 2 } else { 1 };
-            inode.generation = fs.new_generation();
-            extent_tree::init_root(&mut inode.block);
+            let extra = fs.new_inode_extra_isize();
+            let (mut inode, raw) = fs.new_inode_record(mode, (uid, gid));
+            let t = inode.ctime;
             init(ino, &mut inode)?;
             let (data, written) = made.insert((InodeData::new(inode, raw, false), false));
             if is_dir {
@@ -592,9 +585,33 @@ impl Filesystem {
         self.finish(result, txn)
     }
 
+    /// `i_extra_isize` of a new inode.
+    fn new_inode_extra_isize(&self) -> u16 {
+        self.params.min_extra_isize.max(32)
+    }
+
+    /// A new inode's record: `mode`, owned by `uid`:`gid`, every time now, one link (two for
+    /// a directory), a fresh generation and an empty extent tree.
+    pub(crate) fn new_inode_record(&self, mode: u16, (uid, gid): (u32, u32)) -> (Inode, Vec<u8>) {
+        let extra = self.new_inode_extra_isize();
+        let (mut inode, raw) = inodes::new_inode_record(self.params.inode_size, extra);
+        let t = now();
+        inode.mode = mode;
+        inode.uid = uid;
+        inode.gid = gid;
+        inode.atime = t;
+        inode.mtime = t;
+        inode.ctime = t;
+        inode.crtime = t;
+        inode.links_count = if mode & ext4::MODE_TYPE_MASK == ext4::MODE_DIR { 2 } else { 1 };
+        inode.generation = self.new_generation();
+        extent_tree::init_root(&mut inode.block);
+        (inode, raw)
+    }
+
     /// Undoes [`Filesystem::create_node`]'s allocation of inode `ino` under `txn`: frees the
     /// blocks it was given, marks its record deleted if it was written, and frees the number.
-    fn unmake_inode(
+    pub(crate) fn unmake_inode(
         &self,
         txn: &mut Txn<'_>,
         ino: u32,

@@ -1,4 +1,5 @@
-//! rename, including replacing a target, RENAME_NOREPLACE and RENAME_EXCHANGE.
+//! rename, including replacing a target, RENAME_NOREPLACE, RENAME_EXCHANGE and
+//! RENAME_WHITEOUT.
 //!
 //! Locking follows `filesystem.rs`: a rename between two directories first takes
 //! `rename_lock`, so no other rename can change ancestry; it then finds out whether one
@@ -8,7 +9,8 @@
 //! inode-number order.
 //!
 //! The whole rename is one handle, so it is atomic across a crash: the new name appears, the
-//! old one disappears and a replaced target loses its link in the same transaction.
+//! old one disappears (or names the whiteout) and a replaced target loses its link in the
+//! same transaction.
 
 use crate::dir;
 use crate::error::{FsError, Result};
@@ -58,8 +60,10 @@ impl Filesystem {
                 return Err(FsError::Invalid("cannot rename \".\" or \"..\"".into()));
             }
         }
-        if flags.exchange && flags.noreplace {
-            return Err(FsError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE".into()));
+        if flags.exchange && (flags.noreplace || flags.whiteout.is_some()) {
+            return Err(FsError::Invalid(
+                "RENAME_EXCHANGE with RENAME_NOREPLACE or RENAME_WHITEOUT".into(),
+            ));
         }
         if !flags.exchange {
             // ext4's auto_da_alloc: replacing a file by rename writes the new file's cached
@@ -194,7 +198,7 @@ impl Filesystem {
                 }
                 (false, Some(d), Some(_)) => {
                     self.dir_replace(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
-                    self.dir_remove(&mut txn, old_ino, parents.old, name)?;
+                    self.leave_old_name(&mut txn, old_ino, parents.old, name, flags)?;
                     if dst_is_dir {
                         // The replaced directory's `..` no longer counts against new_parent.
                         dec_link(&mut parents.new_dir().inode);
@@ -205,7 +209,7 @@ impl Filesystem {
                 }
                 _ => {
                     self.dir_add(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
-                    self.dir_remove(&mut txn, old_ino, parents.old, name)?;
+                    self.leave_old_name(&mut txn, old_ino, parents.old, name, flags)?;
                 }
             }
             if !flags.exchange && cross && src_is_dir {
@@ -237,6 +241,48 @@ impl Filesystem {
             self.release_inode(dst_slot, d)?;
         }
         Ok(())
+    }
+
+    /// Takes `name` out of directory `dir` for a rename (not an exchange): removes it, or with
+    /// RENAME_WHITEOUT points it at a new whiteout instead, as ext4 does
+    /// (`ext4_whiteout_for_rename`, then `ext4_setent`).
+    fn leave_old_name(
+        &self,
+        txn: &mut Txn<'_>,
+        dir: u32,
+        ddata: &mut InodeData,
+        name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let Some(owner) = flags.whiteout else {
+            self.dir_remove(txn, dir, ddata, name)?;
+            return Ok(());
+        };
+        let whiteout = self.make_whiteout(txn, dir, owner)?;
+        self.dir_replace(txn, dir, ddata, name, whiteout, ondisk::ext4::dir::FT_CHRDEV)?;
+        Ok(())
+    }
+
+    /// A whiteout made in `txn` near directory `dir`: a character device 0:0 with mode 0 (no
+    /// extent header, its device number in i_block, as mknod makes one), one link. Its slot is
+    /// filled before anything names it.
+    fn make_whiteout(&self, txn: &mut Txn<'_>, dir: u32, owner: (u32, u32)) -> Result<u32> {
+        let group = self.groups.geo.group_of_inode(dir);
+        let ino = self.groups.alloc_inode(&self.journal, &mut txn.handle, group, false)?;
+        let slot = self.inodes.slot(ino);
+        let mut guard = slot.state.lock();
+        let (mut inode, raw) = self.new_inode_record(ondisk::ext4::MODE_CHRDEV, owner);
+        inode.flags &= !ondisk::ext4::EXTENTS_FL;
+        inode.block = [0; ondisk::ext4::INODE_BLOCK_SIZE];
+        let mut data = InodeData::new(inode, raw, false);
+        data.fc.ineligible_next("rename");
+        if let Err(err) = self.write_inode(&mut txn.handle, ino, &mut data, true) {
+            // Free the number again in this handle, as a failed create does.
+            let _ = self.unmake_inode(txn, ino, false, Some((data, false)));
+            return Err(err);
+        }
+        *guard = Some(data);
+        Ok(ino)
     }
 
     /// The chain of directories from `dir` up to the root (excluding `dir`), by `..`.

@@ -325,7 +325,7 @@ fn rename_exchange_done_by_quill_is_what_the_kernel_sees() {
     let image = scratch.path("fs.img");
     mkfs(&image, "32M", &["-b", "1024"]);
     let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
-    let exchange = fs::RenameFlags { exchange: true, noreplace: false };
+    let exchange = fs::RenameFlags { exchange: true, ..fs::RenameFlags::default() };
     let mut rng = Rng::new(5);
     let root = ROOT_INO;
     let dir1 = fs.mkdir(root, b"dir1", 0o755, 0, 0).unwrap().ino;

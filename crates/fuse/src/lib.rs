@@ -686,7 +686,7 @@ impl fuser::Filesystem for QuillFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -697,14 +697,26 @@ impl fuser::Filesystem for QuillFuse {
         self.guarded("rename", move || {
             let parent = ino!(parent, reply);
             let newparent = ino!(newparent, reply);
-            let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+            let known = fuser::RenameFlags::RENAME_NOREPLACE
+                | fuser::RenameFlags::RENAME_EXCHANGE
+                | fuser::RenameFlags::RENAME_WHITEOUT;
             if !known.contains(flags) {
-                // RENAME_WHITEOUT (overlayfs) and unknown bits.
                 return reply.error(Errno::EINVAL);
             }
+            // The whiteout is owned as a new node in the old directory would be (the caller,
+            // or the directory's group where it is set-group-ID), as ext4's is.
+            let whiteout = if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
+                match self.new_owner(req, parent, ext4::MODE_CHRDEV) {
+                    Ok((uid, gid, _)) => Some((uid, gid)),
+                    Err(e) => return reply.error(e),
+                }
+            } else {
+                None
+            };
             let flags = RenameFlags {
                 noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+                whiteout,
             };
             match self.fs.rename(parent, name.as_bytes(), newparent, newname.as_bytes(), flags) {
                 Ok(()) => reply.ok(),
