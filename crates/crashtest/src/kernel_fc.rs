@@ -460,7 +460,27 @@ pub fn exec(root: &Path, op: &Op, tag: u64) -> Result<(), String> {
         Op::Rmdir(p) => std::fs::remove_dir(at(p)).map_err(io),
         Op::Unlink(p) => std::fs::remove_file(at(p)).map_err(io),
         Op::Link { from, to } => std::fs::hard_link(at(from), at(to)).map_err(io),
-        Op::Rename { from, to } => std::fs::rename(at(from), at(to)).map_err(io),
+        Op::Rename { from, to, whiteout: false } => std::fs::rename(at(from), at(to)).map_err(io),
+        Op::Rename { from, to, whiteout: true } => {
+            let c = |p: &str| std::ffi::CString::new(at(p).into_os_string().into_encoded_bytes());
+            let (from, to) =
+                (c(from).map_err(|e| e.to_string())?, c(to).map_err(|e| e.to_string())?);
+            // SAFETY: renameat2 with NUL-terminated paths owned here.
+            let r = unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    from.as_ptr(),
+                    libc::AT_FDCWD,
+                    to.as_ptr(),
+                    libc::RENAME_WHITEOUT,
+                )
+            };
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(io(std::io::Error::last_os_error()))
+            }
+        }
         Op::Write { path, offset, len } => {
             open_rw(path)?.write_all_at(&pattern(tag, *offset, *len), *offset).map_err(io)
         }

@@ -14,6 +14,8 @@ pub enum Kind {
     File,
     Dir,
     Symlink,
+    /// A whiteout (RENAME_WHITEOUT): a character device 0:0 with mode 0.
+    Whiteout,
 }
 
 impl Kind {
@@ -22,6 +24,7 @@ impl Kind {
             Kind::File => 'f',
             Kind::Dir => 'd',
             Kind::Symlink => 'l',
+            Kind::Whiteout => 'c',
         }
     }
 }
@@ -154,8 +157,20 @@ impl Model {
                 self.inodes[ino].changed = now;
                 self.touch_parent(to, now);
             }
-            Op::Rename { from, to } => {
-                self.rename(from, to, now).map_err(|e| format!("{op}: {e}"))?
+            Op::Rename { from, to, whiteout } => {
+                self.rename(from, to, now).map_err(|e| format!("{op}: {e}"))?;
+                if *whiteout {
+                    let inode = Inode {
+                        kind: Kind::Whiteout,
+                        perm: 0,
+                        data: Vec::new(),
+                        xattrs: BTreeMap::new(),
+                        created: now,
+                        changed: now,
+                    };
+                    self.inodes.push(inode);
+                    self.names.insert(from.clone(), self.inodes.len() - 1);
+                }
             }
             Op::Write { path, offset, len } => {
                 let ino = self.file_ino(path).map_err(|e| format!("{op}: {e}"))?;

@@ -177,10 +177,12 @@ pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64) -> Result<(), String
             let (dir, name) = parent(to)?;
             fs.link(ino(from)?, dir, &name).map(drop).map_err(e)
         }
-        Op::Rename { from, to } => {
+        Op::Rename { from, to, whiteout } => {
             let (d1, n1) = parent(from)?;
             let (d2, n2) = parent(to)?;
-            fs.rename(d1, &n1, d2, &n2, RenameFlags::default()).map_err(e)
+            let flags =
+                RenameFlags { whiteout: whiteout.then_some((0, 0)), ..RenameFlags::default() };
+            fs.rename(d1, &n1, d2, &n2, flags).map_err(e)
         }
         Op::Write { path, offset, len } => with_open(path, &|i| {
             let n = fs.write(i, *offset, &pattern(tag, *offset, *len))?;

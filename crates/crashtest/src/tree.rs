@@ -56,6 +56,7 @@ fn walk(fs: &Filesystem, dir: u32, prefix: &str, tree: &mut Tree) -> Result<(), 
             ext4::MODE_REGULAR => 'f',
             ext4::MODE_DIR => 'd',
             ext4::MODE_SYMLINK => 'l',
+            ext4::MODE_CHRDEV => 'c',
             _ => 'o',
         };
         let data = match kind {

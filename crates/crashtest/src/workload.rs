@@ -19,9 +19,12 @@ pub enum Op {
         from: String,
         to: String,
     },
+    /// rename, or renameat2 with RENAME_WHITEOUT (`whiteout`: the old name is left to a
+    /// whiteout, a character device 0:0).
     Rename {
         from: String,
         to: String,
+        whiteout: bool,
     },
     /// Writes `len` bytes of the op's pattern at `offset` (open, pwrite, close).
     Write {
@@ -81,7 +84,8 @@ impl fmt::Display for Op {
             Op::Rmdir(p) => write!(f, "rmdir {p}"),
             Op::Unlink(p) => write!(f, "unlink {p}"),
             Op::Link { from, to } => write!(f, "link {from} {to}"),
-            Op::Rename { from, to } => write!(f, "rename {from} {to}"),
+            Op::Rename { from, to, whiteout: false } => write!(f, "rename {from} {to}"),
+            Op::Rename { from, to, whiteout: true } => write!(f, "rename {from} {to} whiteout"),
             Op::Write { path, offset, len } => write!(f, "write {path} {offset} {len}"),
             Op::Falloc { path, offset, len, keep_size } => {
                 let how = if *keep_size { "keep_size" } else { "grow" };
@@ -125,8 +129,12 @@ impl std::str::FromStr for Op {
                 Op::Link { from: path(1)?, to: path(2)? }
             }
             "rename" => {
-                arity(3)?;
-                Op::Rename { from: path(1)?, to: path(2)? }
+                let whiteout = match words.get(3) {
+                    None => false,
+                    Some(&"whiteout") if words.len() == 4 => true,
+                    Some(_) => return Err(bad()),
+                };
+                Op::Rename { from: path(1)?, to: path(2)?, whiteout }
             }
             "write" => {
                 arity(4)?;
@@ -453,9 +461,11 @@ fn core_op(rng: &mut Rng, m: &Model) -> Option<Op> {
             let mut trial = m.clone();
             let to = pick(rng, names, |to| {
                 trial.clone_from(m);
-                trial.apply(&Op::Rename { from: from.into(), to: to.into() }, 0, 0).is_ok()
+                let rename = Op::Rename { from: from.into(), to: to.into(), whiteout: false };
+                trial.apply(&rename, 0, 0).is_ok()
             })?;
-            Op::Rename { from: from.into(), to: to.into() }
+            // One in four leaves a whiteout (overlayfs's rename on its upper directory).
+            Op::Rename { from: from.into(), to: to.into(), whiteout: rng.chance(4) }
         }
         11 => {
             let path = file(rng)?;

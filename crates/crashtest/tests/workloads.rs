@@ -52,6 +52,12 @@ fn the_model_follows_posix() {
     m.apply(&op("symlink sym 70"), 7, 8).unwrap();
     assert_eq!(m.kind("sym"), Some(Kind::Symlink));
     assert_eq!(m.get("sym").unwrap().data.len(), 70);
+    // RENAME_WHITEOUT moves the file and leaves a whiteout, which unlink does not take.
+    m.apply(&op("rename sym B/moved whiteout"), 8, 9).unwrap();
+    assert_eq!(m.kind("B/moved"), Some(Kind::Symlink));
+    assert_eq!(m.kind("sym"), Some(Kind::Whiteout));
+    assert_eq!(m.namespace()["sym"].0, 'c', "a character device in the tree");
+    assert!(m.apply(&op("unlink sym"), 9, 10).is_err());
 }
 
 #[test]
@@ -104,6 +110,11 @@ fn every_op_kind_and_persistence_point_is_generated() {
     ] {
         assert!(seen.contains(kind), "{kind} never generated: {seen:?}");
     }
+    let whiteouts = (0..400).flat_map(|k| workload(&opts, k).threads).flatten();
+    assert!(
+        whiteouts.into_iter().any(|o| matches!(o, Op::Rename { whiteout: true, .. })),
+        "no rename with RENAME_WHITEOUT generated"
+    );
 }
 
 #[test]
