@@ -139,6 +139,11 @@ fn rename_over_open_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// A new (or emptied) file at `path`, open for reading and writing.
+fn create_rw(path: &Path) -> File {
+    OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap()
+}
+
 /// lseek(SEEK_DATA) and lseek(SEEK_HOLE) from offsets across files with holes, fallocated
 /// (unwritten) ranges, a punched hole and cached writes not yet written back, before and after
 /// fsync: each answer (offset or errno) by file, offset and moment.
@@ -167,15 +172,7 @@ fn seek_outcomes(dir: &Path) -> Vec<String> {
         let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) };
         assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
     };
-    let open = |name: &str| {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.join(name))
-            .unwrap()
-    };
+    let open = |name: &str| create_rw(&dir.join(name));
     let block = vec![0xabu8; 4096];
 
     // Data, a hole, data: written, then synced.
@@ -213,6 +210,75 @@ fn seek_outcomes(dir: &Path) -> Vec<String> {
     seeks(&mut out, "hole", "truncated up", &hole);
     let empty = open("empty");
     seeks(&mut out, "empty", "new", &empty);
+    out
+}
+
+/// fallocate(FALLOC_FL_ZERO_RANGE), with and without KEEP_SIZE, over written data (synced
+/// and still cached), past the end and over a hole: each file's size, allocated blocks, the
+/// bytes it reads (non-zero count and a checksum) and where its data starts after the range.
+fn zero_range_outcomes(dir: &Path) -> Vec<String> {
+    use std::os::fd::AsRawFd;
+    let pattern: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8 | 1).collect();
+    let zero_range = |file: &File, keep_size: bool, offset: i64, len: i64| -> String {
+        let mode =
+            libc::FALLOC_FL_ZERO_RANGE | if keep_size { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
+        // SAFETY: fallocate on a descriptor the caller owns.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) };
+        if r == 0 {
+            "ok".into()
+        } else {
+            format!("errno {}", std::io::Error::last_os_error().raw_os_error().unwrap())
+        }
+    };
+    // SEEK_DATA before the read: the kernel counts page-cache folios a read brought in over
+    // unwritten extents as data (see fs/src/seek.rs), and quill keeps no clean pages.
+    let describe = |name: &str, file: &File, from: i64| -> String {
+        // SAFETY: lseek on a descriptor the caller owns.
+        let data = unsafe { libc::lseek(file.as_raw_fd(), from, libc::SEEK_DATA) };
+        let m = file.metadata().unwrap();
+        let bytes = fs::read(dir.join(name)).unwrap();
+        let nonzero = bytes.iter().filter(|&&b| b != 0).count();
+        let sum = bytes
+            .iter()
+            .enumerate()
+            .fold(0u64, |s, (i, &b)| s.wrapping_add(i as u64 * u64::from(b)));
+        format!(
+            "{name}: size {} blocks {} nonzero {nonzero} sum {sum} data from {from} at {data}",
+            m.len(),
+            m.blocks()
+        )
+    };
+    let open = |name: &str| create_rw(&dir.join(name));
+    let mut out = Vec::new();
+    // Unaligned, inside written data that is on disk.
+    let synced = open("synced");
+    synced.write_all_at(&pattern[..20_000], 0).unwrap();
+    synced.sync_all().unwrap();
+    out.push(format!("synced: {}", zero_range(&synced, false, 3000, 8000)));
+    out.push(describe("synced", &synced, 3000));
+    // Over writes still cached. The kernel keeps the zeroed pages of the range up to date in
+    // its page cache (the extents are unwritten on disk, as quill's), and its SEEK_DATA counts
+    // them as data until they are dropped: SEEK_DATA is compared from past the range only.
+    let cached = open("cached");
+    cached.write_all_at(&pattern[..20_000], 0).unwrap();
+    out.push(format!("cached: {}", zero_range(&cached, true, 4096, 8192)));
+    cached.sync_all().unwrap();
+    out.push(describe("cached", &cached, 12_288));
+    // Past the end: grows the file, or not with KEEP_SIZE.
+    for (name, keep_size) in [("grow", false), ("keep", true)] {
+        let file = open(name);
+        file.write_all_at(&pattern[..5000], 0).unwrap();
+        file.sync_all().unwrap();
+        out.push(format!("{name}: {}", zero_range(&file, keep_size, 4000, 12_000)));
+        file.sync_all().unwrap();
+        out.push(describe(name, &file, 4000));
+    }
+    // Over a hole (a size and nothing written).
+    let hole = open("hole");
+    hole.set_len(40_000).unwrap();
+    out.push(format!("hole: {}", zero_range(&hole, false, 8192, 8192)));
+    hole.sync_all().unwrap();
+    out.push(describe("hole", &hole, 0));
     out
 }
 
@@ -418,5 +484,18 @@ fn rename_whiteout_leaves_the_whiteout_the_kernels_ext4_leaves() {
         ] {
             assert!(got.iter().any(|l| l == line), "{line} not in {got:#?}");
         }
+    }
+}
+
+#[test]
+fn fallocate_zero_range_leaves_what_the_kernels_ext4_leaves() {
+    let test = "fallocate_zero_range_leaves_what_the_kernels_ext4_leaves";
+    if ready_here(test) {
+        let got = same_on_kernel_and_quill(test, "", "", zero_range_outcomes);
+        // ZERO_RANGE answered (not EOPNOTSUPP), and the range reading as zeros.
+        for (k, line) in got.iter().enumerate().filter(|(k, _)| k % 2 == 0) {
+            assert!(line.ends_with(": ok"), "{line} ({k})");
+        }
+        assert!(got[1].contains(" nonzero 12000 "), "{}", got[1]);
     }
 }

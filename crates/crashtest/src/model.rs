@@ -182,10 +182,16 @@ impl Model {
                 data[*offset as usize..end].copy_from_slice(&pattern(tag, *offset, *len));
                 self.inodes[ino].changed = now;
             }
-            Op::Falloc { path, offset, len, keep_size } => {
+            Op::Falloc { path, offset, len, keep_size, zero } => {
                 let ino = self.file_ino(path).map_err(|e| format!("{op}: {e}"))?;
                 let data = &mut self.inodes[ino].data;
                 let end = (offset + len) as usize;
+                if *zero {
+                    let inside = data.len().min(end);
+                    if (*offset as usize) < inside {
+                        data[*offset as usize..inside].fill(0);
+                    }
+                }
                 if !keep_size && data.len() < end {
                     data.resize(end, 0);
                 }

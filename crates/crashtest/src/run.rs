@@ -191,8 +191,12 @@ pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64) -> Result<(), String
             }
             Ok(())
         }),
-        Op::Falloc { path, offset, len, keep_size } => with_open(path, &|i| {
-            let mode = if *keep_size { FallocateMode::KeepSize } else { FallocateMode::Allocate };
+        Op::Falloc { path, offset, len, keep_size, zero } => with_open(path, &|i| {
+            let mode = match (*zero, *keep_size) {
+                (true, keep_size) => FallocateMode::ZeroRange { keep_size },
+                (false, true) => FallocateMode::KeepSize,
+                (false, false) => FallocateMode::Allocate,
+            };
             fs.fallocate(i, mode, *offset, *len)
         }),
         Op::Truncate { path, size } => fs.truncate(ino(path)?, *size).map_err(e),

@@ -32,12 +32,14 @@ pub enum Op {
         offset: u64,
         len: u64,
     },
-    /// fallocate; `keep_size` is FALLOC_FL_KEEP_SIZE.
+    /// fallocate; `keep_size` is FALLOC_FL_KEEP_SIZE, `zero` FALLOC_FL_ZERO_RANGE (the range
+    /// then reads as zeros).
     Falloc {
         path: String,
         offset: u64,
         len: u64,
         keep_size: bool,
+        zero: bool,
     },
     Truncate {
         path: String,
@@ -87,9 +89,10 @@ impl fmt::Display for Op {
             Op::Rename { from, to, whiteout: false } => write!(f, "rename {from} {to}"),
             Op::Rename { from, to, whiteout: true } => write!(f, "rename {from} {to} whiteout"),
             Op::Write { path, offset, len } => write!(f, "write {path} {offset} {len}"),
-            Op::Falloc { path, offset, len, keep_size } => {
+            Op::Falloc { path, offset, len, keep_size, zero } => {
                 let how = if *keep_size { "keep_size" } else { "grow" };
-                write!(f, "falloc {path} {offset} {len} {how}")
+                let zero = if *zero { " zero" } else { "" };
+                write!(f, "falloc {path} {offset} {len} {how}{zero}")
             }
             Op::Truncate { path, size } => write!(f, "truncate {path} {size}"),
             Op::Symlink { path, len } => write!(f, "symlink {path} {len}"),
@@ -141,13 +144,17 @@ impl std::str::FromStr for Op {
                 Op::Write { path: path(1)?, offset: num(2)?, len: num(3)? }
             }
             "falloc" => {
-                arity(5)?;
-                let keep_size = match words[4] {
-                    "keep_size" => true,
-                    "grow" => false,
+                let keep_size = match words.get(4) {
+                    Some(&"keep_size") => true,
+                    Some(&"grow") => false,
                     _ => return Err(bad()),
                 };
-                Op::Falloc { path: path(1)?, offset: num(2)?, len: num(3)?, keep_size }
+                let zero = match words.get(5) {
+                    None => false,
+                    Some(&"zero") if words.len() == 6 => true,
+                    Some(_) => return Err(bad()),
+                };
+                Op::Falloc { path: path(1)?, offset: num(2)?, len: num(3)?, keep_size, zero }
             }
             "truncate" => {
                 arity(3)?;
@@ -444,7 +451,9 @@ fn core_op(rng: &mut Rng, m: &Model) -> Option<Op> {
         6 => {
             let path = file(rng)?;
             let offset = rng.below(size(&path) + 8192);
-            Op::Falloc { offset, len: 1 + rng.below(12_000), keep_size: rng.chance(2), path }
+            let (len, keep_size) = (1 + rng.below(12_000), rng.chance(2));
+            // One in three zeroes the range (FALLOC_FL_ZERO_RANGE).
+            Op::Falloc { offset, len, keep_size, zero: rng.chance(3), path }
         }
         7 => {
             let from = file(rng)?;

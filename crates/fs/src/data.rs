@@ -60,6 +60,10 @@ pub enum FallocateMode {
     KeepSize,
     /// Deallocate the range, which then reads as zeros (FALLOC_FL_PUNCH_HOLE | KEEP_SIZE).
     PunchHole,
+    /// Zero the range (FALLOC_FL_ZERO_RANGE, with `keep_size` FALLOC_FL_KEEP_SIZE), as
+    /// ext4_zero_range leaves it: every block the range touches allocated, the range reading as
+    /// zeros, the size grown to its end unless `keep_size`.
+    ZeroRange { keep_size: bool },
 }
 
 /// File data a handle's changes refer to, written after the handle stops (module docs).
@@ -730,19 +734,34 @@ impl Filesystem {
         if end.div_ceil(bs) > LBLK_LIMIT {
             return Err(FsError::FileTooLarge);
         }
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_file(&slot)?;
+        let data = guard.as_mut().expect("loaded");
         match mode {
-            FallocateMode::PunchHole => self.punch_hole(ino, offset, end),
+            FallocateMode::PunchHole => self.punch_hole(ino, data, offset, end),
             FallocateMode::Allocate | FallocateMode::KeepSize => {
-                self.allocate_range(ino, offset, end, mode == FallocateMode::KeepSize)
+                self.allocate_range(ino, data, offset, end, mode == FallocateMode::KeepSize)
+            }
+            FallocateMode::ZeroRange { keep_size } => {
+                // A punch (partial edge blocks zeroed in place, whole blocks freed), then
+                // unwritten extents over the range, under one hold of the inode's lock. Like
+                // ext4's, it takes several transactions: a crash between them leaves the range
+                // a hole, which reads as zeros too.
+                self.punch_hole(ino, data, offset, end)?;
+                self.allocate_range(ino, data, offset, end, keep_size)
             }
         }
     }
 
-    fn allocate_range(&self, ino: u32, offset: u64, end: u64, keep_size: bool) -> Result<()> {
+    fn allocate_range(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        offset: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> Result<()> {
         let bs = u64::from(self.block_size());
-        let slot = self.inodes.slot(ino);
-        let mut guard = self.lock_file(&slot)?;
-        let data = guard.as_mut().expect("loaded");
         self.writeback_locked(ino, data)?;
         let mut lblk = offset / bs;
         let last = end.div_ceil(bs);
@@ -800,11 +819,8 @@ impl Filesystem {
         Ok(())
     }
 
-    fn punch_hole(&self, ino: u32, offset: u64, end: u64) -> Result<()> {
+    fn punch_hole(&self, ino: u32, data: &mut InodeData, offset: u64, end: u64) -> Result<()> {
         let bs = u64::from(self.block_size());
-        let slot = self.inodes.slot(ino);
-        let mut guard = self.lock_file(&slot)?;
-        let data = guard.as_mut().expect("loaded");
         self.writeback_locked(ino, data)?;
         let end = end.min(data.inode.size.max(offset));
         // Partial blocks at either edge are zeroed in place; whole blocks are deallocated.

@@ -6,8 +6,9 @@
 //! - hole: a block nothing maps, or an unwritten (fallocated) one without cached data;
 //! - the end of the file is a hole, and an offset at or past it is ENXIO for both.
 //!
-//! The kernel also counts as data the page-cache folios a read made up to date over an
-//! unwritten extent; quill caches no clean pages there, so such a range stays a hole.
+//! The kernel also counts as data the page-cache folios up to date over an unwritten extent
+//! (a read of it brings them in, and a ZERO_RANGE over cached writes leaves them) until they
+//! are dropped; quill caches no clean pages there, so such a range stays a hole.
 
 use crate::adapters::{extent_ctx, ReadIo};
 use crate::error::{FsError, Result};

@@ -1100,8 +1100,12 @@ impl fuser::Filesystem for QuillFuse {
                 m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
                     FallocateMode::PunchHole
                 }
-                // ZERO_RANGE, COLLAPSE_RANGE, INSERT_RANGE, PUNCH_HOLE without KEEP_SIZE (which
-                // Linux rejects as EOPNOTSUPP too).
+                libc::FALLOC_FL_ZERO_RANGE => FallocateMode::ZeroRange { keep_size: false },
+                m if m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE => {
+                    FallocateMode::ZeroRange { keep_size: true }
+                }
+                // COLLAPSE_RANGE, INSERT_RANGE, PUNCH_HOLE without KEEP_SIZE (which Linux
+                // rejects as EOPNOTSUPP too).
                 _ => return reply.error(Errno::EOPNOTSUPP),
             };
             // ext4_fallocate's file_modified: set-id bits go as on write.
