@@ -282,6 +282,83 @@ fn zero_range_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// A file handle of `path` (name_to_handle_at): its bytes, header included.
+fn handle_of(path: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    const MAX_HANDLE: usize = 128;
+    let mut buf = vec![0u8; 8 + MAX_HANDLE];
+    buf[..4].copy_from_slice(&(MAX_HANDLE as u32).to_ne_bytes());
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut mount_id = 0;
+    // SAFETY: a buffer with room for MAX_HANDLE bytes after the header it announces.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr().cast::<libc::file_handle>(),
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(r, 0, "name_to_handle_at {path:?}: {}", std::io::Error::last_os_error());
+    buf
+}
+
+/// What open_by_handle_at of `handle` on the file system holding `mount` gives: the file's
+/// contents, a directory's entry count, or the errno.
+fn open_handle(mount: &Path, handle: &[u8]) -> String {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mount_fd = File::open(mount).unwrap();
+    let mut handle = handle.to_vec();
+    // SAFETY: a handle name_to_handle_at filled; the descriptor it returns is owned below.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            handle.as_mut_ptr().cast::<libc::file_handle>(),
+            libc::O_RDONLY,
+        )
+    };
+    if fd < 0 {
+        return format!("errno {}", std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    if file.metadata().unwrap().is_dir() {
+        let entries = fs::read_dir(format!("/proc/self/fd/{fd}")).unwrap().count();
+        return format!("directory of {entries} entries");
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).unwrap();
+    format!("file {:?}", String::from_utf8_lossy(&bytes))
+}
+
+/// name_to_handle_at / open_by_handle_at (what NFS export and backup tools use): handles of a
+/// file, a directory and a file in it opened at once, after the kernel dropped its dentry and
+/// inode caches, and after the file was deleted (and its name made again) or the inner file
+/// deleted.
+fn file_handle_outcomes(dir: &Path) -> Vec<String> {
+    fs::write(dir.join("f"), b"first").unwrap();
+    fs::create_dir(dir.join("d")).unwrap();
+    fs::write(dir.join("d/g"), b"inner").unwrap();
+    let handles: Vec<(&str, Vec<u8>)> =
+        ["f", "d", "d/g"].into_iter().map(|n| (n, handle_of(&dir.join(n)))).collect();
+    let mut out = Vec::new();
+    let round = |when: &str, out: &mut Vec<String>| {
+        for (name, handle) in &handles {
+            out.push(format!("{when}: {name}: {}", open_handle(dir, handle)));
+        }
+    };
+    round("cached", &mut out);
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    round("caches dropped", &mut out);
+    fs::remove_file(dir.join("f")).unwrap();
+    fs::write(dir.join("f"), b"second").unwrap();
+    fs::remove_file(dir.join("d/g")).unwrap();
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    round("deleted", &mut out);
+    out
+}
+
 /// renameat2 with RENAME_WHITEOUT (what overlayfs does on its upper directory): the file,
 /// directory and replaced target moved, and what stands under the old names (kind, device
 /// number, mode, owner, links, the type readdir gives); the flag combinations refused.
@@ -398,6 +475,14 @@ fn same_on_kernel_and_quill<T: PartialEq + std::fmt::Debug>(
     quill
 }
 
+/// Every line of `want` is one of `got`'s: what a comparison's files are built to show, so it
+/// cannot pass with both sides giving the same wrong answer.
+fn assert_has_lines(got: &[String], want: &[&str]) {
+    for line in want {
+        assert!(got.iter().any(|l| l == line), "{line} not in {got:#?}");
+    }
+}
+
 fn ready_here(test: &str) -> bool {
     ready(test, &["setpriv", "fallocate", "truncate", "mount"])
 }
@@ -455,17 +540,18 @@ fn seek_data_and_seek_hole_answer_as_the_kernels_ext4() {
         let got = same_on_kernel_and_quill(test, "", "", seek_outcomes);
         // What the files are built to show, so the comparison cannot pass on a generic
         // lseek (data everywhere) on both sides.
-        for line in [
-            "sparse synced: hole from 0 = 4096",
-            "sparse cached: data from 4096 = 65536",
-            "falloc unwritten: data from 4096 = errno 6",
-            "falloc cached in unwritten: data from 4096 = 19456",
-            "punched synced: data from 4096 = 20480",
-            "hole truncated up: data from 0 = errno 6",
-            "empty new: hole from 0 = errno 6",
-        ] {
-            assert!(got.iter().any(|l| l == line), "{line} not in {got:#?}");
-        }
+        assert_has_lines(
+            &got,
+            &[
+                "sparse synced: hole from 0 = 4096",
+                "sparse cached: data from 4096 = 65536",
+                "falloc unwritten: data from 4096 = errno 6",
+                "falloc cached in unwritten: data from 4096 = 19456",
+                "punched synced: data from 4096 = 20480",
+                "hole truncated up: data from 0 = errno 6",
+                "empty new: hole from 0 = errno 6",
+            ],
+        );
     }
 }
 
@@ -474,16 +560,17 @@ fn rename_whiteout_leaves_the_whiteout_the_kernels_ext4_leaves() {
     let test = "rename_whiteout_leaves_the_whiteout_the_kernels_ext4_leaves";
     if ready_here(test) {
         let got = same_on_kernel_and_quill(test, "", "", whiteout_outcomes);
-        for line in [
-            "a -> b: ok",
-            "a: mode 20000 rdev 0 uid 0 gid 0 nlink 1 size 0",
-            "dir1: mode 20000 rdev 0 uid 0 gid 0 nlink 1 size 0",
-            "sg/e: mode 20000 rdev 0 uid 0 gid 65534 nlink 1 size 0",
-            "g <-> b with whiteout: errno 22",
-            "readdir: \"dir1\" character device",
-        ] {
-            assert!(got.iter().any(|l| l == line), "{line} not in {got:#?}");
-        }
+        assert_has_lines(
+            &got,
+            &[
+                "a -> b: ok",
+                "a: mode 20000 rdev 0 uid 0 gid 0 nlink 1 size 0",
+                "dir1: mode 20000 rdev 0 uid 0 gid 0 nlink 1 size 0",
+                "sg/e: mode 20000 rdev 0 uid 0 gid 65534 nlink 1 size 0",
+                "g <-> b with whiteout: errno 22",
+                "readdir: \"dir1\" character device",
+            ],
+        );
     }
 }
 
@@ -498,4 +585,35 @@ fn fallocate_zero_range_leaves_what_the_kernels_ext4_leaves() {
         }
         assert!(got[1].contains(" nonzero 12000 "), "{}", got[1]);
     }
+}
+
+#[test]
+fn file_handles_open_as_on_the_kernels_ext4_and_survive_a_remount() {
+    let test = "file_handles_open_as_on_the_kernels_ext4_and_survive_a_remount";
+    if !ready_here(test) {
+        return;
+    }
+    let got = same_on_kernel_and_quill(test, "", "", file_handle_outcomes);
+    assert_has_lines(
+        &got,
+        &[
+            "caches dropped: f: file \"first\"",
+            "caches dropped: d: directory of 1 entries",
+            "deleted: f: errno 116",
+            "deleted: d/g: errno 116",
+        ],
+    );
+    // A handle taken before an unmount opens the file after the next mount.
+    let s = Scratch::new("file-handles-remount");
+    let image = s.path("quill.img");
+    mkfs_ext4(&image, "64M", &[]);
+    let dir = s.dir("mnt");
+    let m = QuillMount::foreground(&image, &dir, "");
+    fs::write(dir.join("kept"), b"across mounts").unwrap();
+    let handle = handle_of(&dir.join("kept"));
+    m.unmount();
+    let m = QuillMount::foreground(&image, &dir, "");
+    assert_eq!(open_handle(&dir, &handle), "file \"across mounts\"");
+    m.unmount();
+    assert_clean(&image);
 }

@@ -140,6 +140,23 @@ impl Filesystem {
         Ok(self.attr_of(ino, guard.as_ref().expect("loaded")))
     }
 
+    /// An inode by its number alone, as a file handle names it (NFS export,
+    /// open_by_handle_at): its attributes, with the generation the handle is checked against.
+    /// Numbers no file can have (the reserved inodes but the root, past the inode count),
+    /// free inodes and unlinked ones still open are `NotFound`, as ext4's handle lookup
+    /// (`ext4_nfs_get_inode`) answers ESTALE for them.
+    pub fn lookup_by_number(&self, ino: u32) -> Result<Attr> {
+        let sb = &self.params;
+        if ino != ROOT_INO && !(sb.first_ino..=sb.inodes_count).contains(&ino) {
+            return Err(FsError::NotFound);
+        }
+        let attr = self.getattr(ino)?;
+        if attr.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        Ok(attr)
+    }
+
     /// Looks `name` up in directory `parent`; returns the child's attributes.
     pub fn lookup(&self, parent: u32, name: &[u8]) -> Result<Attr> {
         let ino = self.lookup_ino(parent, name)?;

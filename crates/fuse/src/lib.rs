@@ -493,6 +493,11 @@ impl fuser::Filesystem for QuillFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // ext4 keeps nanoseconds.
         let _ = config.set_time_granularity(Duration::from_nanos(1));
+        // File handles (name_to_handle_at, NFS export) that outlive the kernel's caches and a
+        // remount: the node id is the inode number and the generation ext4's i_generation, and
+        // the kernel decodes a handle whose inode it no longer caches by a LOOKUP of "." in
+        // it (see `lookup`).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT);
         Ok(())
     }
 
@@ -527,6 +532,11 @@ impl fuser::Filesystem for QuillFuse {
                 }
             }
             let parent = ino!(parent, reply);
+            if name.as_bytes() == b"." {
+                // Only the kernel's handle decoding asks for "." (path walks never send it),
+                // of any inode, a regular file too; ENOENT becomes ESTALE there.
+                return self.reply_entry(reply, self.fs.lookup_by_number(parent));
+            }
             self.reply_entry(reply, self.fs.lookup(parent, name.as_bytes()));
         })
     }
