@@ -503,7 +503,14 @@ fn created_files_fsynced_as_fast_commits_come_back_and_what_replay_could_not_lin
 #[test]
 fn delete_then_create_in_a_large_directory_fast_commits_where_the_leaf_allows() {
     let Some((scratch, image)) =
-        fresh_image("fsync-journal-varmail", &["-b", "1024", "-O", "fast_commit"])
+        // A fast-commit area of 1,024 blocks holds every fast commit of the run: a full area
+        // would commit the transaction, and each commit gives the leaves their room back
+        // before one has run out (the default area, 64 blocks here, filled 4 times in one
+        // CI run and no leaf ran out in 280 creations).
+        fresh_image(
+            "fsync-journal-varmail",
+            &["-b", "1024", "-O", "fast_commit", "-J", "fast_commit_size=1024"],
+        )
     else {
         return;
     };
