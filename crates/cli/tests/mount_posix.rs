@@ -359,6 +359,34 @@ fn file_handle_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// FS_IOC_GETFLAGS (what lsattr reads) of an empty file, a written one, a small directory
+/// and one large enough to be indexed: the flags or the errno.
+fn getflags_outcomes(dir: &Path) -> Vec<String> {
+    use std::os::fd::AsRawFd;
+    const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+    fs::write(dir.join("empty"), b"").unwrap();
+    fs::write(dir.join("written"), vec![7u8; 50_000]).unwrap();
+    fs::create_dir(dir.join("small")).unwrap();
+    fs::create_dir(dir.join("large")).unwrap();
+    for k in 0..200 {
+        fs::write(dir.join(format!("large/entry-with-a-longer-name-{k:04}")), b"").unwrap();
+    }
+    ["empty", "written", "small", "large"]
+        .into_iter()
+        .map(|name| {
+            let file = File::open(dir.join(name)).unwrap();
+            let mut flags: libc::c_long = 0;
+            // SAFETY: FS_IOC_GETFLAGS writes one long through the pointer.
+            let r = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_GETFLAGS, &mut flags) };
+            if r == 0 {
+                format!("{name}: flags {flags:#x}")
+            } else {
+                format!("{name}: errno {}", std::io::Error::last_os_error().raw_os_error().unwrap())
+            }
+        })
+        .collect()
+}
+
 /// renameat2 with RENAME_WHITEOUT (what overlayfs does on its upper directory): the file,
 /// directory and replaced target moved, and what stands under the old names (kind, device
 /// number, mode, owner, links, the type readdir gives); the flag combinations refused.
@@ -440,6 +468,17 @@ fn whiteout_outcomes(dir: &Path) -> Vec<String> {
     types.sort();
     out.extend(types);
     out
+}
+
+/// A quill mount of a fresh mkfs.ext4 image in its own scratch directory: the directory
+/// (kept alive by the caller), the image, the mount point and the mount.
+fn fresh_quill_mount(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf, QuillMount) {
+    let s = Scratch::new(name);
+    let image = s.path("quill.img");
+    mkfs_ext4(&image, "64M", &[]);
+    let dir = s.dir("mnt");
+    let m = QuillMount::foreground(&image, &dir, "");
+    (s, image, dir, m)
 }
 
 /// Runs `check` on a kernel mount and on a quill mount (each of a fresh mkfs.ext4 image, with
@@ -604,16 +643,37 @@ fn file_handles_open_as_on_the_kernels_ext4_and_survive_a_remount() {
         ],
     );
     // A handle taken before an unmount opens the file after the next mount.
-    let s = Scratch::new("file-handles-remount");
-    let image = s.path("quill.img");
-    mkfs_ext4(&image, "64M", &[]);
-    let dir = s.dir("mnt");
-    let m = QuillMount::foreground(&image, &dir, "");
+    let (_s, image, dir, m) = fresh_quill_mount("file-handles-remount");
     fs::write(dir.join("kept"), b"across mounts").unwrap();
     let handle = handle_of(&dir.join("kept"));
     m.unmount();
     let m = QuillMount::foreground(&image, &dir, "");
     assert_eq!(open_handle(&dir, &handle), "file \"across mounts\"");
+    m.unmount();
+    assert_clean(&image);
+}
+
+#[test]
+fn lsattr_reads_the_flags_the_kernels_ext4_shows_and_chattr_is_refused() {
+    let test = "lsattr_reads_the_flags_the_kernels_ext4_shows_and_chattr_is_refused";
+    if !ready_here(test) {
+        return;
+    }
+    let got = same_on_kernel_and_quill(test, "", "", getflags_outcomes);
+    // Extents on every inode; the large directory indexed.
+    assert_has_lines(
+        &got,
+        &["written: flags 0x80000", "small: flags 0x80000", "large: flags 0x81000"],
+    );
+    // chattr: refused, since quill does not enforce the flags yet (README).
+    let (_s, image, dir, m) = fresh_quill_mount("chattr-refused");
+    fs::write(dir.join("f"), b"f").unwrap();
+    let out = Command::new("chattr").arg("+i").arg(dir.join("f")).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && said.contains("Operation not supported"), "{said}");
+    let out = Command::new("lsattr").arg(dir.join("f")).output().unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && listed.starts_with("--------------e-------"), "{listed}");
     m.unmount();
     assert_clean(&image);
 }

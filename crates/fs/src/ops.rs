@@ -140,6 +140,16 @@ impl Filesystem {
         Ok(self.attr_of(ino, guard.as_ref().expect("loaded")))
     }
 
+    /// The inode flags `lsattr` reads (FS_IOC_GETFLAGS): i_flags as ext4 shows them
+    /// (`EXT4_FL_USER_VISIBLE`: extents, indexed directory, immutable, append-only, ...).
+    pub fn inode_flags(&self, ino: u32) -> Result<u32> {
+        /// `EXT4_FL_USER_VISIBLE`.
+        const USER_VISIBLE: u32 = 0x705B_DFFF;
+        let slot = self.inodes.slot(ino);
+        let guard = self.lock_live(&slot)?;
+        Ok(guard.as_ref().expect("loaded").inode.flags & USER_VISIBLE)
+    }
+
     /// An inode by its number alone, as a file handle names it (NFS export,
     /// open_by_handle_at): its attributes, with the generation the handle is checked against.
     /// Numbers no file can have (the reserved inodes but the root, past the inode count),

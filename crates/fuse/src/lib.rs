@@ -498,6 +498,8 @@ impl fuser::Filesystem for QuillFuse {
         // the kernel decodes a handle whose inode it no longer caches by a LOOKUP of "." in
         // it (see `lookup`).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT);
+        // lsattr on directories too (see `ioctl`).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_HAS_IOCTL_DIR);
         Ok(())
     }
 
@@ -1061,6 +1063,46 @@ impl fuser::Filesystem for QuillFuse {
                     fh,
                     FopenFlags::empty(),
                 ),
+                Err(err) => reply.error(self.errno(err)),
+            }
+        })
+    }
+
+    /// FS_IOC_GETFLAGS (lsattr; the kernel asks for it with a 4-byte value, in either
+    /// encoding) answers the inode's ext4 flags. FS_IOC_SETFLAGS (chattr) is EOPNOTSUPP: the
+    /// flags' semantics (immutable, append-only, synchronous, no access time) are not enforced
+    /// by quill yet, and FUSE does not let the kernel enforce them, so setting one would
+    /// promise what quill does not do. Other ioctls are ENOTTY, as for a file system without
+    /// them.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        /// FS_IOC_GETFLAGS, FS_IOC_SETFLAGS (`_IOR/_IOW('f', 1|2, long)`) and their 32-bit
+        /// forms.
+        const GETFLAGS: [u32; 2] = [0x8008_6601, 0x8004_6601];
+        const SETFLAGS: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        self.guarded("ioctl", move || {
+            let ino = ino!(ino, reply);
+            if SETFLAGS.contains(&cmd) {
+                return reply.error(Errno::EOPNOTSUPP);
+            }
+            if !GETFLAGS.contains(&cmd) {
+                return reply.error(Errno::ENOTTY);
+            }
+            match self.fs.inode_flags(ino) {
+                Ok(flags) => {
+                    let bytes = flags.to_ne_bytes();
+                    reply.ioctl(0, &bytes[..(out_size as usize).min(bytes.len())]);
+                }
                 Err(err) => reply.error(self.errno(err)),
             }
         })
