@@ -569,13 +569,15 @@ pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> Fast
             return nothing(FastCommitState::StaleHead);
         }
     }
-    if !area.scan(inode_size).is_ok_and(|found| found.commits > 0) {
+    let Ok(found) = area.scan(inode_size) else { return nothing(FastCommitState::Nothing) };
+    if found.commits == 0 {
         return nothing(FastCommitState::Nothing);
     }
-    let records = area.blocks.iter().flat_map(|block| fast_commit_records(block, inode_size));
-    let unlinked = records
-        .filter_map(|r| match r.ok()?.record {
-            FcRecord::Dentry { op: FcDentryOp::Unlink, ino, .. } => Some(ino),
+    // The UNLINK records recovery replays: those a good TAIL covers.
+    let unlinked = found.records[..found.records_valid]
+        .iter()
+        .filter_map(|record| match record {
+            FcRecord::Dentry { op: FcDentryOp::Unlink, ino, .. } => Some(*ino),
             _ => None,
         })
         .collect();

@@ -301,6 +301,13 @@ impl FcTrack {
     }
 }
 
+/// How much of an inode's `raw_len`-byte record an INODE record carries, as ext4's fast
+/// commit writes it: the 128-byte base and the extra fields in use
+/// (`EXT4_GOOD_OLD_INODE_SIZE + i_extra_isize`).
+fn fc_inode_len(inode: &ext4::Inode, raw_len: usize) -> usize {
+    (128 + usize::from(inode.extra_isize)).min(raw_len)
+}
+
 /// What a CREAT record of a new file names, and the old file it replaces.
 pub(crate) struct CreateRecord<'n> {
     parent: u32,
@@ -412,10 +419,7 @@ impl Filesystem {
                 }
             }
         }
-        // The raw inode as ext4's fast commit carries it: the 128-byte base and the extra
-        // fields in use (`EXT4_GOOD_OLD_INODE_SIZE + i_extra_isize`).
-        let len = (128 + usize::from(inode.extra_isize)).min(data.raw.len());
-        let raw = data.raw[..len].to_vec();
+        let raw = data.raw[..fc_inode_len(inode, data.raw.len())].to_vec();
         let created = track.created.clone();
         let replaces = track.replaces.clone();
         let (changes, range_notes) = (track.changes, track.range_notes);
@@ -450,7 +454,8 @@ impl Filesystem {
     ///
     /// Names added in `tid` and not fast-committed only leave more room. A name removed from
     /// the parent in `tid` takes the records that delete its old file at replay first
-    /// ([`Filesystem::unlink_record`]), or commits. The inode must have been free at the last commit too: a number freed in `tid` and taken again
+    /// ([`Filesystem::unlink_record`]), or commits. The inode must have been free at the last
+    /// commit too: a number freed in `tid` and taken again
     /// would be replayed over the file still using it there (the allocator avoids such
     /// numbers while fast commits are on). Freed blocks are no concern: none is reused before
     /// the transaction that freed it is durable (`groups.rs`).
@@ -517,11 +522,10 @@ impl Filesystem {
         gone.blocks_raw = 0;
         gone.dtime = 0;
         extent_tree::init_root(&mut gone.block);
-        let len = (128 + usize::from(inode.extra_isize)).min(data.raw.len());
         let mut raw = data.raw.clone();
         gone.encode_into(&mut raw);
         ext4::set_inode_checksum(&self.params, ino, &mut raw);
-        raw.truncate(len);
+        raw.truncate(fc_inode_len(inode, raw.len()));
         Ok(Some(Unlinked { ino, mapped_end, raw: raw.into_boxed_slice() }))
     }
 

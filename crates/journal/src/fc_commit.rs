@@ -34,7 +34,7 @@ use crate::error::Result;
 use crate::journal::Shared;
 use crate::stats;
 use crate::transaction::{Transaction, TxnState};
-use ondisk::jbd2::fast_commit::{fast_commit_records, pack_fast_commit, FcRecord};
+use ondisk::jbd2::fast_commit::{fast_commit_len, fast_commit_records, pack_fast_commit, FcRecord};
 use ondisk::jbd2::feature::INCOMPAT_QUILL_FC_AREAS;
 use ondisk::Tid;
 use parking_lot::Mutex;
@@ -485,19 +485,8 @@ const SECTOR: usize = 512;
 /// records follow in the next blocks: a tear of block 0 then keeps or loses the empty fast
 /// commit whole, and the blocks after it were flushed before it (step 6).
 fn pack(records: &[FcRecord<'_>], block_size: usize, tid: Tid, head: bool) -> Vec<Vec<u8>> {
-    use ondisk::jbd2::fast_commit::FC_TL_SIZE;
     let blocks = pack_fast_commit(records, block_size, tid, head);
-    if !head {
-        return blocks;
-    }
-    let head_record = FcRecord::Head { features: 0, tid };
-    let tail_through_crc = FC_TL_SIZE + 8;
-    let used = std::iter::once(&head_record)
-        .chain(records)
-        .map(|r| FC_TL_SIZE + r.value_len())
-        .sum::<usize>()
-        + tail_through_crc;
-    if blocks.len() == 1 && used <= SECTOR {
+    if !head || (blocks.len() == 1 && fast_commit_len(records, true) <= SECTOR) {
         return blocks;
     }
     let mut split = pack_fast_commit(&[], block_size, tid, true);

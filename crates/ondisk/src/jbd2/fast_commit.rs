@@ -409,6 +409,15 @@ pub fn pack_fast_commit(
     blocks
 }
 
+/// The bytes one fast commit of `records` takes, laid out in a single block by
+/// [`pack_fast_commit`], from its first record (its HEAD with `head`) through its TAIL's crc:
+/// what must reach the device for the fast commit to count.
+pub fn fast_commit_len(records: &[FcRecord<'_>], head: bool) -> usize {
+    let head_len = if head { FC_TL_SIZE + HEAD_LEN } else { 0 };
+    let records_len: usize = records.iter().map(|r| FC_TL_SIZE + r.value_len()).sum();
+    head_len + records_len + TAIL_CRC_COVERED + 4
+}
+
 /// Fills `block` to `block_size` with a PAD (whose value is zeros) and returns the crc
 /// continued over the whole block.
 fn finish_with_pad(block: &mut Vec<u8>, block_size: usize, crc: u32) -> u32 {
@@ -692,6 +701,22 @@ mod tests {
         assert_eq!(usize::from(le16(&blocks[0], 806)), 1024 - 804 - 4);
         assert_eq!(le16(&blocks[1], 0), FC_TAG_INODE);
         assert_eq!(le16(&blocks[1], 264), FC_TAG_TAIL);
+    }
+
+    #[test]
+    fn fast_commit_len_ends_where_the_tails_crc_ends() {
+        let raw = vec![1u8; 160];
+        let inode = FcRecord::Inode { ino: 5, raw: &raw };
+        let name = b"file";
+        let creat = FcRecord::Dentry { op: FcDentryOp::Create, parent_ino: 2, ino: 5, name };
+        for (records, head) in [(&[inode, creat][..], true), (&[inode][..], false), (&[], true)] {
+            let blocks = pack_fast_commit(records, 1024, Tid(3), head);
+            let tail = fast_commit_records(&blocks[0], INODE_SIZE)
+                .map(|r| r.unwrap())
+                .find(|r| matches!(r.record, FcRecord::Tail { .. }))
+                .unwrap();
+            assert_eq!(fast_commit_len(records, head), tail.offset + TAIL_CRC_COVERED + 4);
+        }
     }
 
     #[test]
