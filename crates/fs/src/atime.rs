@@ -54,10 +54,13 @@ impl AtimeMode {
 
 impl Filesystem {
     /// Whether an access of `inode` now updates its access time under this mount: never on a
-    /// read-only file system or, under `nodiratime`, for a directory. Called by readers with
+    /// read-only file system, for an inode with `A` (chattr +A) or, under `nodiratime`, for a
+    /// directory. Called by readers with
     /// the inode locked, so the common case (no update due) costs no second lock.
     pub(crate) fn atime_due(&self, inode: &Inode, is_dir: bool) -> bool {
-        let exempt = self.is_read_only() || (is_dir && self.options.no_dir_atime);
+        let exempt = self.is_read_only()
+            || (is_dir && self.options.no_dir_atime)
+            || inode.flags & ondisk::ext4::iflags::NOATIME_FL != 0;
         !exempt && self.options.atime.needs_update(inode, now())
     }
 

@@ -38,9 +38,11 @@ use crate::error::{FsError, Result};
 use crate::extent_tree::{self, ExtentCtx, Lookup};
 use crate::filesystem::{now, DataMode, ErrorPolicy, Filesystem, Txn};
 use crate::groups::Reservation;
+use crate::inode_flags;
 use crate::inodes::{InodeData, InodeGuard, InodeSlot};
 use crate::meta_io::MetaIo;
 use crate::ops::{add_blocks, txn_write_inode};
+use ondisk::ext4::iflags;
 
 /// Most blocks one write step maps (bounds a handle's credits and reservation).
 const STEP_BLOCKS_MAX: u32 = 256;
@@ -275,9 +277,17 @@ impl Filesystem {
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
+        inode_flags::check_mutable(&data.inode)?;
+        if data.inode.flags & iflags::APPEND_FL != 0 && offset != data.size() {
+            // The kernel moves an append-only file's writes to its end (IS_APPEND in
+            // generic_write_checks); a caller of the library names the offset itself.
+            return Err(FsError::NotPermitted("the inode is append only (chattr +a)"));
+        }
         if bytes.is_empty() {
             return Ok(0);
         }
+        // `S`: the write is durable before it returns, as an O_SYNC write.
+        let sync = data.inode.flags & iflags::SYNC_FL != 0;
         // Corruption met while preparing cached pages (a damaged extent tree) is handled as
         // it would be had the write gone to disk at once: errors= decides (ext4_error).
         let done = self.cache_write(&slot, data, offset, bytes).map_err(|err| {
@@ -298,6 +308,11 @@ impl Filesystem {
             let _ = self.writeback_locked(ino, data);
             drop(guard);
             self.balance_dirty();
+        } else {
+            drop(guard);
+        }
+        if sync {
+            self.fsync(ino, false)?;
         }
         Ok(done)
     }
@@ -533,6 +548,7 @@ impl Filesystem {
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
+        inode_flags::check_unpinned(&data.inode)?;
         if size == 0 {
             data.flush_on_close = true;
         }
@@ -737,6 +753,11 @@ impl Filesystem {
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
+        inode_flags::check_mutable(&data.inode)?;
+        if !matches!(mode, FallocateMode::Allocate | FallocateMode::KeepSize) {
+            // vfs_fallocate: an append-only file may only grow.
+            inode_flags::check_unpinned(&data.inode)?;
+        }
         match mode {
             FallocateMode::PunchHole => self.punch_hole(ino, data, offset, end),
             FallocateMode::Allocate | FallocateMode::KeepSize => {

@@ -80,6 +80,10 @@ pub enum FsError {
 
     #[error("no data or hole at or after that offset")]
     NoSuchOffset,
+    /// EPERM: the inode's flags forbid the change (immutable, append only), or the caller may
+    /// not change the flags.
+    #[error("operation not permitted: {0}")]
+    NotPermitted(&'static str),
 }
 
 /// Result alias of the `fs` crate.
@@ -138,12 +142,14 @@ impl FsError {
             FsError::ReadOnly => errno::EROFS,
             FsError::FileTooLarge => errno::EFBIG,
             FsError::NoSuchOffset => errno::ENXIO,
+            FsError::NotPermitted(_) => errno::EPERM,
         }
     }
 }
 
 /// Linux errno values (x86-64 and aarch64 agree on all of these).
 pub mod errno {
+    pub const EPERM: i32 = 1;
     pub const ENOENT: i32 = 2;
     pub const EIO: i32 = 5;
     pub const ENXIO: i32 = 6;

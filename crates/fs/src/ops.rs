@@ -16,6 +16,7 @@ use crate::error::{FsError, Result};
 use crate::extent_tree;
 use crate::filesystem::{now, Filesystem, Txn};
 use crate::fsync_journal::FsyncPlan;
+use crate::inode_flags;
 use crate::inodes::{self, InodeData, InodeGuard, InodeSlot};
 use crate::meta_io::MetaIo;
 use crate::xattr::{self, SetMode, XattrCtx};
@@ -62,6 +63,27 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<Timestamp>,
     pub mtime: Option<Timestamp>,
+    /// The times given are the current time (utimensat with UTIME_NOW or no times, `touch`),
+    /// which the owner of an append-only file may still set; explicit times it may not.
+    pub times_to_now: bool,
+}
+
+impl SetAttr {
+    /// EPERM where the inode's flags forbid the change (the VFS's `notify_change` checks): an
+    /// immutable inode takes none, an append-only one no mode, owner, size or explicit time.
+    fn check_flags(&self, inode: &ondisk::ext4::Inode) -> Result<()> {
+        let times = self.atime.is_some() || self.mtime.is_some();
+        if self.mode.is_some() || self.uid.is_some() || self.gid.is_some() || self.size.is_some() {
+            return inode_flags::check_unpinned(inode);
+        }
+        if times && !self.times_to_now {
+            return inode_flags::check_unpinned(inode);
+        }
+        if times {
+            return inode_flags::check_mutable(inode);
+        }
+        Ok(())
+    }
 }
 
 /// One directory entry returned by readdir.
@@ -138,16 +160,6 @@ impl Filesystem {
         let slot = self.inodes.slot(ino);
         let guard = self.lock_live(&slot)?;
         Ok(self.attr_of(ino, guard.as_ref().expect("loaded")))
-    }
-
-    /// The inode flags `lsattr` reads (FS_IOC_GETFLAGS): i_flags as ext4 shows them
-    /// (`EXT4_FL_USER_VISIBLE`: extents, indexed directory, immutable, append-only, ...).
-    pub fn inode_flags(&self, ino: u32) -> Result<u32> {
-        /// `EXT4_FL_USER_VISIBLE`.
-        const USER_VISIBLE: u32 = 0x705B_DFFF;
-        let slot = self.inodes.slot(ino);
-        let guard = self.lock_live(&slot)?;
-        Ok(guard.as_ref().expect("loaded").inode.flags & USER_VISIBLE)
     }
 
     /// An inode by its number alone, as a file handle names it (NFS export,
@@ -370,12 +382,19 @@ impl Filesystem {
     }
 
     pub fn setattr(&self, ino: u32, set: &SetAttr) -> Result<Attr> {
+        if set.size.is_some() {
+            // Before the truncate: an append-only file refuses the whole request.
+            let slot = self.inodes.slot(ino);
+            let guard = self.lock_live(&slot)?;
+            set.check_flags(&guard.as_ref().expect("loaded").inode)?;
+        }
         if let Some(size) = set.size {
             self.truncate(ino, size)?;
         }
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
+        SetAttr { size: None, ..set.clone() }.check_flags(&data.inode)?;
         if set.mode.is_none()
             && set.uid.is_none()
             && set.gid.is_none()
@@ -512,6 +531,7 @@ impl Filesystem {
         let pslot = self.inodes.slot(parent);
         let mut pguard = self.lock_live(&pslot)?;
         let pdata = pguard.as_mut().expect("loaded");
+        inode_flags::check_mutable(&pdata.inode)?;
         if self.dir_lookup_locked(parent, pdata, name)?.is_some() {
             return Err(FsError::Exists);
         }
@@ -548,6 +568,7 @@ impl Filesystem {
             let fs = self;
             let extra = fs.new_inode_extra_isize();
             let (mut inode, raw) = fs.new_inode_record(mode, (uid, gid));
+            inode.flags |= inode_flags::inherited(pdata.inode.flags, mode);
             let t = inode.ctime;
             init(ino, &mut inode)?;
             let (data, written) = made.insert((InodeData::new(inode, raw, false), false));
@@ -609,7 +630,10 @@ impl Filesystem {
                 let _ = self.unmake_inode(&mut txn, ino, is_dir, made.take());
             }
         }
-        self.finish(result, txn)
+        let (dirsync, tid) = (inode_flags::dirsync(&pdata.inode), txn.handle.tid());
+        let attr = self.finish(result, txn)?;
+        self.dirsync_commit(dirsync, tid)?;
+        Ok(attr)
     }
 
     /// `i_extra_isize` of a new inode.
@@ -758,10 +782,13 @@ impl Filesystem {
         if data.inode.links_count == 0 {
             return Err(FsError::NotFound);
         }
+        inode_flags::check_unpinned(&data.inode)?;
+        inode_flags::check_mutable(&pdata.inode)?;
         if self.dir_lookup_locked(new_parent, pdata, new_name)?.is_some() {
             return Err(FsError::Exists);
         }
         let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
+        let (dirsync, tid) = (inode_flags::dirsync(&pdata.inode), txn.handle.tid());
         let result = (|| {
             let file_type = ondisk::ext4::dir::file_type_from_mode(data.inode.mode);
             self.dir_add(&mut txn, new_parent, pdata, new_name, ino, file_type)?;
@@ -776,7 +803,9 @@ impl Filesystem {
             txn_write_inode(self, &mut txn, ino, data, false)?;
             Ok(self.attr_of(ino, data))
         })();
-        self.finish(result, txn)
+        let attr = self.finish(result, txn)?;
+        self.dirsync_commit(dirsync, tid)?;
+        Ok(attr)
     }
 
     pub fn unlink(&self, parent: u32, name: &[u8]) -> Result<()> {
@@ -808,6 +837,8 @@ impl Filesystem {
         if !want_dir && is_dir {
             return Err(FsError::IsDir);
         }
+        inode_flags::check_unpinned(&pdata.inode)?;
+        inode_flags::check_unpinned(&data.inode)?;
         if is_dir && !self.dir_is_empty(ino, data)? {
             return Err(FsError::NotEmpty);
         }
@@ -816,6 +847,7 @@ impl Filesystem {
         }
         // Removing an entry allocates nothing: no reservation, so a full disk can be emptied.
         let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
+        let (dirsync, tid) = (inode_flags::dirsync(&pdata.inode), txn.handle.tid());
         let result = (|| {
             // Whether a fast commit can delete the file at replay, read before the removal
             // writes it (and marks it changed in this transaction).
@@ -844,7 +876,7 @@ impl Filesystem {
         if release {
             self.release_inode(&slot, data)?;
         }
-        Ok(())
+        self.dirsync_commit(dirsync, tid)
     }
 
     /// Removes one link from `data` under `txn`. When none remain, the inode goes on the orphan
@@ -990,6 +1022,7 @@ impl Filesystem {
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
+        inode_flags::check_unpinned(&data.inode)?;
         let mut txn = self.begin(16, 2)?;
         let geo = &self.groups.geo;
         let ctx = XattrCtx {

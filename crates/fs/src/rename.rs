@@ -15,6 +15,7 @@
 use crate::dir;
 use crate::error::{FsError, Result};
 use crate::filesystem::{now, Filesystem, Txn};
+use crate::inode_flags;
 use crate::inodes::InodeData;
 use crate::ops::{check_name, dec_link, inc_link, txn_write_inode, RenameFlags, ROOT_INO};
 
@@ -141,6 +142,18 @@ impl Filesystem {
         };
         let sdata = src_guard.as_mut().expect("loaded");
         let mut ddata = dst_guard.as_mut().map(|g| g.as_mut().expect("loaded"));
+        // The flags' rules (`may_delete` and `may_create` on immutable and append-only
+        // inodes): the old name is removed, the new one added, a replaced target removed; an
+        // exchange removes and adds in both directories.
+        inode_flags::check_unpinned(&sdata.inode)?;
+        inode_flags::check_unpinned(&parents.old.inode)?;
+        inode_flags::check_mutable(&parents.new_dir().inode)?;
+        if let Some(d) = ddata.as_ref() {
+            inode_flags::check_unpinned(&d.inode)?;
+            inode_flags::check_unpinned(&parents.new_dir().inode)?;
+        }
+        let dirsync = inode_flags::dirsync(&parents.old.inode)
+            || inode_flags::dirsync(&parents.new_dir().inode);
         let src_is_dir = sdata.inode.is_dir();
         let dst_is_dir = ddata.as_ref().is_some_and(|d| d.inode.is_dir());
         if let (Some(d), Some((dst_ino, _))) = (ddata.as_mut(), dst) {
@@ -160,6 +173,7 @@ impl Filesystem {
             }
         }
         let mut txn = self.begin(RENAME_CREDITS, RENAME_BLOCKS)?;
+        let tid = txn.handle.tid();
         let t = now();
         let has_dir_nlink = self.has_dir_nlink();
         let result = (|| {
@@ -240,7 +254,7 @@ impl Filesystem {
             let d = ddata.expect("locked");
             self.release_inode(dst_slot, d)?;
         }
-        Ok(())
+        self.dirsync_commit(dirsync, tid)
     }
 
     /// Takes `name` out of directory `dir` for a rename (not an exchange): removes it, or with

@@ -586,6 +586,7 @@ impl fuser::Filesystem for QuillFuse {
                     Err(e) => return reply.error(e),
                 }
             }
+            let now = |t: &Option<TimeOrNow>| !matches!(t, Some(TimeOrNow::SpecificTime(_)));
             let set = SetAttr {
                 mode,
                 uid,
@@ -593,6 +594,7 @@ impl fuser::Filesystem for QuillFuse {
                 size,
                 atime: atime.map(time_or_now),
                 mtime: mtime.map(time_or_now),
+                times_to_now: now(&atime) && now(&mtime),
             };
             match self.fs.setattr(ino, &set) {
                 Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
@@ -752,9 +754,19 @@ impl fuser::Filesystem for QuillFuse {
         })
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.guarded("open", move || {
             let ino = ino!(ino, reply);
+            // What the kernel's `may_open` checks of immutable and append-only inodes, which
+            // it does not make for a FUSE inode.
+            let intent = fs::OpenIntent {
+                write: flags.0 & libc::O_ACCMODE != libc::O_RDONLY,
+                append: flags.0 & libc::O_APPEND != 0,
+                truncate: flags.0 & libc::O_TRUNC != 0,
+            };
+            if let Err(err) = self.fs.check_open(ino, intent) {
+                return reply.error(self.errno(err));
+            }
             match self.open_handle(ino) {
                 Ok(fh) => reply.opened(fh, self.open_flags()),
                 Err(err) => reply.error(self.errno(err)),
@@ -1068,41 +1080,56 @@ impl fuser::Filesystem for QuillFuse {
         })
     }
 
-    /// FS_IOC_GETFLAGS (lsattr; the kernel asks for it with a 4-byte value, in either
-    /// encoding) answers the inode's ext4 flags. FS_IOC_SETFLAGS (chattr) is EOPNOTSUPP: the
-    /// flags' semantics (immutable, append-only, synchronous, no access time) are not enforced
-    /// by quill yet, and FUSE does not let the kernel enforce them, so setting one would
-    /// promise what quill does not do. Other ioctls are ENOTTY, as for a file system without
+    /// The inode-flag ioctls, which the kernel's FUSE module sends for lsattr, chattr and
+    /// xfs_io (`fuse_fileattr_get/set`) after its own checks of the caller (owner or
+    /// CAP_FOWNER, CAP_LINUX_IMMUTABLE for `i` and `a`), which the library makes again with the
+    /// request's uid: FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (a 4-byte value, either encoding of
+    /// the command), FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (`struct fsxattr`); what each flag
+    /// does is `fs::inode_flags`'s table. Other ioctls are ENOTTY, as for a file system without
     /// them.
-    #[allow(clippy::too_many_arguments)]
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
         /// FS_IOC_GETFLAGS, FS_IOC_SETFLAGS (`_IOR/_IOW('f', 1|2, long)`) and their 32-bit
-        /// forms.
+        /// forms; FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (`_IOR/_IOW('X', 31|32, struct
+        /// fsxattr)`).
         const GETFLAGS: [u32; 2] = [0x8008_6601, 0x8004_6601];
         const SETFLAGS: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        const FSGETXATTR: u32 = 0x801C_581F;
+        const FSSETXATTR: u32 = 0x401C_5820;
         self.guarded("ioctl", move || {
             let ino = ino!(ino, reply);
-            if SETFLAGS.contains(&cmd) {
-                return reply.error(Errno::EOPNOTSUPP);
-            }
-            if !GETFLAGS.contains(&cmd) {
-                return reply.error(Errno::ENOTTY);
-            }
-            match self.fs.inode_flags(ino) {
-                Ok(flags) => {
-                    let bytes = flags.to_ne_bytes();
-                    reply.ioctl(0, &bytes[..(out_size as usize).min(bytes.len())]);
+            let answer = |bytes: &[u8]| -> Vec<u8> {
+                bytes[..(out_size as usize).min(bytes.len())].to_vec()
+            };
+            let result = match cmd {
+                c if GETFLAGS.contains(&c) => {
+                    self.fs.inode_flags(ino).map(|flags| answer(&flags.to_ne_bytes()))
                 }
+                c if SETFLAGS.contains(&c) => match in_data.get(..4) {
+                    Some(word) => {
+                        let flags = u32::from_ne_bytes(word.try_into().expect("4 bytes"));
+                        self.fs.set_inode_flags(ino, flags, req.uid()).map(|_| Vec::new())
+                    }
+                    None => return reply.error(Errno::EINVAL),
+                },
+                FSGETXATTR => self.fs.fsxattr(ino).map(|fsx| answer(&fsx.encode())),
+                FSSETXATTR => match ondisk::ext4::iflags::FsXattr::decode(in_data) {
+                    Some(fsx) => self.fs.set_fsxattr(ino, &fsx, req.uid()).map(|_| Vec::new()),
+                    None => return reply.error(Errno::EINVAL),
+                },
+                _ => return reply.error(Errno::ENOTTY),
+            };
+            match result {
+                Ok(bytes) => reply.ioctl(0, &bytes),
                 Err(err) => reply.error(self.errno(err)),
             }
         })

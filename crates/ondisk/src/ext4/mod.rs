@@ -23,6 +23,7 @@ mod extent;
 pub mod feature;
 mod group_desc;
 pub mod htree;
+pub mod iflags;
 mod inode;
 mod superblock;
 pub mod xattr;
