@@ -653,6 +653,85 @@ fn file_handles_open_as_on_the_kernels_ext4_and_survive_a_remount() {
     assert_clean(&image);
 }
 
+/// POSIX ACLs step by step: named entries, the mask, chmod against an ACL, removal, a default
+/// ACL and what files, directories and fifos created under it get (with the umask ignored
+/// there), the kernel's access checks through them for `nobody`, and the xattr's bytes.
+const ACL_SCRIPT: &str = r#"
+try() { if out=$(eval "$1" 2>&1); then echo "$2: ok"; else echo "$2: ${out##*: }"; fi; }
+show() { echo "$1: mode $(stat -c %a "$2") acl $(getfacl -c -n -p "$2" 2>&1 | tr '\n' ' ')"; }
+umask 022
+echo x > f; show "plain" f
+try "setfacl -m u:1000:rw,g:50:r f" "set named entries"; show "named" f
+try "setfacl -m m::r f" "set the mask"; show "mask r" f
+try "chmod 750 f" "chmod"; show "after chmod" f
+try "setfacl -m u::rw,g::r,o::- f" "set base entries only"; show "base only" f
+try "setfacl -b f" "remove all"; show "removed" f
+mkdir d; try "setfacl -d -m u:1000:rwx,g::rx,o::- d" "set a default"; show "dir" d
+echo "default: $(getfacl -c -n -p -d d | tr '\n' ' ')"
+touch d/new; mkdir d/sub; mkfifo d/fifo; ln -s new d/link
+show "new file" d/new; show "new dir" d/sub; show "new fifo" d/fifo
+echo "sub default: $(getfacl -c -n -p -d d/sub | tr '\n' ' ')"
+umask 077; touch d/new2; show "umask 077 under a default" d/new2
+touch plain077; show "umask 077 without" plain077; umask 022
+echo y > f2; try "setfacl -d -m u:1000:r f2" "default on a file"
+echo secret > g; chmod 600 g
+try "setpriv --reuid 65534 --regid 65534 --clear-groups cat g" "nobody reads 600"
+setfacl -m u:65534:r g
+try "setpriv --reuid 65534 --regid 65534 --clear-groups cat g" "nobody reads with u:65534:r"
+setfacl -m m::- g
+try "setpriv --reuid 65534 --regid 65534 --clear-groups cat g" "nobody with the mask empty"
+echo open > h; chmod 644 h; setfacl -m u:65534:- h
+try "setpriv --reuid 65534 --regid 65534 --clear-groups cat h" "nobody denied by a named entry"
+try "setpriv --reuid 65534 --regid 65534 --clear-groups setfacl -m u:65534:rw h" "nobody sets root's ACL"
+echo "xattr: $(getfattr -e hex -n system.posix_acl_access h 2>&1 | tr '\n' ' ')"
+echo "listed: $(getfattr -d -m - h 2>&1 | grep -c posix_acl)"
+"#;
+
+/// Runs [`ACL_SCRIPT`] in `dir`: its lines.
+fn acl_outcomes(dir: &Path) -> Vec<String> {
+    let out = run(Command::new("bash").arg("-c").arg(ACL_SCRIPT).current_dir(dir));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn posix_acls_act_as_on_the_kernels_ext4() {
+    let test = "posix_acls_act_as_on_the_kernels_ext4";
+    if !ready(test, &["setpriv", "mount", "setfacl", "getfacl", "getfattr"]) {
+        return;
+    }
+    let got = same_on_kernel_and_quill(test, "", "", acl_outcomes);
+    assert_has_lines(
+        &got,
+        &[
+            "named: mode 664 acl user::rw- user:1000:rw- group::r-- group:50:r-- mask::rw- \
+             other::r--  ",
+            "nobody reads with u:65534:r: ok",
+            "nobody denied by a named entry: Permission denied",
+            "umask 077 without: mode 600 acl user::rw- group::--- other::---  ",
+        ],
+    );
+    // What quill stores, the kernel reads from the image: the same ACLs by getfacl, and
+    // e2fsck finds the image clean.
+    let s = Scratch::new("acl-on-disk");
+    let image = s.path("quill.img");
+    mkfs_ext4(&image, "64M", &[]);
+    let dir = s.dir("mnt");
+    let m = QuillMount::foreground(&image, &dir, "allow_other");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    acl_outcomes(&dir);
+    let listing = |root: &Path| {
+        let out = ok(Command::new("getfacl").args(["-R", "-n", "-p", "."]).current_dir(root));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let by_quill = listing(&dir);
+    m.unmount();
+    assert_clean(&image);
+    let k = LoopMount::new(&image, &s.dir("kernel"));
+    assert_eq!(listing(&k.dir), by_quill, "getfacl through quill, then through the kernel");
+    assert!(by_quill.contains("default:user:1000:rwx"), "{by_quill}");
+}
+
 #[test]
 fn lsattr_reads_the_flags_the_kernels_ext4_shows() {
     let test = "lsattr_reads_the_flags_the_kernels_ext4_shows";

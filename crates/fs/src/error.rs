@@ -84,6 +84,9 @@ pub enum FsError {
     /// not change the flags.
     #[error("operation not permitted: {0}")]
     NotPermitted(&'static str),
+    /// EACCES: a request the inode's kind forbids (a default ACL on a file).
+    #[error("permission denied: {0}")]
+    AccessDenied(&'static str),
 }
 
 /// Result alias of the `fs` crate.
@@ -143,6 +146,7 @@ impl FsError {
             FsError::FileTooLarge => errno::EFBIG,
             FsError::NoSuchOffset => errno::ENXIO,
             FsError::NotPermitted(_) => errno::EPERM,
+            FsError::AccessDenied(_) => errno::EACCES,
         }
     }
 }
@@ -150,6 +154,7 @@ impl FsError {
 /// Linux errno values (x86-64 and aarch64 agree on all of these).
 pub mod errno {
     pub const EPERM: i32 = 1;
+    pub const EACCES: i32 = 13;
     pub const ENOENT: i32 = 2;
     pub const EIO: i32 = 5;
     pub const ENXIO: i32 = 6;

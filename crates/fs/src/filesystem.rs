@@ -87,6 +87,10 @@ pub struct MountOptions {
     pub atime: crate::AtimeMode,
     /// Directory listings never update access times (`nodiratime`).
     pub no_dir_atime: bool,
+    /// POSIX ACLs (ext4's `acl`, the default; `noacl` turns them off): the
+    /// `system.posix_acl_*` xattrs stored in ext4's encoding, kept in step with the mode, and
+    /// a directory's default ACL given to what is created in it (`acl.rs`).
+    pub acl: bool,
     pub data: DataMode,
     pub journal: JournalConfig,
     pub errors: ErrorPolicy,
@@ -116,6 +120,7 @@ impl Default for MountOptions {
             no_recovery: false,
             atime: crate::AtimeMode::Relative,
             no_dir_atime: false,
+            acl: true,
             data: DataMode::Ordered,
             journal: JournalConfig::classic(),
             errors: ErrorPolicy::RemountReadOnly,

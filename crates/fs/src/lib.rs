@@ -32,6 +32,7 @@ pub mod meta_io;
 pub mod mkfs;
 pub mod xattr;
 
+mod acl;
 mod adapters;
 mod atime;
 mod clean_cache;

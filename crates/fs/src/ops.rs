@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use ondisk::ext4::{self, Inode, Timestamp};
 
+use crate::acl;
 use crate::adapters::ReadIo;
 use crate::dir;
 use crate::error::{FsError, Result};
@@ -403,7 +404,14 @@ impl Filesystem {
         {
             return Ok(self.attr_of(ino, data));
         }
-        let mut txn = self.begin(4, 0)?;
+        let mut txn = self.begin(8, 2)?;
+        let acl_changed = match set.mode {
+            Some(mode) => match self.chmod_acl(&mut txn, ino, data, mode) {
+                Ok(changed) => changed,
+                Err(err) => return self.finish(Err(err), txn),
+            },
+            None => false,
+        };
         let inode = &mut data.inode;
         if let Some(mode) = set.mode {
             inode.mode = (inode.mode & ext4::MODE_TYPE_MASK) | (mode & 0o7777);
@@ -422,8 +430,12 @@ impl Filesystem {
         }
         inode.ctime = now();
         // Mode, owner and times: an INODE record says it all (a size change went through
-        // truncate above, which is not expressible).
-        data.fc.expressible_next();
+        // truncate above, which is not expressible); not an ACL chmod changed.
+        if acl_changed {
+            data.fc.ineligible_next("xattr");
+        } else {
+            data.fc.expressible_next();
+        }
         self.finish(txn_write_inode(self, &mut txn, ino, data, false), txn)?;
         Ok(self.attr_of(ino, data))
     }
@@ -444,10 +456,25 @@ impl Filesystem {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
+        self.mknod_umask(parent, name, mode, rdev, (uid, gid), 0)
+    }
+
+    /// [`Filesystem::mknod`] with the caller's `umask` not yet applied to `mode`: the
+    /// directory's default ACL limits the mode instead where it has one (`acl.rs`), as
+    /// `posix_acl_create` decides.
+    pub fn mknod_umask(
+        &self,
+        parent: u32,
+        name: &[u8],
+        mode: u16,
+        rdev: u32,
+        (uid, gid): (u32, u32),
+        umask: u16,
+    ) -> Result<Attr> {
         let kind = mode & ext4::MODE_TYPE_MASK;
         let kind = if kind == 0 { ext4::MODE_REGULAR } else { kind };
         if kind == ext4::MODE_DIR {
-            return self.mkdir(parent, name, mode, uid, gid);
+            return self.mkdir_umask(parent, name, mode, (uid, gid), umask);
         }
         if !matches!(
             kind,
@@ -460,7 +487,8 @@ impl Filesystem {
         ) {
             return Err(FsError::Invalid(format!("file type {kind:#o}")));
         }
-        self.create_node(parent, name, kind | (mode & 0o7777), (uid, gid), None, |_, inode| {
+        let owner = (uid, gid, umask);
+        self.create_node(parent, name, kind | (mode & 0o7777), owner, None, |_, inode| {
             // Device, fifo and socket inodes map nothing: ext4 gives them no extent header
             // (e2fsck calls one that has it an illegal inode); devices keep their number in
             // i_block.
@@ -479,14 +507,21 @@ impl Filesystem {
     }
 
     pub fn mkdir(&self, parent: u32, name: &[u8], mode: u16, uid: u32, gid: u32) -> Result<Attr> {
-        self.create_node(
-            parent,
-            name,
-            ext4::MODE_DIR | (mode & 0o7777),
-            (uid, gid),
-            None,
-            |_, _| Ok(()),
-        )
+        self.mkdir_umask(parent, name, mode, (uid, gid), 0)
+    }
+
+    /// [`Filesystem::mkdir`] with the caller's `umask` not yet applied (see
+    /// [`Filesystem::mknod_umask`]).
+    pub fn mkdir_umask(
+        &self,
+        parent: u32,
+        name: &[u8],
+        mode: u16,
+        (uid, gid): (u32, u32),
+        umask: u16,
+    ) -> Result<Attr> {
+        let mode = ext4::MODE_DIR | (mode & 0o7777);
+        self.create_node(parent, name, mode, (uid, gid, umask), None, |_, _| Ok(()))
     }
 
     pub fn symlink(
@@ -503,15 +538,16 @@ impl Filesystem {
         let fast = target.len() <= FAST_SYMLINK_MAX;
         let slow_block = (!fast).then_some(target);
         let mode = ext4::MODE_SYMLINK | 0o777;
-        let attr = self.create_node(parent, name, mode, (uid, gid), slow_block, |_, inode| {
-            if fast {
-                inode.flags &= !ext4::EXTENTS_FL;
-                inode.block = [0; ext4::INODE_BLOCK_SIZE];
-                inode.block[..target.len()].copy_from_slice(target);
-                inode.size = target.len() as u64;
-            }
-            Ok(())
-        })?;
+        let attr =
+            self.create_node(parent, name, mode, (uid, gid, 0), slow_block, |_, inode| {
+                if fast {
+                    inode.flags &= !ext4::EXTENTS_FL;
+                    inode.block = [0; ext4::INODE_BLOCK_SIZE];
+                    inode.block[..target.len()].copy_from_slice(target);
+                    inode.size = target.len() as u64;
+                }
+                Ok(())
+            })?;
         self.getattr(attr.ino)
     }
 
@@ -522,7 +558,7 @@ impl Filesystem {
         parent: u32,
         name: &[u8],
         mode: u16,
-        (uid, gid): (u32, u32),
+        (uid, gid, umask): (u32, u32, u16),
         first_block: Option<&[u8]>,
         init: impl FnOnce(u32, &mut Inode) -> Result<()>,
     ) -> Result<Attr> {
@@ -532,6 +568,9 @@ impl Filesystem {
         let mut pguard = self.lock_live(&pslot)?;
         let pdata = pguard.as_mut().expect("loaded");
         inode_flags::check_mutable(&pdata.inode)?;
+        // The umask, or the directory's default ACL (which then gives the inode its own).
+        let mut mode = mode;
+        let acls = self.new_inode_acls(parent, pdata, &mut mode, umask)?;
         if self.dir_lookup_locked(parent, pdata, name)?.is_some() {
             return Err(FsError::Exists);
         }
@@ -567,10 +606,11 @@ impl Filesystem {
         let result = (|| {
             let fs = self;
             let extra = fs.new_inode_extra_isize();
-            let (mut inode, raw) = fs.new_inode_record(mode, (uid, gid));
+            let (mut inode, mut raw) = fs.new_inode_record(mode, (uid, gid));
             inode.flags |= inode_flags::inherited(pdata.inode.flags, mode);
             let t = inode.ctime;
             init(ino, &mut inode)?;
+            fs.put_new_acls(&mut txn, ino, &mut inode, &mut raw, &acls)?;
             let (data, written) = made.insert((InodeData::new(inode, raw, false), false));
             if is_dir {
                 fs.with_dir(&mut txn, ino, data, |access, ctx| {
@@ -602,6 +642,9 @@ impl Filesystem {
             let tid = txn.handle.tid();
             let record = if stale_slot {
                 Err(crate::fsync_journal::STALE_XATTRS)
+            } else if acls.any() {
+                // An INODE record carries no xattr: replay would give the file no ACL.
+                Err("xattr")
             } else {
                 fs.create_record(tid, parent, pdata, ino, mode, name, added.lblk)
             };
@@ -983,13 +1026,18 @@ impl Filesystem {
     }
 
     pub fn getxattr(&self, ino: u32, name: &[u8]) -> Result<Vec<u8>> {
+        if acl::is_acl(name) {
+            return self.get_acl(ino, name);
+        }
+        self.getxattr_stored(ino, name)
+    }
+
+    /// Xattr `name` as stored (an ACL in ext4's encoding).
+    pub(crate) fn getxattr_stored(&self, ino: u32, name: &[u8]) -> Result<Vec<u8>> {
         let slot = self.inodes.slot(ino);
         let guard = self.lock_live(&slot)?;
         let data = guard.as_ref().expect("loaded");
-        let area = data.inode.xattr_area_range(data.raw.len());
-        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
-        xattr::get(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl, name)
-            .map_err(|e| self.check_fs_error(ino, e))
+        self.stored_xattr(ino, data, name)?.ok_or(FsError::NoData)
     }
 
     pub fn listxattr(&self, ino: u32) -> Result<Vec<Vec<u8>>> {
@@ -998,17 +1046,29 @@ impl Filesystem {
         let data = guard.as_ref().expect("loaded");
         let area = data.inode.xattr_area_range(data.raw.len());
         let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
-        xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
-            .map_err(|e| self.check_fs_error(ino, e))
+        let mut names =
+            xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
+                .map_err(|e| self.check_fs_error(ino, e))?;
+        if !self.options.acl {
+            // As ext4 mounted noacl: the ACL names are not listed.
+            names.retain(|name| !acl::is_acl(name));
+        }
+        Ok(names)
     }
 
     pub fn setxattr(&self, ino: u32, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
+        if acl::is_acl(name) {
+            return self.set_acl(ino, name, Some(value));
+        }
         self.change_xattr(ino, |txn, ctx, area, file_acl| {
             xattr::set(txn, ctx, area, file_acl, name, value, mode)
         })
     }
 
     pub fn removexattr(&self, ino: u32, name: &[u8]) -> Result<()> {
+        if acl::is_acl(name) {
+            return self.set_acl(ino, name, None);
+        }
         self.change_xattr(ino, |txn, ctx, area, file_acl| {
             xattr::remove(txn, ctx, area, file_acl, name)
         })
@@ -1019,23 +1079,42 @@ impl Filesystem {
         ino: u32,
         change: impl FnOnce(&mut Txn<'_>, &XattrCtx, &mut [u8], &mut u64) -> Result<()>,
     ) -> Result<()> {
+        self.change_xattr_and_mode(ino, |txn, ctx, area, file_acl, _| {
+            change(txn, ctx, area, file_acl)
+        })
+    }
+
+    /// How xattr blocks of inode `ino` are checksummed and where a new one goes (its group).
+    pub(crate) fn xattr_ctx(&self, ino: u32) -> XattrCtx {
+        let geo = &self.groups.geo;
+        XattrCtx {
+            fs_csum_seed: self.fs_csum_seed(),
+            goal: geo.group_first_block(geo.group_of_inode(ino)),
+        }
+    }
+
+    /// [`Filesystem::change_xattr`] whose change may also set the inode's mode (an access ACL
+    /// sets its permission bits): `change` gets a copy of the inode, of which only `mode` is
+    /// kept.
+    pub(crate) fn change_xattr_and_mode(
+        &self,
+        ino: u32,
+        change: impl FnOnce(&mut Txn<'_>, &XattrCtx, &mut [u8], &mut u64, &mut Inode) -> Result<()>,
+    ) -> Result<()> {
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_unpinned(&data.inode)?;
         let mut txn = self.begin(16, 2)?;
-        let geo = &self.groups.geo;
-        let ctx = XattrCtx {
-            fs_csum_seed: self.fs_csum_seed(),
-            goal: geo.group_first_block(geo.group_of_inode(ino)),
-        };
+        let ctx = self.xattr_ctx(ino);
         // Work on copies so an ordinary failure (ENODATA, EEXIST, ENOSPC, ERANGE) leaves the
         // inode as it was; only the block writes it made are then already journaled, and the
         // xattr module makes those only once it knows the change will succeed.
         let range = data.inode.xattr_area_range(data.raw.len());
         let mut area = data.raw[range.clone()].to_vec();
         let mut file_acl = data.inode.file_acl;
-        match change(&mut txn, &ctx, &mut area, &mut file_acl) {
+        let mut inode = data.inode.clone();
+        match change(&mut txn, &ctx, &mut area, &mut file_acl, &mut inode) {
             Ok(()) => {}
             Err(
                 err @ (FsError::NoData
@@ -1044,6 +1123,7 @@ impl Filesystem {
                 | FsError::Range
                 | FsError::Invalid(_)
                 | FsError::NotSupported(_)
+                | FsError::AccessDenied(_)
                 | FsError::NameTooLong),
             ) => {
                 txn.stop()?;
@@ -1053,6 +1133,7 @@ impl Filesystem {
         }
         data.raw[range].copy_from_slice(&area);
         data.inode.file_acl = file_acl;
+        data.inode.mode = inode.mode;
         let delta = txn.take_blocks_delta();
         add_blocks(&mut data.inode, delta, self.block_size());
         data.inode.ctime = now();

@@ -65,13 +65,6 @@ pub use request_stats::{RequestFigures, RequestStats};
 const TTL: Duration = Duration::from_secs(1);
 /// Entries read from the file system per step of a FUSE readdir.
 const READDIR_BATCH: usize = 128;
-/// POSIX ACLs, which the mount does not support (as ext4 mounted `noacl`): the kernel hands
-/// these attributes to a FUSE file system in its own xattr format and expects the file system
-/// to keep i_mode in step with the access ACL, while ext4 stores them in a different on-disk
-/// format; quill-fs stores values verbatim and does neither. Refusing them (EOPNOTSUPP) makes
-/// `cp -a`, `tar --acls` and `setfacl` fall back to or report plain mode bits instead of
-/// storing an ACL the kernel's ext4 cannot read and that the mode does not reflect.
-const ACL_XATTRS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
 
 /// How to mount (the FUSE side; the file system's own options are `fs::MountOptions`).
 #[derive(Debug, Clone)]
@@ -395,8 +388,15 @@ impl QuillFuse {
 
 /// Applies `umask` to `mode` (the kernel already did unless the file system asked it not to;
 /// masking twice changes nothing).
-fn masked(mode: u32, umask: u32) -> u16 {
-    ((mode & !umask) & 0o177777) as u16
+/// The mode a create request asks for. The umask comes apart (FUSE_DONT_MASK): the library
+/// applies it, or the directory's default ACL instead (`fs` crate, `acl.rs`).
+fn unmasked(mode: u32) -> u16 {
+    (mode & 0o177777) as u16
+}
+
+/// The request's umask (permission bits).
+fn umask16(umask: u32) -> u16 {
+    (umask & 0o777) as u16
 }
 
 fn kind_of_mode(mode: u16) -> FileType {
@@ -500,6 +500,16 @@ impl fuser::Filesystem for QuillFuse {
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_EXPORT_SUPPORT);
         // lsattr on directories too (see `ioctl`).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_HAS_IOCTL_DIR);
+        // Create requests carry the umask apart from the mode: a directory's default ACL
+        // replaces it (posix_acl_create), which only the file system can know.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DONT_MASK);
+        if self.fs.options().acl {
+            // POSIX ACLs as ext4 mounted `acl`: the kernel reads them with getxattr and
+            // enforces them (with default_permissions), and hands chmod's mask update and
+            // setfacl to setxattr; quill stores them in ext4's encoding and keeps the mode in
+            // step (`fs` crate, `acl.rs`).
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL);
+        }
         Ok(())
     }
 
@@ -625,11 +635,19 @@ impl fuser::Filesystem for QuillFuse {
     ) {
         self.guarded("mknod", move || {
             let parent = ino!(parent, reply);
-            let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
+            let (uid, gid, mode) = match self.new_owner(req, parent, unmasked(mode)) {
                 Ok(owner) => owner,
                 Err(e) => return reply.error(e),
             };
-            self.reply_entry(reply, self.fs.mknod(parent, name.as_bytes(), mode, rdev, uid, gid));
+            let made = self.fs.mknod_umask(
+                parent,
+                name.as_bytes(),
+                mode,
+                rdev,
+                (uid, gid),
+                umask16(umask),
+            );
+            self.reply_entry(reply, made);
         })
     }
 
@@ -644,15 +662,19 @@ impl fuser::Filesystem for QuillFuse {
     ) {
         self.guarded("mkdir", move || {
             let parent = ino!(parent, reply);
-            let mode = ext4::MODE_DIR | (masked(mode, umask) & 0o7777);
+            let mode = ext4::MODE_DIR | (unmasked(mode) & 0o7777);
             let (uid, gid, mode) = match self.new_owner(req, parent, mode) {
                 Ok(owner) => owner,
                 Err(e) => return reply.error(e),
             };
-            self.reply_entry(
-                reply,
-                self.fs.mkdir(parent, name.as_bytes(), mode & 0o7777, uid, gid),
+            let made = self.fs.mkdir_umask(
+                parent,
+                name.as_bytes(),
+                mode & 0o7777,
+                (uid, gid),
+                umask16(umask),
             );
+            self.reply_entry(reply, made);
         })
     }
 
@@ -988,9 +1010,6 @@ impl fuser::Filesystem for QuillFuse {
                 // Resource forks (macOS only).
                 return reply.error(Errno::EINVAL);
             }
-            if ACL_XATTRS.contains(&name.as_bytes()) {
-                return reply.error(Errno::EOPNOTSUPP);
-            }
             let mode = match flags {
                 0 => SetMode::Any,
                 libc::XATTR_CREATE => SetMode::Create,
@@ -1007,9 +1026,6 @@ impl fuser::Filesystem for QuillFuse {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.guarded("getxattr", move || {
             let ino = ino!(ino, reply);
-            if ACL_XATTRS.contains(&name.as_bytes()) {
-                return reply.error(Errno::EOPNOTSUPP);
-            }
             match self.fs.getxattr(ino, name.as_bytes()) {
                 Ok(value) => reply_sized(reply, &value, size),
                 Err(err) => reply.error(self.errno(err)),
@@ -1023,7 +1039,7 @@ impl fuser::Filesystem for QuillFuse {
             match self.fs.listxattr(ino) {
                 Ok(names) => {
                     let mut list = Vec::new();
-                    for name in names.iter().filter(|n| !ACL_XATTRS.contains(&n.as_slice())) {
+                    for name in &names {
                         list.extend_from_slice(name);
                         list.push(0);
                     }
@@ -1037,9 +1053,6 @@ impl fuser::Filesystem for QuillFuse {
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.guarded("removexattr", move || {
             let ino = ino!(ino, reply);
-            if ACL_XATTRS.contains(&name.as_bytes()) {
-                return reply.error(Errno::EOPNOTSUPP);
-            }
             match self.fs.removexattr(ino, name.as_bytes()) {
                 Ok(()) => reply.ok(),
                 Err(err) => reply.error(self.errno(err)),
@@ -1059,11 +1072,14 @@ impl fuser::Filesystem for QuillFuse {
     ) {
         self.guarded("create", move || {
             let parent = ino!(parent, reply);
-            let (uid, gid, mode) = match self.new_owner(req, parent, masked(mode, umask)) {
+            let (uid, gid, mode) = match self.new_owner(req, parent, unmasked(mode)) {
                 Ok(owner) => owner,
                 Err(e) => return reply.error(e),
             };
-            let attr = match self.fs.create(parent, name.as_bytes(), mode & 0o7777, uid, gid) {
+            let mode = ext4::MODE_REGULAR | (mode & 0o7777);
+            let made =
+                self.fs.mknod_umask(parent, name.as_bytes(), mode, 0, (uid, gid), umask16(umask));
+            let attr = match made {
                 Ok(attr) => attr,
                 Err(err) => return reply.error(self.errno(err)),
             };
@@ -1239,8 +1255,7 @@ mod tests {
 
     #[test]
     fn umask_is_applied_once() {
-        assert_eq!(masked(0o100666, 0o022), 0o100644);
-        assert_eq!(masked(0o100644, 0o022), 0o100644);
-        assert_eq!(masked(0o40777, 0o077), 0o40700);
+        assert_eq!(unmasked(0o100666), 0o100666);
+        assert_eq!(umask16(0o022), 0o022);
     }
 }

@@ -93,6 +93,10 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 no_value(key, value)?;
                 spec.fs.no_dir_atime = key == "nodiratime";
             }
+            "acl" | "noacl" => {
+                no_value(key, value)?;
+                spec.fs.acl = key == "acl";
+            }
             "norecovery" | "noload" => {
                 no_value(key, value)?;
                 spec.fs.no_recovery = true;

@@ -17,6 +17,7 @@
 //!
 //! [`OnDiskError::Corrupted`]: crate::OnDiskError::Corrupted
 
+pub mod acl;
 pub(crate) mod bytes;
 pub mod dir;
 mod extent;
