@@ -5,6 +5,7 @@
 
 pub mod fsapi;
 pub mod journal_bench;
+pub mod kernel_fc;
 pub mod percentile;
 pub mod plot;
 pub mod probe;

@@ -36,6 +36,7 @@ pub fn format_table(report: &Report) -> String {
     }
     open_loop_table(&mut out, report, &labels);
     fast_commit_table(&mut out, report, &labels);
+    kernel_fc_table(&mut out, report, &labels);
     per_fsync_table(&mut out, report, &labels);
     fuse_request_table(&mut out, report, &labels);
     stage_table(&mut out, report, &labels);
@@ -157,6 +158,58 @@ fn fast_commit_table(out: &mut String, report: &Report, labels: &TargetLabels) {
             e.fast_commits as f64 / writes,
             e.fast_commit_blocks as f64 / writes,
             if fallbacks.is_empty() { "-".to_string() } else { fallbacks.join(", ") }
+        );
+    }
+}
+
+/// kernel-ext4:fast_commit: what the kernel's fast commit did with the median run's fsyncs
+/// (`kernel_fc.rs`): written, fallen back to a full commit, skipped because a full commit
+/// had their transaction, and skipped after another fast commit without asking whether it
+/// carried the file (at most that many acknowledged before they were durable).
+fn kernel_fc_table(out: &mut String, report: &Report, labels: &TargetLabels) {
+    let rows: Vec<_> = report
+        .summaries
+        .iter()
+        .filter_map(|s| s.median_run.kernel_fc.as_ref().map(|k| (s, k)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nkernel fast commits (ext4_fc_commit_stop), median runs: fsyncs that wrote a fast \
+         commit, fell back to a full commit, returned as already committed, and returned after \
+         another fast commit ended without asking whether it carried theirs (README: the \
+         kernel's fast commit acknowledges fsyncs it has not made durable); fc/write as in \
+         quill's table"
+    );
+    let _ = writeln!(
+        out,
+        "{:<20} {:<28} {:>4} {:>8} {:>8} {:>9} {:>13} {:>6} {:>8}",
+        "workload",
+        "target",
+        "thr",
+        "written",
+        "full",
+        "committed",
+        "after-other",
+        "share",
+        "fc/write"
+    );
+    for (s, k) in rows {
+        let all = k.written + k.full_commits + k.skipped_committed + k.skipped_after_other;
+        let share = if all == 0 { 0.0 } else { k.skipped_after_other as f64 / all as f64 };
+        let served = (k.written + k.skipped_after_other) as f64 / k.written.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "{} {:>8} {:>8} {:>9} {:>13} {:>5.0}% {:>8.2}",
+            row_head(s, labels),
+            k.written,
+            k.full_commits,
+            k.skipped_committed,
+            k.skipped_after_other,
+            share * 100.0,
+            served
         );
     }
 }

@@ -168,6 +168,10 @@ pub struct RunResult {
     /// The fsync latency distribution, at most [`CDF_POINTS`] (microseconds, fraction ≤).
     pub fsync_cdf: Vec<(u64, f64)>,
     pub engine: Option<EngineFigures>,
+    /// kernel-ext4:fast_commit: what the kernel's fast commit did with the fsyncs
+    /// ([`crate::kernel_fc`]).
+    #[serde(default)]
+    pub kernel_fc: Option<crate::kernel_fc::KernelFcFigures>,
     /// Open loop only (a workload reported as `<name>@<rate>/s`): the offered rate in
     /// iterations per second, the iterations that arrived in the measured phase and those
     /// left unserved at its end, and the response time (arrival to end, queueing included)

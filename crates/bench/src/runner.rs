@@ -222,7 +222,7 @@ fn run_workload(
     id: &str,
     result: &mut RunResult,
 ) -> Result<(), String> {
-    let prepared = target.setup(&plan.env, id)?;
+    let mut prepared = target.setup(&plan.env, id)?;
     let mut params = WorkloadParams::new(job.threads, plan.duration, plan.size);
     params.iterations = plan.iterations;
     params.seed = plan.seed;
@@ -233,6 +233,7 @@ fn run_workload(
     let measured = workloads::run(job.workload, prepared.api(), prepared.mounted_dir(), &params);
     drop(params);
     result.engine = prepared.engine_figures();
+    result.kernel_fc = prepared.kernel_fc_figures();
     let io_path = prepared.io_path.clone();
     // Tear down even after a failed run, and report the run's own error first.
     let finished = prepared.finish();

@@ -308,6 +308,7 @@ impl TargetSpec {
             cleanup_dir: None,
             mount: MountState::None,
             io_path: None,
+            kernel_fc: None,
         };
         match &self.kind {
             Kind::Lib => {
@@ -344,6 +345,12 @@ impl TargetSpec {
                 prepared.mount =
                     mount_external(&self.kind, &image, &mountpoint, &self.mount_options)?;
                 prepared.api = Some(Box::new(PosixApi::new(&mountpoint)));
+                if self.kind == Kind::KernelExt4 && self.fast_commit {
+                    match crate::kernel_fc::KernelFcTrace::start(&mountpoint, id) {
+                        Ok(trace) => prepared.kernel_fc = Some(trace),
+                        Err(e) => eprintln!("note: {}: fast commits not traced: {e}", self.label),
+                    }
+                }
             }
             Kind::Dir(path) => {
                 let dir = path.join(format!("quill-bench-{id}"));
@@ -572,6 +579,8 @@ pub struct Prepared {
     mount: MountState,
     /// quill on an image file: the I/O path the file device took ([`blockdev::file::IoPath`]).
     pub io_path: Option<String>,
+    /// kernel-ext4:fast_commit: its fast commits, traced ([`crate::kernel_fc`]).
+    kernel_fc: Option<crate::kernel_fc::KernelFcTrace>,
 }
 
 impl Prepared {
@@ -588,6 +597,9 @@ impl Prepared {
     /// count from the moment it is called. It holds the file system weakly, so a hook that
     /// outlives the run does not keep it open.
     pub fn measure_hook(&self) -> StartHook {
+        if let Some(trace) = &self.kernel_fc {
+            return StartHook(Some(Arc::new(trace.restarter())));
+        }
         let Some(q) = &self.quill else { return StartHook::default() };
         let (fs, queue, at_start) =
             (Arc::downgrade(&q.fs), q.queue.clone(), q.stats_at_start.clone());
@@ -602,6 +614,12 @@ impl Prepared {
                 *fuse.at_start.lock() = fuse.stats.snapshot();
             }
         })))
+    }
+
+    /// kernel-ext4:fast_commit: what its fast commits did since the measured phase began
+    /// (tracing stops here).
+    pub fn kernel_fc_figures(&mut self) -> Option<crate::kernel_fc::KernelFcFigures> {
+        self.kernel_fc.take().map(crate::kernel_fc::KernelFcTrace::finish)
     }
 
     /// The engine's figures since [`Prepared::start_measuring`] (quill targets).

@@ -9,6 +9,28 @@ mod common;
 use common::*;
 use serde_json::Value;
 
+/// Runs `quill bench --size smallest --image-mib 128` with `run_args` and `plan_args`, its
+/// report in `out` and its images under `scratch`; asserts it succeeded, returns its output
+/// and stdout.
+fn bench(
+    scratch: &Scratch,
+    out: &std::path::Path,
+    run_args: &[&str],
+    plan_args: &[&str],
+) -> (std::process::Output, String) {
+    let o = run(quill()
+        .args(["bench", "--size", "smallest", "--image-mib", "128"])
+        .args(run_args)
+        .args(plan_args)
+        .arg("--out")
+        .arg(out)
+        .arg("--scratch")
+        .arg(scratch.path("")));
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    (o, stdout)
+}
+
 #[test]
 fn a_small_bench_writes_its_table_json_csv_and_plots() {
     let scratch = Scratch::new("bench-small");
@@ -20,18 +42,13 @@ fn a_small_bench_writes_its_table_json_csv_and_plots() {
     } else {
         println!("SKIP the kernel-ext4 target: needs root and mkfs.ext4");
     }
-    let o = run(quill()
-        .args(["bench", "--size", "smallest", "--seconds", "0.5", "--rounds", "2"])
-        .args(["--threads", "1,2", "--probe-seconds", "0.3", "--image-mib", "128"])
-        .args(["--workloads", "varmail-shared,tokubench,recovery"])
-        .arg("--targets")
-        .arg(targets.join(";"))
-        .arg("--out")
-        .arg(&out)
-        .arg("--scratch")
-        .arg(scratch.path("")));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", text(&o));
+    let targets_arg = targets.join(";");
+    let (o, stdout) = bench(
+        &scratch,
+        &out,
+        &["--seconds", "0.5", "--rounds", "2", "--threads", "1,2", "--probe-seconds", "0.3"],
+        &["--workloads", "varmail-shared,tokubench,recovery", "--targets", &targets_arg],
+    );
     assert!(stdout.contains("device probe"), "{stdout}");
     for t in &targets {
         assert!(stdout.contains(t), "{t} in the table:\n{stdout}");
@@ -82,6 +99,45 @@ fn a_small_bench_writes_its_table_json_csv_and_plots() {
         .filter(|n| n.starts_with("quill-bench-scratch"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// kernel-ext4:fast_commit runs are traced (ext4:ext4_fc_commit_stop, `kernel_fc.rs`): every
+/// fsync of the measured phase is counted once by what the kernel did with it, and the table
+/// shows them. Needs root, mkfs.ext4 and tracefs.
+#[test]
+fn the_kernels_fast_commits_are_counted_by_outcome() {
+    let test = "the_kernels_fast_commits_are_counted_by_outcome";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !have("mkfs.ext4", test) {
+        println!("SKIP {test}: needs root and mkfs.ext4");
+        return;
+    }
+    if !std::path::Path::new("/sys/kernel/tracing/events/ext4/ext4_fc_commit_stop").exists() {
+        println!("SKIP {test}: no tracefs with ext4's fast-commit tracepoint");
+        return;
+    }
+    let scratch = Scratch::new("bench-kernel-fc");
+    let out = scratch.path("out");
+    let (_, stdout) = bench(
+        &scratch,
+        &out,
+        &["--seconds", "1", "--rounds", "1", "--threads", "1,4", "--probe-seconds", "0"],
+        &["--workloads", "varmail-shared", "--targets", "kernel-ext4:fast_commit"],
+    );
+    assert!(stdout.contains("kernel fast commits (ext4_fc_commit_stop)"), "{stdout}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for r in report["runs"].as_array().unwrap() {
+        let k = &r["kernel_fc"];
+        let counted: u64 = ["written", "full_commits", "skipped_committed", "skipped_after_other"]
+            .iter()
+            .map(|f| k[f].as_u64().unwrap_or_else(|| panic!("{f} in {r}")))
+            .sum();
+        let (fsyncs, threads) = (r["fsyncs"].as_u64().unwrap(), r["threads"].as_u64().unwrap());
+        // Fsyncs in flight when the measured phase begins or ends may fall on either side.
+        assert!(counted.abs_diff(fsyncs) <= threads, "{counted} counted, {fsyncs} fsyncs: {r}");
+        assert!(k["written"].as_u64().unwrap() > 0, "{r}");
+    }
 }
 
 #[test]
