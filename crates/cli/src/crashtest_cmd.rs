@@ -13,7 +13,8 @@ use crate::progress::Progress;
 
 #[derive(clap::Args)]
 pub struct CrashtestArgs {
-    /// Crash images to check (workloads are started until this many are checked).
+    /// Crash images to check (workloads are started until this many are checked and every
+    /// journal preset has had one).
     #[arg(long, default_value_t = 1000)]
     images: u64,
     /// Check 100,000 crash images (unless --images says otherwise).

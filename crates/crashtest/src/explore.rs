@@ -1,7 +1,7 @@
 //! The explorer: generates workloads, records each, derives its crash states, checks every
 //! crash image, counts, and turns a failure into a minimal reproducer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -680,11 +680,29 @@ pub trait Progress: Sync {
 
 impl Progress for () {}
 
-/// Runs workloads on `opts.jobs` threads until `opts.images` crash images are checked (or
-/// `opts.max_failures` workloads failed). Failures are minimized and their reproducers
+/// How many workloads give every journal preset of `opts.configs` one at least: the rotation
+/// hands configurations out in turn, but a run that reaches its image count early (workloads
+/// with many crash states) would otherwise leave the last presets of the list out (seen in
+/// CI: ten workloads, no `cjfs,commit_record=barrier`).
+pub fn workloads_covering_presets(opts: &Options) -> usize {
+    let mut missing: BTreeSet<&str> = opts.configs.iter().map(|c| c.preset.as_str()).collect();
+    let limit = 64 * opts.configs.len().max(1);
+    let mut k = 0;
+    while !missing.is_empty() && k < limit {
+        missing.remove(opts.configs[rotation(opts, k).1].preset.as_str());
+        k += 1;
+    }
+    k
+}
+
+/// Runs workloads on `opts.jobs` threads until `opts.images` crash images are checked and
+/// every journal preset had a workload ([`workloads_covering_presets`]), or
+/// `opts.max_failures` workloads failed. Failures are minimized and their reproducers
 /// written to `opts.out`.
 pub fn explore(opts: &Options, progress: &dyn Progress) -> Totals {
     let started = Instant::now();
+    // `--images 0` runs no workload at all (the kernel's fast-commit images alone).
+    let covering = if opts.images == 0 { 0 } else { workloads_covering_presets(opts) };
     let next = AtomicUsize::new(0);
     let images = AtomicU64::new(0);
     let failed = AtomicUsize::new(0);
@@ -694,7 +712,8 @@ pub fn explore(opts: &Options, progress: &dyn Progress) -> Totals {
             let (next, images, failed, totals) = (&next, &images, &failed, &totals);
             s.spawn(move || {
                 let scratch = Scratch::new(&format!("job{job}"));
-                while images.load(Ordering::Relaxed) < opts.images
+                while (images.load(Ordering::Relaxed) < opts.images
+                    || next.load(Ordering::Relaxed) < covering)
                     && failed.load(Ordering::Relaxed) < opts.max_failures
                 {
                     let k = next.fetch_add(1, Ordering::Relaxed);
