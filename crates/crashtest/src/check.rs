@@ -531,7 +531,9 @@ pub fn refuses_quill_areas(path: &Path) -> Result<(), String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FastCommits {
     pub state: FastCommitState,
-    /// The inodes UNLINK records in the area name (with [`FastCommitState::Replayable`]).
+    /// The inodes UNLINK records in the area name (with [`FastCommitState::Replayable`], and
+    /// with [`FastCommitState::StaleHead`] of the transaction before the end, which e2fsck
+    /// replays when it drops that transaction's torn commit block).
     /// e2fsck 1.47.0 replays an UNLINK by removing the name only (its `ext2fs_unlink`),
     /// where the kernel's replay drops the link and frees the inode; quill's fast commit of
     /// a deleted file leaves it one link, no size and no blocks before its UNLINK
@@ -543,6 +545,7 @@ pub struct FastCommits {
 /// [`FastCommits`] of the raw crash image on `dev` (read before anything recovers it).
 pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> FastCommits {
     use ondisk::jbd2::fast_commit::{fast_commit_records, FcDentryOp, FcRecord};
+    use ondisk::Tid;
     let nothing = |state| FastCommits { state, unlinked: BTreeSet::new() };
     let Ok(fs_image) = fs::Ext4Image::open(dev.clone()) else {
         return nothing(FastCommitState::Nothing);
@@ -564,24 +567,44 @@ pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> Fast
     let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, scan.end_tid) else {
         return nothing(FastCommitState::Nothing);
     };
+    // The UNLINK records recovery replays (of transaction `tid`'s fast commits): those a good
+    // TAIL covers.
+    let unlinked_in_area = |tid: Tid| -> BTreeSet<u32> {
+        let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, tid) else {
+            return BTreeSet::new();
+        };
+        let Ok(found) = area.scan(inode_size) else { return BTreeSet::new() };
+        found.records[..found.records_valid]
+            .iter()
+            .filter_map(|record| match record {
+                FcRecord::Dentry { op: FcDentryOp::Unlink, ino, .. } => Some(*ino),
+                _ => None,
+            })
+            .collect()
+    };
     if let Some(Ok(first)) = fast_commit_records(&area.blocks[0], inode_size).next() {
-        if matches!(first.record, FcRecord::Head { tid, .. } if tid != scan.end_tid) {
-            return nothing(FastCommitState::StaleHead);
+        if let FcRecord::Head { tid, .. } = first.record {
+            if tid != scan.end_tid {
+                // The fast commits of the transaction just before the end: its full commit
+                // was being written when the crash came (it zeroes the area's HEAD once
+                // durable). Where that commit block is torn, quill (as Linux 6.6+) keeps the
+                // transaction and these are superseded, but e2fsck 1.47.0 drops it ("Journal
+                // transaction N was corrupt") and replays them, UNLINKs included: seen in
+                // the kernel-mount crash test, a mailbox workload torn in op 28.
+                let unlinked = if scan.end_tid.prev() == tid {
+                    unlinked_in_area(tid)
+                } else {
+                    BTreeSet::new()
+                };
+                return FastCommits { state: FastCommitState::StaleHead, unlinked };
+            }
         }
     }
     let Ok(found) = area.scan(inode_size) else { return nothing(FastCommitState::Nothing) };
     if found.commits == 0 {
         return nothing(FastCommitState::Nothing);
     }
-    // The UNLINK records recovery replays: those a good TAIL covers.
-    let unlinked = found.records[..found.records_valid]
-        .iter()
-        .filter_map(|record| match record {
-            FcRecord::Dentry { op: FcDentryOp::Unlink, ino, .. } => Some(*ino),
-            _ => None,
-        })
-        .collect();
-    FastCommits { state: FastCommitState::Replayable, unlinked }
+    FastCommits { state: FastCommitState::Replayable, unlinked: unlinked_in_area(scan.end_tid) }
 }
 
 /// Stock `e2fsck -fy` repairs the raw crash image at `path`: it may only replay the journal,
