@@ -889,6 +889,10 @@ fn chattr_flags_act_as_on_the_kernels_ext4() {
     // debugfs reads them.
     let (_s, image, dir, m) = fresh_quill_mount("chattr-on-disk");
     fs::write(dir.join("f"), b"kept").unwrap();
+    // lsattr -v: the inode's generation (FS_IOC_GETVERSION), checked against debugfs below.
+    let out = ok(Command::new("lsattr").arg("-v").arg(dir.join("f")));
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let generation = listed.split_whitespace().next().unwrap_or_default().to_string();
     ok(Command::new("chattr").arg("+ia").arg(dir.join("f")));
     fs::write(dir.join("g"), b"journaled?").unwrap();
     let out = run(Command::new("chattr").arg("+j").arg(dir.join("g")));
@@ -899,4 +903,5 @@ fn chattr_flags_act_as_on_the_kernels_ext4() {
     let out = run(Command::new("debugfs").arg("-R").arg("stat /f").arg(&image));
     let stat = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(stat.contains("Flags: 0x80030"), "{stat}");
+    assert!(stat.contains(&format!("Generation: {generation} ")), "lsattr -v {listed}: {stat}");
 }

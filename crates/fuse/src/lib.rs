@@ -1101,7 +1101,9 @@ impl fuser::Filesystem for QuillFuse {
     /// CAP_FOWNER, CAP_LINUX_IMMUTABLE for `i` and `a`), which the library makes again with the
     /// request's uid: FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (a 4-byte value, either encoding of
     /// the command), FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (`struct fsxattr`); what each flag
-    /// does is `fs::inode_flags`'s table. Other ioctls are ENOTTY, as for a file system without
+    /// does is `fs::inode_flags`'s table. FS_IOC_GETVERSION (`lsattr -v`) answers the inode's
+    /// generation; FS_IOC_SETVERSION is ENOTTY, as ext4 answers it with metadata_csum (the
+    /// generation seeds the inode's checksum; without metadata_csum ext4 would set it). Other ioctls are ENOTTY, as for a file system without
     /// them.
     fn ioctl(
         &self,
@@ -1121,6 +1123,8 @@ impl fuser::Filesystem for QuillFuse {
         const SETFLAGS: [u32; 2] = [0x4008_6602, 0x4004_6602];
         const FSGETXATTR: u32 = 0x801C_581F;
         const FSSETXATTR: u32 = 0x401C_5820;
+        /// FS_IOC_GETVERSION (`_IOR('v', 1, long)`, and its 32-bit form): `lsattr -v`.
+        const GETVERSION: [u32; 2] = [0x8008_7601, 0x8004_7601];
         self.guarded("ioctl", move || {
             let ino = ino!(ino, reply);
             let answer = |bytes: &[u8]| -> Vec<u8> {
@@ -1138,6 +1142,10 @@ impl fuser::Filesystem for QuillFuse {
                     None => return reply.error(Errno::EINVAL),
                 },
                 FSGETXATTR => self.fs.fsxattr(ino).map(|fsx| answer(&fsx.encode())),
+                // The inode's generation, as ext4 answers EXT4_IOC_GETVERSION.
+                c if GETVERSION.contains(&c) => {
+                    self.fs.getattr(ino).map(|attr| answer(&attr.generation.to_ne_bytes()))
+                }
                 FSSETXATTR => match ondisk::ext4::iflags::FsXattr::decode(in_data) {
                     Some(fsx) => self.fs.set_fsxattr(ino, &fsx, req.uid()).map(|_| Vec::new()),
                     None => return reply.error(Errno::EINVAL),
