@@ -689,7 +689,12 @@ echo "listed: $(getfattr -d -m - h 2>&1 | grep -c posix_acl)"
 
 /// Runs [`ACL_SCRIPT`] in `dir`: its lines.
 fn acl_outcomes(dir: &Path) -> Vec<String> {
-    let out = run(Command::new("bash").arg("-c").arg(ACL_SCRIPT).current_dir(dir));
+    script_lines(ACL_SCRIPT, dir)
+}
+
+/// Runs the bash `script` in `dir`, which must succeed: the lines it prints.
+fn script_lines(script: &str, dir: &Path) -> Vec<String> {
+    let out = run(Command::new("bash").arg("-c").arg(script).current_dir(dir));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
 }
@@ -809,10 +814,7 @@ echo s > syncfile; chattr +S syncfile; try "echo more >> syncfile" "S append"
 
 /// Runs [`CHATTR_SCRIPT`] in `dir`, then FS_IOC_FSGETXATTR / FSSETXATTR by hand: its lines.
 fn chattr_outcomes(dir: &Path) -> Vec<String> {
-    let out = run(Command::new("bash").arg("-c").arg(CHATTR_SCRIPT).current_dir(dir));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut lines: Vec<String> =
-        String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    let mut lines = script_lines(CHATTR_SCRIPT, dir);
     lines.extend(fsxattr_outcomes(dir));
     lines
 }

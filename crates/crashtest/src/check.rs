@@ -545,7 +545,6 @@ pub struct FastCommits {
 /// [`FastCommits`] of the raw crash image on `dev` (read before anything recovers it).
 pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> FastCommits {
     use ondisk::jbd2::fast_commit::{fast_commit_records, FcDentryOp, FcRecord};
-    use ondisk::Tid;
     let nothing = |state| FastCommits { state, unlinked: BTreeSet::new() };
     let Ok(fs_image) = fs::Ext4Image::open(dev.clone()) else {
         return nothing(FastCommitState::Nothing);
@@ -567,13 +566,8 @@ pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> Fast
     let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, scan.end_tid) else {
         return nothing(FastCommitState::Nothing);
     };
-    // The UNLINK records recovery replays (of transaction `tid`'s fast commits): those a good
-    // TAIL covers.
-    let unlinked_in_area = |tid: Tid| -> BTreeSet<u32> {
-        let Ok(Some(area)) = journal::FastCommitArea::read(&*dev, &location, sb, tid) else {
-            return BTreeSet::new();
-        };
-        let Ok(found) = area.scan(inode_size) else { return BTreeSet::new() };
+    // The UNLINK records recovery replays: those a good TAIL covers.
+    let unlinked_in = |found: &ondisk::jbd2::fast_commit::FcScan| -> BTreeSet<u32> {
         found.records[..found.records_valid]
             .iter()
             .filter_map(|record| match record {
@@ -591,10 +585,12 @@ pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> Fast
                 // transaction and these are superseded, but e2fsck 1.47.0 drops it ("Journal
                 // transaction N was corrupt") and replays them, UNLINKs included: seen in
                 // the kernel-mount crash test, a mailbox workload torn in op 28.
-                let unlinked = if scan.end_tid.prev() == tid {
-                    unlinked_in_area(tid)
-                } else {
-                    BTreeSet::new()
+                let previous = journal::FastCommitArea::read(&*dev, &location, sb, tid);
+                let unlinked = match previous {
+                    Ok(Some(area)) if scan.end_tid.prev() == tid => {
+                        area.scan(inode_size).map(|found| unlinked_in(&found)).unwrap_or_default()
+                    }
+                    _ => BTreeSet::new(),
                 };
                 return FastCommits { state: FastCommitState::StaleHead, unlinked };
             }
@@ -604,7 +600,7 @@ pub fn fast_commit_state(dev: std::sync::Arc<dyn blockdev::BlockDevice>) -> Fast
     if found.commits == 0 {
         return nothing(FastCommitState::Nothing);
     }
-    FastCommits { state: FastCommitState::Replayable, unlinked: unlinked_in_area(scan.end_tid) }
+    FastCommits { state: FastCommitState::Replayable, unlinked: unlinked_in(&found) }
 }
 
 /// Stock `e2fsck -fy` repairs the raw crash image at `path`: it may only replay the journal,

@@ -145,14 +145,29 @@ impl Filesystem {
         raw: &mut [u8],
         acls: &NewAcls,
     ) -> Result<()> {
-        let ctx = self.xattr_ctx(ino);
-        let range = inode.xattr_area_range(raw.len());
         for (name, value) in [(ACCESS, &acls.access), (DEFAULT, &acls.default)] {
             if let Some(value) = value {
-                let area = &mut raw[range.clone()];
-                xattr::set(txn, &ctx, area, &mut inode.file_acl, name, value, SetMode::Any)?;
+                self.put_acl(txn, ino, inode, raw, name, value)?;
             }
         }
+        Ok(())
+    }
+
+    /// Stores ACL `name` (`value` in ext4's encoding) in locked inode `ino`'s xattrs
+    /// (`inode`, its record `raw`) under `txn`, counting an xattr block it takes.
+    fn put_acl(
+        &self,
+        txn: &mut Txn<'_>,
+        ino: u32,
+        inode: &mut Inode,
+        raw: &mut [u8],
+        name: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        let ctx = self.xattr_ctx(ino);
+        let range = inode.xattr_area_range(raw.len());
+        let area = &mut raw[range];
+        xattr::set(txn, &ctx, area, &mut inode.file_acl, name, value, SetMode::Any)?;
         let delta = txn.take_blocks_delta();
         crate::ops::add_blocks(inode, delta, self.block_size());
         Ok(())
@@ -174,13 +189,7 @@ impl Filesystem {
         let Some(stored) = self.stored_xattr(ino, data, ACCESS)? else { return Ok(false) };
         let mut acl = Acl::from_disk(&stored).map_err(invalid)?;
         acl.chmod_masq(mode);
-        let ctx = self.xattr_ctx(ino);
-        let range = data.inode.xattr_area_range(data.raw.len());
-        let area = &mut data.raw[range];
-        let value = acl.to_disk();
-        xattr::set(txn, &ctx, area, &mut data.inode.file_acl, ACCESS, &value, SetMode::Any)?;
-        let delta = txn.take_blocks_delta();
-        crate::ops::add_blocks(&mut data.inode, delta, self.block_size());
+        self.put_acl(txn, ino, &mut data.inode, &mut data.raw, ACCESS, &acl.to_disk())?;
         Ok(true)
     }
 

@@ -55,25 +55,9 @@ pub(crate) fn dirsync(dir: &Inode) -> bool {
     dir.flags & (iflags::DIRSYNC_FL | iflags::SYNC_FL) != 0
 }
 
-/// The kind [`iflags::mask_for_kind`] masks flags for.
-fn kind_of(inode: &Inode) -> FlagsKind {
-    if inode.is_dir() {
-        FlagsKind::Directory
-    } else if inode.mode & ext4::MODE_TYPE_MASK == ext4::MODE_REGULAR {
-        FlagsKind::Regular
-    } else {
-        FlagsKind::Other
-    }
-}
-
 /// The flags a new inode of `mode` takes from its directory's `parent_flags`.
 pub(crate) fn inherited(parent_flags: u32, mode: u16) -> u32 {
-    let kind = match mode & ext4::MODE_TYPE_MASK {
-        ext4::MODE_DIR => FlagsKind::Directory,
-        ext4::MODE_REGULAR => FlagsKind::Regular,
-        _ => FlagsKind::Other,
-    };
-    iflags::mask_for_kind(kind, parent_flags & iflags::INHERITED)
+    iflags::mask_for_kind(FlagsKind::of_mode(mode), parent_flags & iflags::INHERITED)
 }
 
 /// How an open asks to use a file ([`Filesystem::check_open`]).
@@ -112,7 +96,7 @@ impl Filesystem {
         let data = guard.as_mut().expect("loaded");
         let old = data.inode.flags;
         let wanted = flags & iflags::USER_MODIFIABLE;
-        if iflags::mask_for_kind(kind_of(&data.inode), wanted) != wanted {
+        if iflags::mask_for_kind(FlagsKind::of_mode(data.inode.mode), wanted) != wanted {
             return Err(FsError::NotSupported(format!(
                 "inode flags {wanted:#x} on this kind of inode"
             )));

@@ -106,6 +106,17 @@ pub enum FlagsKind {
     Other,
 }
 
+impl FlagsKind {
+    /// The kind of an inode of `mode` (its type bits).
+    pub fn of_mode(mode: u16) -> FlagsKind {
+        match mode & super::MODE_TYPE_MASK {
+            super::MODE_DIR => FlagsKind::Directory,
+            super::MODE_REGULAR => FlagsKind::Regular,
+            _ => FlagsKind::Other,
+        }
+    }
+}
+
 /// `ext4_mask_flags`: the flags an inode of `kind` can carry. Directories take all; regular
 /// files all but the directory-only ones; other inodes only `d` and `A`.
 pub fn mask_for_kind(kind: FlagsKind, flags: u32) -> u32 {
