@@ -234,14 +234,15 @@ pub fn remove_entry_at(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<
 }
 
 /// Points `name` at `ino` (with `file_type`) and returns the inode it referred to (`NotFound`
-/// when absent): the in-place update of a rename over an existing name.
+/// when absent) and the leaf block the name is in: the in-place update of a rename over an
+/// existing name.
 pub fn replace_entry(
     io: &mut dyn DirIo,
     ctx: &DirCtx,
     name: &[u8],
     ino: u32,
     file_type: u8,
-) -> Result<u32> {
+) -> Result<(u32, u32)> {
     check_name(name)?;
     if ino == 0 {
         return Err(FsError::Invalid("directory entry for inode 0".to_string()));
@@ -253,7 +254,7 @@ pub fn replace_entry(
         .map_err(|err| dir.on_disk(found.lblk, err))?;
     assert_eq!(old, Some(found.ino), "the entry just found is in its block");
     dir.write_leaf(found.lblk, data)?;
-    Ok(found.ino)
+    Ok((found.ino, found.lblk))
 }
 
 /// Points ".." at `parent_ino` (a directory moved to a new parent).
@@ -1438,7 +1439,7 @@ mod tests {
                     next_ino += 1;
                     let old = model.insert(name.clone(), (next_ino, FT_REG_FILE)).unwrap();
                     assert_eq!(
-                        replace_entry(io, ctx, &name, next_ino, FT_REG_FILE).unwrap(),
+                        replace_entry(io, ctx, &name, next_ino, FT_REG_FILE).unwrap().0,
                         old.0
                     );
                 }

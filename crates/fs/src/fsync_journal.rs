@@ -19,17 +19,22 @@
 //! | an access time (`relatime`) | INODE |
 //! | a regular file created (`create`), where replay can add its name ([`Filesystem::create_record`]) | INODE, its ranges, CREAT, INODE |
 //! | ... under a name removed in the same transaction, whose old file replay can delete ([`Filesystem::unlink_record`]) | the old file's DEL_RANGE, INODE and UNLINK first |
+//! | a regular file renamed (`rename`), where replay can add the new name as it would a created one ([`Filesystem::rename_record`]) | LINK of the new name, UNLINK of the old, then its ranges and INODE |
+//! | ... over another file, or to a name removed in the same transaction, whose file replay can delete | that file's DEL_RANGE, INODE and UNLINK first |
+//!
+//! A file's names (CREAT, renames) are carried by each fast commit until one carrying them is
+//! durable, and then never again: replay applies a transaction's fast commits in order.
 //!
 //! Everything else falls back to committing the transaction, counted by reason in the journal's
-//! figures (`fast_commit_fallbacks`): the kernel's ineligible operations (xattrs, renames,
-//! fallocate ranges, journaled data); a creation replay could not redo (a directory, special
-//! file or symlink; a parent that is new or grew in the same transaction, or lost a name from
-//! the leaf where replay would have no room for it; an inode number freed in it; a name
-//! removed in it whose old file replay could not delete); a file's own links and unlinks
-//! (LINK records are not written); truncation (the orphan list); and fsync of
-//! a directory, of a hard-linked inode, of an inode without extents or with an external
-//! xattr block, or of one in the journal inode's inode-table block (the last two for the
-//! kernel's and e2fsck 1.47.0's replays).
+//! figures (`fast_commit_fallbacks`): the kernel's ineligible operations (xattrs, exchanges,
+//! fallocate ranges, journaled data); renames of directories, special files and symlinks, and
+//! renames that leave a whiteout; a creation or rename replay could not redo (a directory,
+//! special file or symlink; a parent that is new or grew in the same transaction, or lost a
+//! name from the leaf where replay would have no room for it; an inode number freed in it; a
+//! name removed in it whose old file replay could not delete); hard links and a file's own
+//! unlinks; truncation (the orphan list); and fsync of a directory, of a hard-linked inode, of
+//! an inode without extents or with an external xattr block, or of one in the journal inode's
+//! inode-table block (the last two for the kernel's and e2fsck 1.47.0's replays).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -95,13 +100,17 @@ pub(crate) struct FcTrack {
     synced: u64,
     /// What the next inode write is: expressible (`Ok`), or inexpressible for this reason.
     next: Option<std::result::Result<(), &'static str>>,
-    /// A file created in `tid`: its parent and name, for the CREAT record.
-    created: Option<(u32, Box<[u8]>)>,
+    /// The file's names made and moved in `tid` (its CREAT, its renames), in order, each with
+    /// its number in `dentry_notes`, until a fast commit carrying them is durable: replay
+    /// applies a transaction's fast commits one after the other, so each is written once.
+    dentries: Vec<(u64, DentryNote)>,
+    dentry_notes: u64,
     /// Whether the inode was created in `tid` (whether or not a CREAT record expresses it).
     born: bool,
-    /// A file created in `tid` under a name that named another file at the last commit: the
-    /// records that delete that file at replay, until a fast commit carrying them is durable.
-    replaces: Option<Arc<Unlinked>>,
+    /// Whether the file was renamed in `tid`: its name at replay is the last commit's unless a
+    /// fast commit of the rename is durable, so no other file's records may UNLINK it
+    /// ([`Filesystem::unlink_record`]).
+    moved: bool,
     /// A directory: why no file created in it during `tid` from now on can be a CREAT record
     /// ([`Filesystem::create_record`]).
     creates_blocked: Option<&'static str>,
@@ -135,6 +144,17 @@ pub(crate) struct Unlinked {
 /// The reason counted for a file created under a name removed in the same transaction whose
 /// old file the fast commit cannot delete at replay (see [`Filesystem::unlink_record`]).
 pub const NAME_REUSED: &str = "name reused";
+
+/// A name a file was given in the running transaction, as its fast commit writes it.
+#[derive(Debug, Clone)]
+enum DentryNote {
+    /// Created as `name` in `parent` (CREAT), where `replaces` is the file that name named at
+    /// the last commit, deleted first.
+    Create { parent: u32, name: Box<[u8]>, replaces: Option<Arc<Unlinked>> },
+    /// Renamed from one name to another (LINK of the new, UNLINK of the old, as ext4's rename
+    /// tracks it), where `replaces` is the file the new name named, deleted first.
+    Rename { from: (u32, Box<[u8]>), to: (u32, Box<[u8]>), replaces: Option<Arc<Unlinked>> },
+}
 
 /// One directory block's room for CREAT records in a transaction.
 #[derive(Debug, Clone, Copy)]
@@ -196,13 +216,39 @@ impl FcTrack {
         t.born = true;
         match dentry {
             Ok(CreateRecord { parent, name, replaces }) => {
-                t.created = Some((parent, name.into()));
-                t.replaces = replaces;
+                t.note_dentry(DentryNote::Create { parent, name: name.into(), replaces });
             }
             Err(reason) => {
                 t.ineligible.get_or_insert(reason);
             }
         }
+    }
+
+    /// The file, about to be written in `tid`, was renamed from `from` to `to`: LINK and UNLINK
+    /// records express that (`Ok`, with the file `to` named at the last commit, deleted
+    /// first), or cannot (`Err(reason)`, for the inode write that follows).
+    pub fn renamed(
+        &mut self,
+        tid: Tid,
+        from: (u32, &[u8]),
+        to: (u32, &[u8]),
+        record: std::result::Result<Option<Arc<Unlinked>>, &'static str>,
+    ) {
+        match record {
+            Ok(replaces) => {
+                let t = self.at(tid);
+                t.moved = true;
+                let (from, to) = ((from.0, from.1.into()), (to.0, to.1.into()));
+                t.note_dentry(DentryNote::Rename { from, to, replaces });
+                self.expressible_next();
+            }
+            Err(reason) => self.ineligible_next(reason),
+        }
+    }
+
+    fn note_dentry(&mut self, note: DentryNote) {
+        self.dentry_notes += 1;
+        self.dentries.push((self.dentry_notes, note));
     }
 
     /// A directory: files created in it during `tid` from now on cannot be CREAT records.
@@ -236,9 +282,10 @@ impl FcTrack {
         self.at(tid).leaf_room.entry(lblk).or_insert(LeafRoom { at_start: room, admitted: 0 });
     }
 
-    /// A directory (`indexed`: an htree): whether a file created in it now, in `tid`, as
-    /// `name` in leaf block `lblk`, can be a CREAT record ([`Filesystem::create_record`]);
-    /// `Err` says why not. An admitted name counts against the leaf's room.
+    /// A directory: whether a file created in it now, in `tid`, as `name` in leaf block `lblk`,
+    /// can be a CREAT record ([`Filesystem::create_record`]); `Err` says why not. An admitted
+    /// name counts against the leaf's room. `leaf_by_name`: replay puts the name in `lblk` too
+    /// (an htree, or a directory of one block: [`Filesystem::leaf_by_name`]).
     ///
     /// A leaf that lost a name in `tid` holds that name still at the last commit, so the room
     /// the name went into may not be there at replay. Replay puts each CREAT's name in the
@@ -247,8 +294,9 @@ impl FcTrack {
     /// for all the names admitted into the leaf together, each of them finds room, in
     /// whatever order the fast commits replay them. An htree puts a name in the leaf its hash
     /// selects, at replay as now (its index did not change in `tid`: that blocks every
-    /// creation, `creates_blocked`); a linear directory's replay may put it in any block, so
-    /// there a lost name still blocks the creation.
+    /// creation, `creates_blocked`), and a directory of one block has one leaf; a longer
+    /// linear directory's replay may put it in any block, so there a lost name still blocks
+    /// the creation.
     ///
     /// A name removed in `tid` is admitted only with the records that delete its old file at
     /// replay first (returned): the kernel's replay keeps an entry it finds (`-EEXIST` is
@@ -260,7 +308,7 @@ impl FcTrack {
         tid: Tid,
         lblk: u32,
         name: &[u8],
-        indexed: bool,
+        leaf_by_name: bool,
     ) -> std::result::Result<Option<Arc<Unlinked>>, &'static str> {
         let t = self.at(tid);
         if let Some(reason) = t.creates_blocked {
@@ -272,7 +320,7 @@ impl FcTrack {
             Some(Some(unlinked)) => Some(unlinked.clone()),
         };
         let lost_a_name = t.removed_from.contains(&lblk);
-        if lost_a_name && !indexed {
+        if lost_a_name && !leaf_by_name {
             return Err("directory block lost a name");
         }
         let needed = ext4::dir::dir_rec_len(name.len());
@@ -322,14 +370,14 @@ pub(crate) struct FcPlan {
     ino: u32,
     ranges: Vec<FcRecord<'static>>,
     raw: Vec<u8>,
-    /// A file created in `tid`: its parent and name.
-    created: Option<(u32, Box<[u8]>)>,
-    /// The old file under that name, deleted first.
-    replaces: Option<Arc<Unlinked>>,
+    /// The names the file was given in `tid` not yet durable, in order.
+    dentries: Vec<DentryNote>,
     /// `FcTrack::changes` when built: what the fast commit makes durable.
     changes: u64,
-    /// `FcTrack::range_notes` when built: the ranges it carries.
+    /// `FcTrack::range_notes` and `FcTrack::dentry_notes` when built: the ranges and names
+    /// it carries.
     range_notes: u64,
+    dentry_notes: u64,
 }
 
 /// What fsync should do about the inode's changes in transaction `tid`.
@@ -420,19 +468,19 @@ impl Filesystem {
             }
         }
         let raw = data.raw[..fc_inode_len(inode, data.raw.len())].to_vec();
-        let created = track.created.clone();
-        let replaces = track.replaces.clone();
-        let (changes, range_notes) = (track.changes, track.range_notes);
+        let dentries = track.dentries.iter().map(|(_, note)| note.clone()).collect();
+        let (changes, range_notes, dentry_notes) =
+            (track.changes, track.range_notes, track.dentry_notes);
         data.fc.range_notes_planned = range_notes;
         Ok(FsyncPlan::FastCommit(FcPlan {
             tid,
             ino,
             ranges,
             raw,
-            created,
-            replaces,
+            dentries,
             changes,
             range_notes,
+            dentry_notes,
         }))
     }
 
@@ -478,16 +526,55 @@ impl Filesystem {
         if self.groups.inode_freed_in(ino, tid) {
             return Err("inode number reused");
         }
-        let indexed = pdata.inode.flags & ext4::INDEX_FL != 0;
-        let replaces = pdata.fc.admit_create(tid, lblk, name, indexed)?;
+        let leaf_by_name = self.leaf_by_name(pdata);
+        let replaces = pdata.fc.admit_create(tid, lblk, name, leaf_by_name)?;
         Ok(CreateRecord { parent, name, replaces })
+    }
+
+    /// Whether replay adds a name to directory `pdata` in the leaf block it is in now: an htree
+    /// selects the leaf by the name's hash, and a directory of one block has one (a directory
+    /// never shrinks, and one that grew in the transaction admits no CREAT).
+    fn leaf_by_name(&self, pdata: &InodeData) -> bool {
+        pdata.inode.flags & ext4::INDEX_FL != 0 || pdata.inode.size <= u64::from(self.block_size())
+    }
+
+    /// Whether the rename of a regular file to `name` in directory `new_parent` during `tid`,
+    /// its entry now in leaf block `lblk`, can be a fast commit's LINK record (with the UNLINK
+    /// of the old name after it, which every replay finds: the old name is the file's at the
+    /// last commit or one its earlier records gave it). `replaced`: the file `name` named
+    /// until this rename, as [`Filesystem::unlink_record`] deletes it at replay (`Err` when it
+    /// cannot), or `None` for a name that was free. `Ok` with the file to delete first.
+    ///
+    /// The LINK adds the name where a CREAT would ([`Filesystem::create_record`]'s rules).
+    /// Over a name, it goes in after the UNLINK of the replaced file, which replay finds in the
+    /// same leaf (the entry is rewritten in place): that is a name lost and one added, as a
+    /// delete and a create in one transaction are ([`FcTrack::admit_create`]).
+    pub(crate) fn rename_record(
+        &self,
+        tid: Tid,
+        pdata: &mut InodeData,
+        name: &[u8],
+        lblk: u32,
+        replaced: Option<std::result::Result<Unlinked, ()>>,
+    ) -> std::result::Result<Option<Arc<Unlinked>>, &'static str> {
+        match replaced {
+            None => {}
+            Some(Err(())) => return Err(NAME_REUSED),
+            Some(Ok(records)) => {
+                pdata.fc.note_removal(tid, lblk, name);
+                pdata.fc.note_unlinked(tid, name, records);
+            }
+        }
+        let leaf_by_name = self.leaf_by_name(pdata);
+        pdata.fc.admit_create(tid, lblk, name, leaf_by_name)
     }
 
     /// The records that delete file `ino` at replay, its last name removed in `tid` (under its
     /// lock, before the removal writes it): `None` where fast commits cannot. The file must be
     /// at replay what it was at the last commit, give or take fast-committed ranges, so that
     /// DEL_RANGE over what it maps now frees every block it has there, and an UNLINK finds its
-    /// name: not created in `tid` (no name at replay unless a fast commit made one), no other
+    /// name: not created or renamed in `tid` (no such name at replay unless a fast commit made
+    /// it; e2fsck's replay stops at an UNLINK whose name it does not find), no other
     /// change in `tid` a fast commit could not express (a truncation, an xattr), one link. And
     /// replay must handle it as it does the files fsync fast-commits: a regular file with
     /// extents, no xattr block (i_blocks), not beside the journal inode (e2fsck 1.47.0).
@@ -500,7 +587,7 @@ impl Filesystem {
         let inode = &data.inode;
         let track = &data.fc;
         let changed_in_tid = track.tid == Some(tid);
-        if (changed_in_tid && (track.born || track.ineligible.is_some()))
+        if (changed_in_tid && (track.born || track.moved || track.ineligible.is_some()))
             || inode.mode & ext4::MODE_TYPE_MASK != ext4::MODE_REGULAR
             || inode.links_count != 1
             || inode.flags & ext4::EXTENTS_FL == 0
@@ -571,41 +658,64 @@ impl Filesystem {
     /// one file's fast commits are written in the order they are queued, and each carries
     /// the file's whole state as of its plan, so a newer one must never be replayed before an
     /// older one). `None`: nothing was queued, commit the transaction.
-    pub(crate) fn queue_fast_commit(&self, plan: &FcPlan) -> Option<journal::FcTicket> {
+    pub(crate) fn queue_fast_commit<'a>(&self, plan: &'a FcPlan) -> Option<journal::FcTicket> {
         let inode = FcRecord::Inode { ino: plan.ino, raw: &plan.raw };
-        let mut records: Vec<FcRecord<'_>> = Vec::with_capacity(plan.ranges.len() + 6);
-        if let Some((parent_ino, name)) = &plan.created {
-            if let Some(old) = &plan.replaces {
-                // The old file under the name goes first, as ext4 writes an inode (ranges,
-                // then INODE), then its name ([`Unlinked`]).
-                if old.mapped_end > 0 {
-                    records.push(FcRecord::DelRange {
-                        ino: old.ino,
-                        logical: 0,
-                        len: old.mapped_end,
-                    });
-                }
-                records.push(FcRecord::Inode { ino: old.ino, raw: &old.raw });
-                records.push(FcRecord::Dentry {
-                    op: FcDentryOp::Unlink,
-                    parent_ino: *parent_ino,
-                    ino: old.ino,
-                    name,
-                });
+        let mut records: Vec<FcRecord<'_>> = Vec::with_capacity(plan.ranges.len() + 8);
+        // The file a name named at the last commit goes first, as ext4 writes an inode
+        // (ranges, then INODE), then its name ([`Unlinked`]).
+        let delete = |records: &mut Vec<FcRecord<'a>>, old: &'a Unlinked, parent_ino, name| {
+            if old.mapped_end > 0 {
+                records.push(FcRecord::DelRange { ino: old.ino, logical: 0, len: old.mapped_end });
             }
-            // As ext4 writes a created inode (ext4_fc_commit_dentry_updates): INODE first, so
-            // that replay has an inode to map ranges into and to link, then its ranges, then
-            // CREAT; and INODE again after them, as ext4's pass over the committing inodes
-            // writes it, so that i_blocks and the size are the file's after its ranges.
-            records.push(inode);
-            records.extend(plan.ranges.iter().copied());
+            records.push(FcRecord::Inode { ino: old.ino, raw: &old.raw });
             records.push(FcRecord::Dentry {
-                op: FcDentryOp::Create,
-                parent_ino: *parent_ino,
-                ino: plan.ino,
+                op: FcDentryOp::Unlink,
+                parent_ino,
+                ino: old.ino,
                 name,
             });
-        } else {
+        };
+        let mut ranges_written = false;
+        for note in &plan.dentries {
+            match note {
+                DentryNote::Create { parent, name, replaces } => {
+                    if let Some(old) = replaces {
+                        delete(&mut records, old, *parent, name);
+                    }
+                    // As ext4 writes a created inode (ext4_fc_commit_dentry_updates): INODE
+                    // first, so that replay has an inode to map ranges into and to link, then
+                    // its ranges, then CREAT; and INODE again after them (below), as ext4's
+                    // pass over the committing inodes writes it, so that i_blocks and the size
+                    // are the file's after its ranges.
+                    records.push(inode);
+                    records.extend(plan.ranges.iter().copied());
+                    ranges_written = true;
+                    records.push(FcRecord::Dentry {
+                        op: FcDentryOp::Create,
+                        parent_ino: *parent,
+                        ino: plan.ino,
+                        name,
+                    });
+                }
+                DentryNote::Rename { from, to, replaces } => {
+                    // As ext4_rename tracks it: the replaced file's UNLINK, the LINK of the new
+                    // name, the UNLINK of the old one; the INODE record after them sets the
+                    // link count the LINK and UNLINK moved.
+                    if let Some(old) = replaces {
+                        delete(&mut records, old, to.0, &to.1);
+                    }
+                    let link = |op, (parent_ino, name): &'a (u32, Box<[u8]>)| FcRecord::Dentry {
+                        op,
+                        parent_ino: *parent_ino,
+                        ino: plan.ino,
+                        name,
+                    };
+                    records.push(link(FcDentryOp::Link, to));
+                    records.push(link(FcDentryOp::Unlink, from));
+                }
+            }
+        }
+        if !ranges_written {
             records.extend(plan.ranges.iter().copied());
         }
         records.push(inode);
@@ -628,12 +738,11 @@ impl Filesystem {
                 if track.tid == Some(plan.tid) {
                     track.synced = track.synced.max(plan.changes);
                     track.ranges.retain(|&(note, _, _)| note > plan.range_notes);
-                    // The old file is deleted at replay now, and later fast commits need not
-                    // delete it again (a repeated INODE record would bring it back until the
-                    // UNLINK after it dropped its link again).
-                    if plan.replaces.is_some() {
-                        track.replaces = None;
-                    }
+                    // Replay has these names now, and later fast commits must not give them
+                    // again: a repeated CREAT would bring back a name a rename took away, and a
+                    // repeated delete of a replaced file its INODE record until the UNLINK
+                    // after it dropped its link again.
+                    track.dentries.retain(|&(note, _)| note > plan.dentry_notes);
                 }
                 Ok(true)
             }

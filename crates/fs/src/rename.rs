@@ -176,12 +176,26 @@ impl Filesystem {
         let tid = txn.handle.tid();
         let t = now();
         let has_dir_nlink = self.has_dir_nlink();
+        // Whether a fast commit can express the rename (`fsync_journal.rs`), and how a replaced
+        // target is deleted at replay, read before the rename writes it.
+        let fast_commit = self.journal.fast_commits_enabled()
+            && !flags.exchange
+            && flags.whiteout.is_none()
+            && sdata.inode.mode & ondisk::ext4::MODE_TYPE_MASK == ondisk::ext4::MODE_REGULAR;
+        let replaced = match (&ddata, dst) {
+            (Some(d), Some((dst_ino, _))) if fast_commit => {
+                Some(self.unlink_record(dst_ino, d, tid)?.ok_or(()))
+            }
+            _ => None,
+        };
         let result = (|| {
             let src_ft = ondisk::ext4::dir::file_type_from_mode(sdata.inode.mode);
             let (old_ino, new_ino) = (parents.old_ino, parents.new_ino);
             // Whether a replaced target lost its last link and, not being open, is released
             // once the handle stops.
             let mut release = false;
+            // The leaf block the new name went into (not for an exchange).
+            let mut new_lblk = None;
             match (flags.exchange, ddata.as_deref_mut(), dst) {
                 (true, Some(d), Some((dst_ino, _))) => {
                     let dst_ft = ondisk::ext4::dir::file_type_from_mode(d.inode.mode);
@@ -211,7 +225,15 @@ impl Filesystem {
                     txn_write_inode(self, &mut txn, dst_ino, d, false)?;
                 }
                 (false, Some(d), Some(_)) => {
-                    self.dir_replace(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
+                    let (_, lblk) = self.dir_replace(
+                        &mut txn,
+                        new_ino,
+                        parents.new_dir(),
+                        new_name,
+                        src,
+                        src_ft,
+                    )?;
+                    new_lblk = Some(lblk);
                     self.leave_old_name(&mut txn, old_ino, parents.old, name, flags)?;
                     if dst_is_dir {
                         // The replaced directory's `..` no longer counts against new_parent.
@@ -222,7 +244,9 @@ impl Filesystem {
                     release = self.drop_link(&mut txn, dst_slot, d, dst_is_dir)?;
                 }
                 _ => {
-                    self.dir_add(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
+                    let added =
+                        self.dir_add(&mut txn, new_ino, parents.new_dir(), new_name, src, src_ft)?;
+                    new_lblk = Some(added.lblk);
                     self.leave_old_name(&mut txn, old_ino, parents.old, name, flags)?;
                 }
             }
@@ -232,7 +256,17 @@ impl Filesystem {
                 inc_link(&mut parents.new_dir().inode, has_dir_nlink);
             }
             sdata.inode.ctime = t;
-            sdata.fc.ineligible_next("rename");
+            match new_lblk {
+                Some(lblk) if fast_commit => {
+                    let record = if sdata.inode.links_count != 1 {
+                        Err("hard link")
+                    } else {
+                        self.rename_record(tid, parents.new_dir(), new_name, lblk, replaced)
+                    };
+                    sdata.fc.renamed(tid, (old_ino, name), (new_ino, new_name), record);
+                }
+                _ => sdata.fc.ineligible_next("rename"),
+            }
             txn_write_inode(self, &mut txn, src, sdata, false)?;
             for dir_data in
                 [Some(&mut *parents.old), parents.new.as_deref_mut()].into_iter().flatten()
@@ -322,7 +356,7 @@ impl Filesystem {
         name: &[u8],
         ino: u32,
         file_type: u8,
-    ) -> Result<u32> {
+    ) -> Result<(u32, u32)> {
         self.dentries.forget(dir_ino, name);
         let old = self.with_dir(txn, dir_ino, ddata, |access, ctx| {
             dir::replace_entry(access, ctx, name, ino, file_type)
