@@ -28,8 +28,9 @@
 //! file created and fsynced may so outlive the crash while operations before its creation do
 //! not (iJournaling's own test: of files created in turn, only the fsynced ones are there
 //! after the crash): the names are then those after some prefix `j` of the thread's
-//! operations plus such files, each named as its `creat` named it, in a directory that exists
-//! after op `j`, and with an fsync or fdatasync of it started.
+//! operations plus such files, each named as its `creat` or a rename (LINK and UNLINK
+//! records) named it, in a directory that exists after op `j`, and with an fsync or
+//! fdatasync of it started; a renamed one's name after op `j` is then gone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -57,8 +58,9 @@ struct Bounds {
     /// which must be in the tree under some name.
     present: Vec<usize>,
     /// [`FsyncPromise::PerFile`]: regular files that may be there beyond the prefix, by the
-    /// path their `creat` gave them: (inode, state their creation led to).
-    fast_created: BTreeMap<String, (usize, usize)>,
+    /// path their `creat` or a rename gave them: (inode, state that naming led to), each one
+    /// a path had (a name may be created, deleted and created again).
+    fast_created: BTreeMap<String, Vec<(usize, usize)>>,
 }
 
 /// What an acknowledged fsync promises beyond its file's own data and metadata.
@@ -91,15 +93,25 @@ fn bounds(
         b[t].hi = b[t].hi.max(i + 1);
     }
     if promise == FsyncPromise::PerFile {
-        // A file created by `creat` whose fsync or fdatasync started may be there on its own.
+        // A regular file named by `creat` or a rename, whose fsync or fdatasync started, may
+        // be there under that name on its own (a fast commit's CREAT, or LINK and UNLINK).
         for &(t, i) in start_pos.keys() {
             let (Op::Fsync(p) | Op::Fdatasync(p)) = &w.threads[t][i] else { continue };
             let Some(&m) = states[t][i].names.get(p) else { continue };
-            let created = states[t][i].inodes[m].created;
-            let by_creat =
-                created > 0 && matches!(&w.threads[t][created - 1], Op::Creat(c) if c == p);
-            if by_creat && states[t][i].inodes[m].kind == Kind::File {
-                b[t].fast_created.insert(p.clone(), (m, created));
+            if states[t][i].inodes[m].kind != Kind::File {
+                continue;
+            }
+            // The op that gave `m` the name `p` last: it is not named so in the state before.
+            let named = (0..i).rev().find(|&k| states[t][k].names.get(p) != Some(&m));
+            let Some(k) = named else { continue };
+            let by_name = match &w.threads[t][k] {
+                Op::Creat(c) => c == p,
+                Op::Rename { to, whiteout: false, .. } => to == p,
+                _ => false,
+            };
+            let entry = b[t].fast_created.entry(p.clone()).or_default();
+            if by_name && !entry.contains(&(m, k + 1)) {
+                entry.push((m, k + 1));
             }
         }
     }
@@ -283,10 +295,12 @@ fn versions(states: &[Model], m: usize, lo: usize, hi: usize) -> Vec<Inode> {
 }
 
 /// The recovered names `ns` as the names after op `j` (`at`, whose namespace is `want`) plus
-/// files of `b.fast_created` created after it: each way to read them, path -> inode (none
-/// when they are not). A fast-created file may also stand under a name an older file had
-/// after op `j` (its fast commit deleted that one first, `fsync_journal::Unlinked`): the
-/// names alone cannot tell the two apart, so each such path gives both readings.
+/// files of `b.fast_created` named after it: each way to read them, path -> inode (none when
+/// they are not). A fast-named file may also stand under a name an older file had after op
+/// `j` (its fast commit deleted that one first, `fsync_journal::Unlinked`): the names alone
+/// cannot tell the two apart, so each such path gives both readings. And a name a file had
+/// after op `j` may be gone where the file stands under a newer name (its rename's fast
+/// commit).
 fn names_after(
     at: &Model,
     want: &crate::model::Namespace,
@@ -294,42 +308,84 @@ fn names_after(
     b: &Bounds,
     j: usize,
 ) -> Vec<BTreeMap<String, usize>> {
-    let fast_created_after_j = |path: &str, value: &(char, String, Vec<u8>)| {
-        let &(m, created) = b.fast_created.get(path)?;
+    // The files that may stand alone at `path` (`value` in `ns`), named there after op `j`.
+    let fast_named_after_j = |path: &str, value: &(char, String, Vec<u8>)| -> Vec<usize> {
         let (parent, _) = crate::model::split(path);
         let alone = value.0 == 'f' && value.1 == path;
-        (created > j && alone && at.names.contains_key(parent)).then_some(m)
-    };
-    let mut names = at.names.clone();
-    if want != ns {
-        if b.fast_created.is_empty() || want.iter().any(|(p, v)| ns.get(p) != Some(v)) {
+        if !alone || !at.names.contains_key(parent) {
             return Vec::new();
         }
+        let named = b.fast_created.get(path).map(Vec::as_slice).unwrap_or_default();
+        named.iter().filter(|&&(_, at_state)| at_state > j).map(|&(m, _)| m).collect()
+    };
+    let names = at.names.clone();
+    // Each path's choices: an inode, or (`None`) the name as op `j` left it.
+    let mut choices: Vec<(&String, Vec<Option<usize>>)> = Vec::new();
+    let mut moved_away: Vec<&String> = Vec::new();
+    if want != ns {
+        if b.fast_created.is_empty() {
+            return Vec::new();
+        }
+        for (path, value) in want.iter().filter(|(p, v)| ns.get(*p) != Some(*v)) {
+            if ns.contains_key(path) || value.0 != 'f' {
+                return Vec::new();
+            }
+            moved_away.push(path);
+        }
         for (path, value) in ns.iter().filter(|(p, _)| !want.contains_key(*p)) {
-            let Some(m) = fast_created_after_j(path, value) else { return Vec::new() };
-            names.insert(path.clone(), m);
+            let named = fast_named_after_j(path, value);
+            if named.is_empty() {
+                return Vec::new();
+            }
+            choices.push((path, named.into_iter().map(Some).collect()));
         }
     }
-    // Names the old file had after op `j` that a fast-created file may have taken over.
-    let replaced: Vec<(&String, usize)> = want
-        .iter()
-        .filter_map(|(path, value)| {
-            let m = fast_created_after_j(path, value)?;
-            (names.get(path) != Some(&m)).then_some((path, m))
-        })
-        .take(8)
-        .collect();
-    let mut readings = Vec::with_capacity(1 << replaced.len());
-    for choice in 0..1u32 << replaced.len() {
-        let mut reading = names.clone();
-        for (k, (path, m)) in replaced.iter().enumerate() {
-            if choice & (1 << k) != 0 {
-                reading.insert((*path).clone(), *m);
-            }
+    // Names the old file had after op `j` that a fast-named file may have taken over.
+    for (path, value) in want.iter().filter(|(p, v)| ns.get(*p) == Some(*v)) {
+        let named: Vec<Option<usize>> = fast_named_after_j(path, value)
+            .into_iter()
+            .filter(|&m| names.get(path) != Some(&m))
+            .map(Some)
+            .collect();
+        if !named.is_empty() && choices.len() < 8 {
+            choices.push((path, std::iter::once(None).chain(named).collect()));
         }
-        readings.push(reading);
+    }
+    let mut readings = vec![BTreeMap::new()];
+    for (path, options) in &choices {
+        readings = readings
+            .into_iter()
+            .flat_map(|reading: BTreeMap<&String, usize>| {
+                options.iter().map(move |option| {
+                    let mut reading = reading.clone();
+                    if let Some(m) = option {
+                        reading.insert(*path, *m);
+                    }
+                    reading
+                })
+            })
+            .take(256)
+            .collect();
     }
     readings
+        .into_iter()
+        .filter_map(|chosen| {
+            let mut reading = names.clone();
+            for (path, &m) in &chosen {
+                reading.insert((*path).clone(), m);
+            }
+            // A name gone from the tree is the old name of a file the reading puts under a
+            // newer one.
+            for path in &moved_away {
+                let m = names[*path];
+                if !chosen.values().any(|&n| n == m) {
+                    return None;
+                }
+                reading.remove(*path);
+            }
+            Some(reading)
+        })
+        .collect()
 }
 
 fn check_inodes(
@@ -815,6 +871,76 @@ mod tests {
         let mut wrong = tree(&["a", "c"]);
         wrong.get_mut("c").unwrap().data[0] ^= 1;
         assert!(check(&wrong, PerFile).is_err());
+    }
+
+    /// Marks of a crash state: thread 0's ops `0..done` returned, op `done` started.
+    fn marks_until(done: usize) -> Vec<u64> {
+        let mut marks: Vec<u64> = (0..done)
+            .flat_map(|i| [crate::run::start_mark(0, i), crate::run::end_mark(0, i)])
+            .collect();
+        marks.push(crate::run::start_mark(0, done));
+        marks
+    }
+
+    /// A recovered tree of regular files: each path with its inode as thread 0's model state
+    /// numbered with it has it.
+    fn tree_of(expected: &crate::run::Expected, paths: &[(usize, &str)]) -> Tree {
+        let states = &expected.states[0];
+        let node = |state: usize, path: &str| {
+            let m = states[state].names[path];
+            let data = states[state].inodes[m].data.clone();
+            let size = data.len() as u64;
+            let (ino, perm, xattrs) = (20 + m as u32, 0o644, BTreeMap::new());
+            Node { ino, kind: 'f', perm, size, nlink: 1, data, xattrs }
+        };
+        paths.iter().map(|&(state, p)| (p.to_string(), node(state, p))).collect()
+    }
+
+    /// A rename written as a fast commit (LINK and UNLINK): the file may stand under its new
+    /// name without the thread's operations before the rename, its old name gone; a name
+    /// created twice keeps each of its files' readings.
+    #[test]
+    fn per_file_fsync_lets_a_renamed_file_outlive_earlier_operations_under_its_new_name() {
+        let text = "setup creat a\nsetup write a 0 100\nsetup creat x\nt0 creat c\n\
+                    t0 rename a b\nt0 fsync b\nt0 write b 0 10\n";
+        let w = Workload::parse(text).unwrap();
+        let expected = crate::run::Expected::of(&w).unwrap();
+        let tree = |paths: &[(usize, &str)]| tree_of(&expected, paths);
+        use FsyncPromise::{PerFile, Transaction};
+        // The rename's fsync (op 2) returned; op 3 started.
+        let marks = marks_until(3);
+        let check = |t: &Tree, promise| {
+            check_acknowledged(&w, &expected, &marks, t, Unacknowledged::WholeVersions, promise)
+        };
+        let renamed_alone = tree(&[(3, "b"), (3, "x")]);
+        assert!(check(&renamed_alone, PerFile).is_ok());
+        assert!(check(&renamed_alone, Transaction).is_err(), "c was created before it");
+        assert!(check(&tree(&[(3, "b"), (3, "c"), (3, "x")]), Transaction).is_ok());
+        // Both names, or the new one without the fsync's bytes: never.
+        let both = tree(&[(0, "a"), (3, "b"), (3, "x")]);
+        assert!(check(&both, PerFile).is_err());
+        let mut wrong = renamed_alone.clone();
+        wrong.get_mut("b").unwrap().data[0] ^= 1;
+        assert!(check(&wrong, PerFile).is_err());
+    }
+
+    /// varmail's pattern twice under one name: the first file's fsync acknowledged, the second
+    /// one's started. Either may stand alone under the name, ahead of the unlink before them.
+    #[test]
+    fn per_file_fsync_keeps_each_file_a_name_was_created_for() {
+        let text = "setup creat x\nt0 unlink x\nt0 creat n\nt0 fsync n\nt0 unlink n\n\
+                    t0 creat n\nt0 fsync n\n";
+        let w = Workload::parse(text).unwrap();
+        let expected = crate::run::Expected::of(&w).unwrap();
+        let marks = marks_until(5);
+        let tree = |paths: &[(usize, &str)]| tree_of(&expected, paths);
+        let check = |t: &Tree| {
+            let promise = FsyncPromise::PerFile;
+            check_acknowledged(&w, &expected, &marks, t, Unacknowledged::WholeVersions, promise)
+        };
+        assert!(check(&tree(&[(0, "x"), (3, "n")])).is_ok(), "the first n, acknowledged");
+        assert!(check(&tree(&[(0, "x"), (5, "n")])).is_ok(), "the second n, being fsynced");
+        assert!(check(&tree(&[(0, "x")])).is_err(), "the first n lost");
     }
 
     /// An extending write not yet acknowledged, as ext4 data=ordered leaves it on a crash: the

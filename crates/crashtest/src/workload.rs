@@ -575,8 +575,10 @@ pub fn ace(seed: u64, config: Config) -> Workload {
 /// and the kernel's large mail spools are): setup fills `mail/` with a few hundred files, then
 /// 2 to 4 rounds each delete a file, create one (a third of the time under the name just
 /// removed), write it and fsync it, and sometimes append to another file and fsync or
-/// fdatasync that. With fsync_journal these are fast commits whose CREAT and UNLINK records
-/// replay must fit into leaves that lost names in the same transaction.
+/// fdatasync that. A third of the deliveries go Maildir's way: written under a temporary name
+/// (fsynced there half of the time), renamed into place (over an older message one time in
+/// four) and fsynced. With fsync_journal these are fast commits whose CREAT, LINK and UNLINK
+/// records replay must fit into leaves that lost names in the same transaction.
 pub fn mailbox(seed: u64, config: Config) -> Workload {
     let mut rng = Rng::new(seed);
     let mut model = Model::new();
@@ -605,13 +607,27 @@ pub fn mailbox(seed: u64, config: Config) -> Workload {
     for round in 0..rounds {
         let victim = live.swap_remove(rng.below(live.len() as u64) as usize);
         push(Op::Unlink(victim.clone()), &mut model);
-        let path = if rng.chance(3) {
+        let mut path = if rng.chance(3) {
             victim
         } else {
             format!("{MAILBOX}/new-{round}-{:016x}", rng.next())
         };
-        push(Op::Creat(path.clone()), &mut model);
-        push(Op::Write { path: path.clone(), offset: 0, len: 1 + rng.below(9000) }, &mut model);
+        if rng.chance(3) {
+            let tmp = format!("{MAILBOX}/tmp-{round}-{:016x}", rng.next());
+            push(Op::Creat(tmp.clone()), &mut model);
+            push(Op::Write { path: tmp.clone(), offset: 0, len: 1 + rng.below(9000) }, &mut model);
+            if rng.chance(2) {
+                push(Op::Fsync(tmp.clone()), &mut model);
+            }
+            if rng.chance(4) {
+                path = live.swap_remove(rng.below(live.len() as u64) as usize);
+            }
+            push(Op::Rename { from: tmp, to: path.clone(), whiteout: false }, &mut model);
+        } else {
+            push(Op::Creat(path.clone()), &mut model);
+            let write = Op::Write { path: path.clone(), offset: 0, len: 1 + rng.below(9000) };
+            push(write, &mut model);
+        }
         push(Op::Fsync(path.clone()), &mut model);
         if rng.chance(3) {
             let other = live[rng.below(live.len() as u64) as usize].clone();
