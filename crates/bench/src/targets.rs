@@ -19,7 +19,8 @@
 //!   `ssd_channels=4`, …).
 //! - quill also: `atime=relatime|strictatime|noatime` (the mount's access-time mode).
 //! - `quill-fuse` also: `threads=N`, the FUSE request threads (default
-//!   [`quill_fuse::default_threads`]).
+//!   [`quill_fuse::default_threads`]), and `fsync_inline=N`, the most fsyncs waiting on
+//!   request threads (default [`quill_fuse::default_fsync_inline`]).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -75,6 +76,8 @@ pub struct TargetSpec {
     /// quill-fuse: FUSE request threads (`threads=`); None: the mount's default
     /// ([`quill_fuse::default_threads`]).
     pub fuse_threads: Option<usize>,
+    /// quill-fuse: `fsync_inline=`; None: the mount's default.
+    pub fuse_fsync_inline: Option<usize>,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -116,6 +119,7 @@ impl TargetSpec {
             fast_commit: false,
             journal_mib: None,
             fuse_threads: None,
+            fuse_fsync_inline: None,
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -165,6 +169,11 @@ impl TargetSpec {
                             let threads = quill_fuse::options::parse_threads(value)
                                 .map_err(|e| format!("{text}: {e}"))?;
                             spec.fuse_threads = Some(threads);
+                        }
+                        "fsync_inline" if kind == Kind::QuillFuse => {
+                            let inline = quill_fuse::options::parse_fsync_inline(value)
+                                .map_err(|e| format!("{text}: {e}"))?;
+                            spec.fuse_fsync_inline = Some(inline);
                         }
                         "journal_mib" => {
                             let mib: u32 = value
@@ -327,6 +336,7 @@ impl TargetSpec {
                 if let Some(threads) = self.fuse_threads {
                     config.threads = threads;
                 }
+                config.fsync_inline = self.fuse_fsync_inline;
                 let stats = config.request_stats.clone();
                 let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
                 quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });
@@ -806,6 +816,9 @@ mod tests {
         assert_eq!(TargetSpec::parse("lib:io=buffered").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
         assert_eq!(TargetSpec::parse("quill-fuse:threads=32").unwrap().fuse_threads, Some(32));
+        let inline = TargetSpec::parse("quill-fuse:fsync_inline=0").unwrap();
+        assert_eq!(inline.fuse_fsync_inline, Some(0));
+        assert!(TargetSpec::parse("lib:fsync_inline=0").is_err());
         let noatime = TargetSpec::parse("quill-fuse:atime=noatime").unwrap();
         assert_eq!(noatime.quill.atime, fs::AtimeMode::Never);
         assert!(TargetSpec::parse("lib:atime=sometimes").is_err());

@@ -51,10 +51,12 @@ use fuser::{
 use ondisk::ext4::{self, dir as ext4dir, Timestamp};
 use parking_lot::Mutex;
 
+mod fsync_waiters;
 pub mod options;
 mod privileges;
 mod request_stats;
 
+pub use fsync_waiters::WAITERS_MAX;
 /// The fuser crate this adapter is built on (its `Session` is what [`mount`] returns).
 pub use fuser;
 pub use request_stats::{RequestFigures, RequestStats};
@@ -71,6 +73,9 @@ const READDIR_BATCH: usize = 128;
 pub struct MountConfig {
     /// Threads serving requests.
     pub threads: usize,
+    /// The most fsyncs that wait for the journal on request threads; later ones wait on
+    /// waiter threads (`fsync_waiters.rs`). `None`: [`default_fsync_inline`].
+    pub fsync_inline: Option<usize>,
     /// Let users other than the mounting one in (`allow_other`).
     pub allow_other: bool,
     /// Mount read-only (the kernel then refuses writes before they reach us).
@@ -106,6 +111,7 @@ impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
             threads: default_threads(),
+            fsync_inline: None,
             allow_other: false,
             read_only: false,
             fsname: "quill".into(),
@@ -121,6 +127,13 @@ impl Default for MountConfig {
 pub fn default_threads() -> usize {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4);
     (2 * cores).clamp(4, 64)
+}
+
+/// Default for [`MountConfig::fsync_inline`]: half the request threads (at least one), so
+/// that fsyncs never take every request thread from the writes and creates that would join
+/// their commit.
+pub fn default_fsync_inline(threads: usize) -> usize {
+    (threads / 2).max(1)
 }
 
 /// Mounts `fs` on `mountpoint` and completes the FUSE handshake; the mount is live when this
@@ -159,6 +172,8 @@ pub fn mount(
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
     let mut adapter = QuillFuse::new(fs);
+    let inline = config.fsync_inline.unwrap_or_else(|| default_fsync_inline(config.threads));
+    adapter.fsyncs = fsync_waiters::FsyncWaiters::new(inline);
     adapter.requests = config.request_stats.clone();
     adapter.test_trigger = config.test_trigger.clone();
     Session::new(adapter, mountpoint, &fuse_config)
@@ -218,11 +233,10 @@ pub struct QuillFuse {
     /// Open files: FUSE file handle → the inode slot [`Filesystem::open_inode`] returned.
     handles: Mutex<HashMap<u64, Arc<InodeSlot>>>,
     next_fh: AtomicU64,
-    /// The journal abort was logged (it is logged once, by whichever request meets it first,
-    /// or at `destroy`).
-    abort_logged: AtomicBool,
-    /// Request errors logged so far (see [`REQUEST_ERRORS_LOGGED_MAX`]).
-    errors_logged: AtomicU64,
+    /// Errors, aborts and panics to the log, from request threads and fsync waiters alike.
+    report: Arc<Reporter>,
+    /// Where fsyncs wait for the journal (`fsync_waiters.rs`).
+    fsyncs: fsync_waiters::FsyncWaiters,
     /// The requests served, by opcode ([`RequestStats`]).
     requests: Arc<RequestStats>,
     /// Tests only: see [`LookupTrigger`].
@@ -235,49 +249,27 @@ impl std::fmt::Debug for QuillFuse {
     }
 }
 
-impl QuillFuse {
-    pub fn new(fs: Arc<fs::Filesystem>) -> QuillFuse {
-        // Without a flusher (the thread could not start), data is still written back by
-        // fsync, sync, memory pressure and unmount.
-        let flusher = fs.start_flusher(FLUSHER_INTERVAL).ok();
-        QuillFuse {
-            fs,
-            flusher,
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            abort_logged: AtomicBool::new(false),
-            errors_logged: AtomicU64::new(0),
-            requests: Arc::default(),
-            test_trigger: None,
-        }
-    }
+/// What requests leave in the log: errors, the journal's abort, panics (see the module
+/// documentation). Shared by the request threads and the fsync waiters.
+struct Reporter {
+    fs: Arc<fs::Filesystem>,
+    /// The journal abort was logged (it is logged once, by whichever request meets it first,
+    /// or at `destroy`).
+    abort_logged: AtomicBool,
+    /// Request errors logged so far (see [`REQUEST_ERRORS_LOGGED_MAX`]).
+    errors_logged: AtomicU64,
+}
 
-    /// What an open tells the kernel about the file's page cache. With `noatime`,
-    /// FOPEN_KEEP_CACHE: the kernel keeps the cache across opens instead of dropping it at
-    /// each one. Every change to a file's data comes through this mount (quill changes none
-    /// by itself), and the kernel updates or drops the cached pages for the writes, truncates
-    /// and fallocates it sends, so what it kept is what quill holds. With `relatime` or
-    /// `strictatime` reads must reach quill, which sets the access time as ext4 does (the
-    /// kernel's FUSE client does not): a read served from the cache would leave a file
-    /// written since it was last read looking unread.
-    fn open_flags(&self) -> FopenFlags {
-        if self.fs.options().atime == fs::AtimeMode::Never {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        }
-    }
-
+impl Reporter {
     /// Runs one request's handler. A panic in it must neither leave the request unanswered
     /// (its caller would wait forever) nor let what the handler half changed commit: the
     /// journal is aborted (the file system turns read-only, as after any error the journal
     /// cannot undo), the reply, dropped while unwinding, answers EIO (fuser's `ReplyRaw`
-    /// answers every reply dropped unsent so), and the worker thread goes on serving. The
-    /// panic's message and backtrace are logged by the panic hook (the mounting program's);
-    /// this adds what became of the request. Locks are `parking_lot`'s, released while
-    /// unwinding and never poisoned, so later requests (reads) still run.
-    fn guarded(&self, op: &'static str, handler: impl FnOnce()) {
-        let _counted = self.requests.begin(op);
+    /// answers every reply dropped unsent so), and the thread goes on serving. The panic's
+    /// message and backtrace are logged by the panic hook (the mounting program's); this adds
+    /// what became of the request. Locks are `parking_lot`'s, released while unwinding and
+    /// never poisoned, so later requests (reads) still run.
+    fn unwinding(&self, op: &'static str, handler: impl FnOnce()) {
         let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(handler)) else { return };
         let what = panic_message(&*payload);
         let _ = self.fs.journal().abort(format!("panic in a FUSE {op} request: {what}"), libc::EIO);
@@ -325,6 +317,87 @@ impl QuillFuse {
                  stays, and recovery (the next mount, `quill recover` or e2fsck) finishes it"
             );
         }
+    }
+}
+
+impl QuillFuse {
+    pub fn new(fs: Arc<fs::Filesystem>) -> QuillFuse {
+        let fs_for_reports = fs.clone();
+        // Without a flusher (the thread could not start), data is still written back by
+        // fsync, sync, memory pressure and unmount.
+        let flusher = fs.start_flusher(FLUSHER_INTERVAL).ok();
+        QuillFuse {
+            fs,
+            flusher,
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            report: Arc::new(Reporter {
+                fs: fs_for_reports,
+                abort_logged: AtomicBool::new(false),
+                errors_logged: AtomicU64::new(0),
+            }),
+            fsyncs: fsync_waiters::FsyncWaiters::new(default_fsync_inline(default_threads())),
+            requests: Arc::default(),
+            test_trigger: None,
+        }
+    }
+
+    /// What an open tells the kernel about the file's page cache. With `noatime`,
+    /// FOPEN_KEEP_CACHE: the kernel keeps the cache across opens instead of dropping it at
+    /// each one. Every change to a file's data comes through this mount (quill changes none
+    /// by itself), and the kernel updates or drops the cached pages for the writes, truncates
+    /// and fallocates it sends, so what it kept is what quill holds. With `relatime` or
+    /// `strictatime` reads must reach quill, which sets the access time as ext4 does (the
+    /// kernel's FUSE client does not): a read served from the cache would leave a file
+    /// written since it was last read looking unread.
+    fn open_flags(&self) -> FopenFlags {
+        if self.fs.options().atime == fs::AtimeMode::Never {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// Runs one request's handler. A panic in it must neither leave the request unanswered
+    /// (its caller would wait forever) nor let what the handler half changed commit: the
+    /// journal is aborted (the file system turns read-only, as after any error the journal
+    /// cannot undo), the reply, dropped while unwinding, answers EIO (fuser's `ReplyRaw`
+    /// answers every reply dropped unsent so), and the worker thread goes on serving. The
+    /// panic's message and backtrace are logged by the panic hook (the mounting program's);
+    /// this adds what became of the request. Locks are `parking_lot`'s, released while
+    /// unwinding and never poisoned, so later requests (reads) still run.
+    fn guarded(&self, op: &'static str, handler: impl FnOnce()) {
+        let _counted = self.requests.begin(op);
+        self.report.unwinding(op, handler);
+    }
+
+    /// The errno a failed request answers ([`Reporter::errno`]).
+    fn errno(&self, err: FsError) -> Errno {
+        self.report.errno(err)
+    }
+
+    fn log_abort_once(&self) {
+        self.report.log_abort_once();
+    }
+
+    /// An fsync or fsyncdir request: runs where [`fsync_waiters`] puts it, this request
+    /// thread or a waiter, under the same guard as every request.
+    fn fsync_request(&self, op: &'static str, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
+        let counted = self.requests.begin(op);
+        let (fs, report) = (self.fs.clone(), self.report.clone());
+        self.fsyncs.run(move || {
+            let _counted = counted;
+            report.clone().unwinding(op, move || {
+                let ino = match from_fuse(ino) {
+                    Ok(ino) => ino,
+                    Err(e) => return reply.error(e),
+                };
+                match fs.fsync(ino, datasync) {
+                    Ok(()) => reply.ok(),
+                    Err(err) => reply.error(report.errno(err)),
+                }
+            });
+        });
     }
 
     fn open_handle(&self, ino: u32) -> Result<FileHandle, FsError> {
@@ -517,6 +590,8 @@ impl fuser::Filesystem for QuillFuse {
     /// open at unmount is freed now instead of staying an orphan) and make everything durable.
     /// The owner then unmounts the file system ([`unmount_fs`]).
     fn destroy(&mut self) {
+        // Fsyncs still waiting on waiter threads answer first.
+        self.fsyncs.wait_idle();
         if let Some(flusher) = self.flusher.take() {
             flusher.stop();
         }
@@ -884,13 +959,7 @@ impl fuser::Filesystem for QuillFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.guarded("fsync", move || {
-            let ino = ino!(ino, reply);
-            match self.fs.fsync(ino, datasync) {
-                Ok(()) => reply.ok(),
-                Err(err) => reply.error(self.errno(err)),
-            }
-        })
+        self.fsync_request("fsync", ino, datasync, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -969,13 +1038,7 @@ impl fuser::Filesystem for QuillFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.guarded("fsyncdir", move || {
-            let ino = ino!(ino, reply);
-            match self.fs.fsync(ino, datasync) {
-                Ok(()) => reply.ok(),
-                Err(err) => reply.error(self.errno(err)),
-            }
-        })
+        self.fsync_request("fsyncdir", ino, datasync, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

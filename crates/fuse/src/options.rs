@@ -14,6 +14,7 @@
 //! | `preset=classic\|dual\|cjfs\|fast18-io\|fast18\|all` | journal preset ([`journal::JournalConfig::preset`]) |
 //! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N`, `lists=locked\|lockfree`, `commit_io=thread\|cooperative`, `checkpoint_io=mutex\|cooperative` | one journal technique setting ([`journal::JournalConfig::set`]) |
 //! | `threads=N` | FUSE worker threads |
+//! | `fsync_inline=N` | the most fsyncs that wait for the journal on request threads; later ones wait on waiter threads (default: half the request threads) |
 //! | `io=buffered\|direct\|auto` | how the image file is opened ([`blockdev::file::IoMode`]): `buffered` (default, measured faster) goes through the host page cache; `direct` bypasses it with O_DIRECT; `auto` is direct where the file system allows it |
 //! | `relatime` (default), `strictatime`, `noatime` (`atime`: back to relatime), `nodiratime` | when reads update access times ([`fs::AtimeMode`]) |
 //! | `log=PATH` | the mount's log file (instead of syslog, or of the default file where there is no syslog) |
@@ -53,6 +54,16 @@ pub struct MountSpec {
 /// with a bad value is an error either way. Errors are one line naming the option.
 /// The most FUSE request threads a mount takes.
 pub const THREADS_MAX: usize = 256;
+
+/// `fsync_inline=N`: fsyncs waiting on request threads, 0 (every fsync on a waiter thread) to
+/// [`THREADS_MAX`] (at or past `threads`: every fsync on its request thread).
+pub fn parse_fsync_inline(value: &str) -> Result<usize, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n <= THREADS_MAX)
+        .ok_or_else(|| format!("fsync_inline={value}: expected 0 to {THREADS_MAX}"))
+}
 
 /// `threads=N`: FUSE request threads, 1 to [`THREADS_MAX`].
 pub fn parse_threads(value: &str) -> Result<usize, String> {
@@ -159,6 +170,9 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 settings.push((key.to_string(), value));
             }
             "threads" => spec.fuse.threads = parse_threads(need(key, value)?)?,
+            "fsync_inline" => {
+                spec.fuse.fsync_inline = Some(parse_fsync_inline(need(key, value)?)?);
+            }
             "log" => {
                 // A comma ends the option, so a path with one cannot be given here.
                 spec.log_file = Some(PathBuf::from(need(key, value.filter(|v| !v.is_empty()))?));
@@ -260,7 +274,7 @@ mod tests {
         let spec = parse(
             &[
                 "ro,data=journal,commit=7",
-                "errors=remount-ro,allow_other,threads=3,nosuid,x-systemd.automount",
+                "errors=remount-ro,allow_other,threads=3,fsync_inline=0,nosuid,x-systemd.automount",
                 "log=/var/log/q.log",
             ],
             false,
@@ -271,6 +285,7 @@ mod tests {
         assert_eq!(spec.fs.journal.commit_interval, Duration::from_secs(7));
         assert!(spec.fuse.allow_other);
         assert_eq!(spec.fuse.threads, 3);
+        assert_eq!(spec.fuse.fsync_inline, Some(0));
         assert_eq!(spec.fuse.vfs_flags, vec![MountOption::NoSuid]);
         assert_eq!(spec.ignored, vec!["x-systemd.automount".to_string()]);
         assert_eq!(spec.log_file, Some(PathBuf::from("/var/log/q.log")));
@@ -335,6 +350,7 @@ mod tests {
             ("preset=turbo", "preset=turbo"),
             ("commit=soon", "commit=soon"),
             ("threads=0", "threads=0"),
+            ("fsync_inline=x", "fsync_inline=x"),
             ("committing_max=0", "committing_max"),
             ("coalescing=2", "coalescing=2"),
             ("commit_record=fast", "commit_record=fast"),

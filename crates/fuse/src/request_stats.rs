@@ -1,13 +1,14 @@
 //! Where a FUSE mount's time goes, as quill's side sees it: how many requests of each opcode
 //! its handlers served, how long they took to answer them (the kernel's side of the round
-//! trip excluded), and how many fsyncs were in flight at once (each holds a request thread
-//! until its commit, so that count bounds group commit through the mount).
+//! trip excluded), and how many fsyncs were in flight at once (what group commit through the
+//! mount can batch; fsyncs past `fsync_inline` wait on waiter threads, not request threads).
 //!
 //! Counting costs two relaxed atomic adds and a clock read per request; a [`RequestStats`]
 //! lives as long as the mount and is read with [`RequestStats::snapshot`] (the bench takes
 //! one when a run starts measuring and one at its end).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The opcodes quill's handlers serve, as `QuillFuse::guarded` names them. A name not here
@@ -96,18 +97,24 @@ impl Default for RequestStats {
 }
 
 impl RequestStats {
-    /// Counts a request of `op` from now until the returned guard is dropped.
-    pub(crate) fn begin(&self, op: &'static str) -> RequestTimer<'_> {
+    /// Counts a request of `op` from now until the returned guard is dropped (which may be on
+    /// another thread: an fsync handed to a waiter, `fsync_waiters.rs`).
+    pub(crate) fn begin(self: &Arc<Self>, op: &'static str) -> RequestTimer {
         let fsync = op == "fsync" || op == "fsyncdir";
         if fsync {
             let now = self.fsyncs_in_flight.fetch_add(1, Relaxed) + 1;
             self.fsyncs_in_flight_max.fetch_max(now, Relaxed);
         }
-        let counters = OPS.iter().position(|&o| o == op).map_or(&self.other, |i| &self.ops[i]);
+        let index = OPS.iter().position(|&o| o == op);
         // Counted as it begins: by the time its caller has the reply, the request is in the
         // figures (its time is added when the handler returns, after the reply).
-        counters.requests.fetch_add(1, Relaxed);
-        RequestTimer { stats: self, counters, fsync, started: Instant::now() }
+        self.counters(index).requests.fetch_add(1, Relaxed);
+        RequestTimer { stats: self.clone(), index, fsync, started: Instant::now() }
+    }
+
+    /// An opcode's counters by its place in [`OPS`] (`None`: `other`).
+    fn counters(&self, index: Option<usize>) -> &OpCounters {
+        index.map_or(&self.other, |i| &self.ops[i])
     }
 
     /// The counters now.
@@ -128,17 +135,17 @@ impl RequestStats {
 }
 
 /// One request being served ([`RequestStats::begin`]).
-pub(crate) struct RequestTimer<'a> {
-    stats: &'a RequestStats,
-    counters: &'a OpCounters,
+pub(crate) struct RequestTimer {
+    stats: Arc<RequestStats>,
+    index: Option<usize>,
     fsync: bool,
     started: Instant,
 }
 
-impl Drop for RequestTimer<'_> {
+impl Drop for RequestTimer {
     fn drop(&mut self) {
         let ns = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.counters.ns.fetch_add(ns, Relaxed);
+        self.stats.counters(self.index).ns.fetch_add(ns, Relaxed);
         if self.fsync {
             self.stats.fsyncs_in_flight.fetch_sub(1, Relaxed);
         }
@@ -151,7 +158,7 @@ mod tests {
 
     #[test]
     fn requests_are_counted_by_opcode_and_the_fsync_peak_follows_overlap() {
-        let stats = RequestStats::default();
+        let stats = Arc::new(RequestStats::default());
         let start = stats.snapshot();
         {
             let _a = stats.begin("fsync");

@@ -26,6 +26,16 @@ fn with_mount(
     body: impl FnOnce(&Path, &quill_fuse::RequestStats) + std::panic::UnwindSafe,
 ) {
     let dev = Arc::new(MemDevice::new(64 << 20));
+    with_mount_on(dev, options, quill_fuse::MountConfig::default(), body);
+}
+
+/// [`with_mount`] on `dev` (zeroed), mounted with `config`.
+fn with_mount_on(
+    dev: Arc<dyn blockdev::BlockDevice>,
+    options: fs::MountOptions,
+    config: quill_fuse::MountConfig,
+    body: impl FnOnce(&Path, &quill_fuse::RequestStats) + std::panic::UnwindSafe,
+) {
     let mkfs = fs::mkfs::MkfsOptions { device_zeroed: true, ..Default::default() };
     fs::mkfs::mkfs(dev.as_ref(), &mkfs).unwrap();
     let fs = Arc::new(fs::Filesystem::open(dev, options).unwrap());
@@ -34,7 +44,6 @@ fn with_mount(
     let mountpoint =
         std::env::temp_dir().join(format!("quill-fuse-requests-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&mountpoint).unwrap();
-    let config = quill_fuse::MountConfig::default();
     let stats = config.request_stats.clone();
     let session = quill_fuse::mount(fs.clone(), &mountpoint, &config).unwrap().spawn().unwrap();
     let result = std::panic::catch_unwind(|| body(&mountpoint, &stats));
@@ -154,5 +163,52 @@ fn with_noatime_the_page_cache_kept_across_opens_follows_every_change_made_throu
         held.read_to_end(&mut got).unwrap();
         assert_eq!(got, b"the other file");
         assert!(std::fs::read(&path).is_err());
+    });
+}
+
+/// Fsyncs past `fsync_inline` wait for the journal on waiter threads, not request threads:
+/// with two request threads and one fsync allowed on them, twelve threads fsyncing at once
+/// on a device whose cache flush takes 2 ms have more fsyncs in flight than there are request
+/// threads (at most two before), and every fsynced byte reads back.
+#[test]
+fn fsyncs_past_the_inline_ones_do_not_hold_request_threads() {
+    if !can_mount("FUSE fsync waiters") {
+        return;
+    }
+    let ssd = blockdev::simssd::SimSsdConfig { flush_us: 2000, ..Default::default() };
+    let dev = Arc::new(blockdev::simssd::SimSsd::new(64 << 20, ssd));
+    let config =
+        quill_fuse::MountConfig { threads: 2, fsync_inline: Some(1), ..Default::default() };
+    with_mount_on(dev, fs::MountOptions::default(), config, |mountpoint, stats| {
+        let threads = 12;
+        let mut peak = 0;
+        for round in 0..5u8 {
+            stats.restart_peak();
+            let barrier = std::sync::Barrier::new(threads);
+            std::thread::scope(|scope| {
+                for t in 0..threads {
+                    let (barrier, mnt) = (&barrier, &mountpoint);
+                    scope.spawn(move || {
+                        use std::io::Write;
+                        let path = mnt.join(format!("t{t}"));
+                        let mut file = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(path)
+                            .unwrap();
+                        file.write_all(&[round; 100]).unwrap();
+                        barrier.wait();
+                        file.sync_all().unwrap();
+                    });
+                }
+            });
+            peak = peak.max(stats.snapshot().fsyncs_in_flight_max);
+        }
+        assert!(peak > 2, "at most {peak} fsyncs in flight with 2 request threads");
+        for t in 0..threads {
+            let bytes = std::fs::read(mountpoint.join(format!("t{t}"))).unwrap();
+            let want: Vec<u8> = (0..5u8).flat_map(|r| [r; 100]).collect();
+            assert_eq!(bytes, want, "t{t}");
+        }
     });
 }
