@@ -287,6 +287,8 @@ pub enum Headline {
     Seconds,
     /// Open loop: the response time p99 in microseconds, from arrival (lower is better).
     ResponseP99,
+    /// Bytes read and written per second, in MB (10^6 bytes).
+    MbPerSec,
 }
 
 impl Headline {
@@ -297,11 +299,12 @@ impl Headline {
             Headline::FsyncP99 => r.fsync_us_p99 as f64,
             Headline::Seconds => r.seconds,
             Headline::ResponseP99 => r.response_us_p99 as f64,
+            Headline::MbPerSec => r.mb_per_sec,
         }
     }
 
     pub fn higher_is_better(self) -> bool {
-        matches!(self, Headline::OpsPerSec | Headline::FilesPerSec)
+        matches!(self, Headline::OpsPerSec | Headline::FilesPerSec | Headline::MbPerSec)
     }
 
     /// A column or axis label.
@@ -312,6 +315,7 @@ impl Headline {
             Headline::FsyncP99 => "fsync p99 (us)",
             Headline::Seconds => "seconds",
             Headline::ResponseP99 => "response p99 (us)",
+            Headline::MbPerSec => "MB/s",
         }
     }
 }
@@ -326,6 +330,7 @@ pub fn headline(workload: &str) -> Headline {
         "tokubench" => Headline::FilesPerSec,
         "fsync-under-load" => Headline::FsyncP99,
         "recovery" => Headline::Seconds,
+        "seq-write" | "seq-read" => Headline::MbPerSec,
         _ => Headline::OpsPerSec,
     }
 }

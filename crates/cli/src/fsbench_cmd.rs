@@ -26,6 +26,8 @@ Workloads:
   fileserver        filebench fileserver: create+write whole, append, read whole, delete, stat;
                     1,000 gamma-sized files (mean 128 KiB), no fsync (ops/s); try data=journal
   fsync-under-load  80 KiB write+fsync against a background writer (fsync p99)
+  seq-write         1 GiB over the threads' own files in 1 MiB writes, fsync at the end (MB/s)
+  seq-read          the same files read back in 1 MiB reads after dropping the caches (MB/s)
   recovery          fill the journal, crash, time the replay (seconds)
 
 Targets (options after a colon, comma-separated):

@@ -31,6 +31,7 @@ pub mod fileserver;
 pub mod fsync_load;
 pub mod oltp;
 pub mod randwrite;
+pub mod sequential;
 pub mod tokubench;
 pub mod varmail;
 
@@ -45,12 +46,14 @@ pub enum Workload {
     RandwriteFsync,
     Fileserver,
     FsyncUnderLoad,
+    SeqWrite,
+    SeqRead,
     /// Fill the journal, crash, time the replay (see `recovery.rs`; not an [`FsApi`] workload).
     Recovery,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 11] = [
         Workload::VarmailShared,
         Workload::VarmailSplit,
         Workload::Dbench,
@@ -59,6 +62,8 @@ impl Workload {
         Workload::RandwriteFsync,
         Workload::Fileserver,
         Workload::FsyncUnderLoad,
+        Workload::SeqWrite,
+        Workload::SeqRead,
         Workload::Recovery,
     ];
 
@@ -72,6 +77,8 @@ impl Workload {
             Workload::RandwriteFsync => "randwrite-fsync",
             Workload::Fileserver => "fileserver",
             Workload::FsyncUnderLoad => "fsync-under-load",
+            Workload::SeqWrite => "seq-write",
+            Workload::SeqRead => "seq-read",
             Workload::Recovery => "recovery",
         }
     }
@@ -393,6 +400,8 @@ pub fn run(
         Workload::RandwriteFsync => randwrite::run(api, params),
         Workload::Fileserver => fileserver::run(api, params),
         Workload::FsyncUnderLoad => fsync_load::run(api, params),
+        Workload::SeqWrite => sequential::write(api, params),
+        Workload::SeqRead => sequential::read(api, params),
         Workload::Recovery => Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "recovery is run by the runner, per target (recovery.rs)",
