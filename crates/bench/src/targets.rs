@@ -20,7 +20,8 @@
 //! - quill also: `atime=relatime|strictatime|noatime` (the mount's access-time mode).
 //! - `quill-fuse` also: `threads=N`, the FUSE request threads (default
 //!   [`quill_fuse::default_threads`]), and `fsync_inline=N`, the most fsyncs waiting on
-//!   request threads (default [`quill_fuse::default_fsync_inline`]).
+//!   request threads (default [`quill_fuse::default_fsync_inline`]), and
+//!   `writeback_cache=on|off`, the kernel's FUSE writeback cache (default off).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -78,6 +79,8 @@ pub struct TargetSpec {
     pub fuse_threads: Option<usize>,
     /// quill-fuse: `fsync_inline=`; None: the mount's default.
     pub fuse_fsync_inline: Option<usize>,
+    /// quill-fuse: `writeback_cache=on`.
+    pub fuse_writeback_cache: bool,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -120,6 +123,7 @@ impl TargetSpec {
             journal_mib: None,
             fuse_threads: None,
             fuse_fsync_inline: None,
+            fuse_writeback_cache: false,
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -174,6 +178,17 @@ impl TargetSpec {
                             let inline = quill_fuse::options::parse_fsync_inline(value)
                                 .map_err(|e| format!("{text}: {e}"))?;
                             spec.fuse_fsync_inline = Some(inline);
+                        }
+                        "writeback_cache" if kind == Kind::QuillFuse => {
+                            spec.fuse_writeback_cache = match value {
+                                "on" => true,
+                                "off" => false,
+                                _ => {
+                                    return Err(format!(
+                                        "{text}: writeback_cache={value}? (on or off)"
+                                    ))
+                                }
+                            };
                         }
                         "journal_mib" => {
                             let mib: u32 = value
@@ -337,6 +352,7 @@ impl TargetSpec {
                     config.threads = threads;
                 }
                 config.fsync_inline = self.fuse_fsync_inline;
+                config.writeback_cache = self.fuse_writeback_cache;
                 let stats = config.request_stats.clone();
                 let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
                 quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });
@@ -819,6 +835,8 @@ mod tests {
         let inline = TargetSpec::parse("quill-fuse:fsync_inline=0").unwrap();
         assert_eq!(inline.fuse_fsync_inline, Some(0));
         assert!(TargetSpec::parse("lib:fsync_inline=0").is_err());
+        assert!(TargetSpec::parse("quill-fuse:writeback_cache=on").unwrap().fuse_writeback_cache);
+        assert!(TargetSpec::parse("quill-fuse:writeback_cache=maybe").is_err());
         let noatime = TargetSpec::parse("quill-fuse:atime=noatime").unwrap();
         assert_eq!(noatime.quill.atime, fs::AtimeMode::Never);
         assert!(TargetSpec::parse("lib:atime=sometimes").is_err());

@@ -470,6 +470,107 @@ fn whiteout_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// FNV-1a of `bytes`: a short line for a file's contents.
+fn digest(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{} bytes {hash:016x}", bytes.len())
+}
+
+/// What the kernel's writeback cache must keep as ext4 does: appends from four threads to
+/// one O_APPEND file (each record whole, none lost), truncates down and up around writes,
+/// writes through a shared mapping, a file written and fsynced after its unlink, and the size
+/// stat shows right after a write; each file's contents as a digest.
+fn writeback_outcomes(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    // Concurrent appends.
+    let shared = dir.join("shared");
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let shared = &shared;
+            scope.spawn(move || {
+                let mut file = OpenOptions::new().create(true).append(true).open(shared).unwrap();
+                for r in 0..100u8 {
+                    let mut record = vec![b'a' + t; 1000];
+                    record[..2].copy_from_slice(&[t, r]);
+                    file.write_all(&record).unwrap();
+                }
+                file.sync_all().unwrap();
+            });
+        }
+    });
+    let data = fs::read(&shared).unwrap();
+    let mut records: Vec<(u8, u8)> = data
+        .chunks(1000)
+        .filter(|c| c.len() == 1000 && c[2..].iter().all(|&b| b == b'a' + c[0]))
+        .map(|c| (c[0], c[1]))
+        .collect();
+    records.sort_unstable();
+    out.push(format!("shared: {} bytes, {} whole records", data.len(), records.len()));
+    records.dedup();
+    out.push(format!("shared: {} distinct records", records.len()));
+    // Truncates around writes.
+    let path = dir.join("truncated");
+    let file = create_rw(&path);
+    file.write_all_at(&[7u8; 10_000], 0).unwrap();
+    file.set_len(3000).unwrap();
+    out.push(format!("truncated to 3000: stat {}", fs::metadata(&path).unwrap().len()));
+    file.write_all_at(&[9u8; 100], 5000).unwrap();
+    file.set_len(8000).unwrap();
+    file.write_all_at(&[5u8; 10], 2995).unwrap();
+    file.sync_all().unwrap();
+    out.push(format!("truncated: {}", digest(&fs::read(&path).unwrap())));
+    // Writes through a shared mapping.
+    let path = dir.join("mapped");
+    let file = create_rw(&path);
+    file.set_len(3 * 4096).unwrap();
+    // SAFETY: a shared read-write mapping of a file this function owns, of its length, used
+    // only inside this block and unmapped before the file is read.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let len = 3 * 4096;
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let map =
+            libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, file.as_raw_fd(), 0);
+        assert_ne!(map, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        let bytes = std::slice::from_raw_parts_mut(map as *mut u8, len);
+        for (i, b) in bytes.iter_mut().enumerate().skip(100).step_by(7) {
+            *b = (i % 251) as u8;
+        }
+        assert_eq!(libc::msync(map, len, libc::MS_SYNC), 0);
+        assert_eq!(libc::munmap(map, len), 0);
+    }
+    file.write_all_at(b"after the mapping", 4096).unwrap();
+    file.sync_all().unwrap();
+    out.push(format!("mapped: {}", digest(&fs::read(&path).unwrap())));
+    // Unlinked while open.
+    let path = dir.join("doomed");
+    let mut file = create_rw(&path);
+    file.write_all(&[3u8; 5000]).unwrap();
+    fs::remove_file(&path).unwrap();
+    file.write_all(&[4u8; 5000]).unwrap();
+    file.sync_all().unwrap();
+    let mut back = Vec::new();
+    let mut reader = file.try_clone().unwrap();
+    std::io::Seek::seek(&mut reader, std::io::SeekFrom::Start(0)).unwrap();
+    reader.read_to_end(&mut back).unwrap();
+    out.push(format!(
+        "doomed: nlink {}, {}, listed {}",
+        file.metadata().unwrap().nlink(),
+        digest(&back),
+        fs::read_dir(dir).unwrap().any(|e| e.unwrap().file_name() == "doomed")
+    ));
+    // The size right after a write, before any writeback.
+    let path = dir.join("sized");
+    let file = create_rw(&path);
+    file.write_all_at(&[1u8; 12_345], 0).unwrap();
+    out.push(format!("sized: stat {} before fsync", fs::metadata(&path).unwrap().len()));
+    file.write_all_at(&[2u8; 10], 20_000).unwrap();
+    out.push(format!("sized: fstat {} after a write past the end", file.metadata().unwrap().len()));
+    out
+}
+
 /// A quill mount of a fresh mkfs.ext4 image in its own scratch directory: the directory
 /// (kept alive by the caller), the image, the mount point and the mount.
 fn fresh_quill_mount(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf, QuillMount) {
@@ -561,6 +662,28 @@ fn access_times_follow_relatime_strictatime_and_noatime_as_the_kernel() {
         };
         assert_eq!(updated, want, "-o {opts}");
     }
+}
+
+/// The kernel's writeback cache (`writeback_cache`): what ext4 keeps, quill keeps, and the
+/// image is clean after the unmount.
+#[test]
+fn the_writeback_cache_keeps_what_the_kernels_ext4_keeps() {
+    let test = "the_writeback_cache_keeps_what_the_kernels_ext4_keeps";
+    if !ready(test, &["mount"]) {
+        return;
+    }
+    let got = same_on_kernel_and_quill(test, "", "writeback_cache", writeback_outcomes);
+    assert_has_lines(
+        &got,
+        &[
+            "shared: 400000 bytes, 400 whole records",
+            "shared: 400 distinct records",
+            "truncated to 3000: stat 3000",
+            "doomed: nlink 0, 10000 bytes 20d201cac726224d, listed false",
+            "sized: stat 12345 before fsync",
+            "sized: fstat 20010 after a write past the end",
+        ],
+    );
 }
 
 #[test]

@@ -76,6 +76,9 @@ pub struct MountConfig {
     /// The most fsyncs that wait for the journal on request threads; later ones wait on
     /// waiter threads (`fsync_waiters.rs`). `None`: [`default_fsync_inline`].
     pub fsync_inline: Option<usize>,
+    /// The kernel's writeback cache (FUSE_WRITEBACK_CACHE): writes land in the kernel's page
+    /// cache and reach quill in batches, at writeback, fsync or close (see `init`).
+    pub writeback_cache: bool,
     /// Let users other than the mounting one in (`allow_other`).
     pub allow_other: bool,
     /// Mount read-only (the kernel then refuses writes before they reach us).
@@ -112,6 +115,7 @@ impl Default for MountConfig {
         MountConfig {
             threads: default_threads(),
             fsync_inline: None,
+            writeback_cache: false,
             allow_other: false,
             read_only: false,
             fsname: "quill".into(),
@@ -174,6 +178,7 @@ pub fn mount(
     let mut adapter = QuillFuse::new(fs);
     let inline = config.fsync_inline.unwrap_or_else(|| default_fsync_inline(config.threads));
     adapter.fsyncs = fsync_waiters::FsyncWaiters::new(inline);
+    adapter.writeback_cache = config.writeback_cache;
     adapter.requests = config.request_stats.clone();
     adapter.test_trigger = config.test_trigger.clone();
     Session::new(adapter, mountpoint, &fuse_config)
@@ -237,6 +242,8 @@ pub struct QuillFuse {
     report: Arc<Reporter>,
     /// Where fsyncs wait for the journal (`fsync_waiters.rs`).
     fsyncs: fsync_waiters::FsyncWaiters,
+    /// [`MountConfig::writeback_cache`].
+    writeback_cache: bool,
     /// The requests served, by opcode ([`RequestStats`]).
     requests: Arc<RequestStats>,
     /// Tests only: see [`LookupTrigger`].
@@ -337,6 +344,7 @@ impl QuillFuse {
                 errors_logged: AtomicU64::new(0),
             }),
             fsyncs: fsync_waiters::FsyncWaiters::new(default_fsync_inline(default_threads())),
+            writeback_cache: false,
             requests: Arc::default(),
             test_trigger: None,
         }
@@ -576,6 +584,19 @@ impl fuser::Filesystem for QuillFuse {
         // Create requests carry the umask apart from the mode: a directory's default ACL
         // replaces it (posix_acl_create), which only the file system can know.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DONT_MASK);
+        if self.writeback_cache && !self.fs.is_read_only() {
+            // The kernel keeps written pages and the file's size and times itself and sends
+            // them later: WRITE requests at writeback, fsync and close (FUSE_WRITE_CACHE), and
+            // the times in a SETATTR before fsync's FSYNC. It may READ a page through a
+            // write-only handle to fill a partial write (quill's reads do not look at the
+            // handle), and it keeps its own idea of the size while it holds dirty pages.
+            // fsync still reaches quill only after the pages it covers did. (sync(2) makes
+            // nothing durable on a FUSE mount either way: the kernel sends FUSE_SYNCFS to
+            // virtiofs only. The README says so.)
+            if config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE).is_err() {
+                log::warn!("the kernel has no FUSE writeback cache; writes go through");
+            }
+        }
         if self.fs.options().acl {
             // POSIX ACLs as ext4 mounted `acl`: the kernel reads them with getxattr and
             // enforces them (with default_permissions), and hands chmod's mask update and

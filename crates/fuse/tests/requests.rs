@@ -212,3 +212,65 @@ fn fsyncs_past_the_inline_ones_do_not_hold_request_threads() {
         }
     });
 }
+
+/// With the kernel's writeback cache (`writeback_cache`) a write stays in the kernel's page
+/// cache: no WRITE reaches quill until fsync (which sends the pages, then FSYNC) or close.
+/// syncfs(2) sends the cached pages too, but makes nothing durable in quill on a FUSE mount
+/// ([`syncfs_makes_quill_commit_nothing`]).
+#[test]
+fn the_writeback_cache_holds_writes_until_fsync_or_close() {
+    if !can_mount("FUSE writeback cache") {
+        return;
+    }
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let config = quill_fuse::MountConfig { writeback_cache: true, ..Default::default() };
+    with_mount_on(dev, fs::MountOptions::default(), config, |mnt, stats| {
+        use std::io::Write;
+        let mut file = std::fs::File::create(mnt.join("cached")).unwrap();
+        let before = requests(stats, "write");
+        file.write_all(&[7u8; 64 << 10]).unwrap();
+        assert_eq!(requests(stats, "write"), before, "a write went through the cache");
+        assert_eq!(std::fs::metadata(mnt.join("cached")).unwrap().len(), 64 << 10);
+        file.sync_all().unwrap();
+        let after_fsync = requests(stats, "write");
+        assert!(after_fsync > before, "fsync sent the pages");
+        assert_eq!(std::fs::read(mnt.join("cached")).unwrap(), vec![7u8; 64 << 10]);
+        // syncfs: what it sends, for the record.
+        file.write_all(&[8u8; 4096]).unwrap();
+        let dir = std::fs::File::open(mnt).unwrap();
+        // SAFETY: syncfs on a descriptor we own.
+        assert_eq!(unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) }, 0);
+        println!(
+            "syncfs returned with {} WRITE requests sent since the fsync",
+            requests(stats, "write") - after_fsync
+        );
+        drop(file);
+        assert!(requests(stats, "write") > after_fsync, "close sent the last page");
+    });
+}
+
+/// sync(2) and syncfs(2) do not reach a FUSE file system: the kernel sends FUSE_SYNCFS to
+/// virtiofs only (`fc->sync_fs`), and nothing else it sends for them makes quill commit (no
+/// FSYNC, no FSYNCDIR). What was written becomes durable at the file's fsync or the next
+/// commit of the interval (`commit=`); the README says so.
+#[test]
+fn syncfs_makes_quill_commit_nothing() {
+    if !can_mount("FUSE syncfs") {
+        return;
+    }
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    with_mount_on(
+        dev,
+        fs::MountOptions::default(),
+        quill_fuse::MountConfig::default(),
+        |mnt, stats| {
+            std::fs::write(mnt.join("written"), b"not yet durable").unwrap();
+            let dir = std::fs::File::open(mnt).unwrap();
+            // SAFETY: syncfs on a descriptor we own; sync takes no arguments.
+            assert_eq!(unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) }, 0);
+            unsafe { libc::sync() };
+            let fsyncs = requests(stats, "fsync") + requests(stats, "fsyncdir");
+            assert_eq!(fsyncs, 0, "{:?}", stats.snapshot().ops);
+        },
+    );
+}
