@@ -21,7 +21,8 @@
 //! - `quill-fuse` also: `threads=N`, the FUSE request threads (default
 //!   [`quill_fuse::default_threads`]), and `fsync_inline=N`, the most fsyncs waiting on
 //!   request threads (default [`quill_fuse::default_fsync_inline`]), and
-//!   `writeback_cache=on|off`, the kernel's FUSE writeback cache (default off).
+//!   `writeback_cache=on|off`, the kernel's FUSE writeback cache (default off), and
+//!   `killpriv=quill|kernel`, who drops set-id bits and capabilities (default quill).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -81,6 +82,8 @@ pub struct TargetSpec {
     pub fuse_fsync_inline: Option<usize>,
     /// quill-fuse: `writeback_cache=on`.
     pub fuse_writeback_cache: bool,
+    /// quill-fuse: `killpriv=kernel`.
+    pub fuse_killpriv_in_kernel: bool,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -124,6 +127,7 @@ impl TargetSpec {
             fuse_threads: None,
             fuse_fsync_inline: None,
             fuse_writeback_cache: false,
+            fuse_killpriv_in_kernel: false,
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -178,6 +182,17 @@ impl TargetSpec {
                             let inline = quill_fuse::options::parse_fsync_inline(value)
                                 .map_err(|e| format!("{text}: {e}"))?;
                             spec.fuse_fsync_inline = Some(inline);
+                        }
+                        "killpriv" if kind == Kind::QuillFuse => {
+                            spec.fuse_killpriv_in_kernel = match value {
+                                "quill" => false,
+                                "kernel" => true,
+                                _ => {
+                                    return Err(format!(
+                                        "{text}: killpriv={value}? (quill or kernel)"
+                                    ))
+                                }
+                            };
                         }
                         "writeback_cache" if kind == Kind::QuillFuse => {
                             spec.fuse_writeback_cache = match value {
@@ -353,6 +368,7 @@ impl TargetSpec {
                 }
                 config.fsync_inline = self.fuse_fsync_inline;
                 config.writeback_cache = self.fuse_writeback_cache;
+                config.killpriv_in_kernel = self.fuse_killpriv_in_kernel;
                 let stats = config.request_stats.clone();
                 let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
                 quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });

@@ -61,6 +61,63 @@ fn set_id_outcomes(dir: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// For every set-id mode and owner change: the mode after it. Root changes the owner, the
+/// group, or neither (chown(-1, -1), which still drops the bits), and an unprivileged owner
+/// hands the file to its own group from one it is not in.
+fn chown_outcomes(dir: &Path) -> BTreeMap<String, String> {
+    use std::os::unix::fs::chown;
+    let mut out = BTreeMap::new();
+    for mode in [0o4755, 0o6755, 0o2755, 0o2745, 0o6745, 0o0755] {
+        let changes: [(&str, &dyn Fn(&Path) -> bool); 4] = [
+            ("root chown", &|f| chown(f, Some(1000), None).is_ok()),
+            ("root chgrp", &|f| chown(f, None, Some(1000)).is_ok()),
+            ("root chown -1 -1", &|f| chown(f, None, None).is_ok()),
+            ("owner chgrp", &|f| {
+                chown(f, Some(65534), None).unwrap();
+                fs::set_permissions(f, fs::Permissions::from_mode(mode)).unwrap();
+                as_nobody(NOBODY, &format!("chgrp {NOBODY} {}", f.display()))
+            }),
+        ];
+        for (change, run) in changes {
+            let f = dir.join(format!("c{mode:o}-{}", change.replace(' ', "-")));
+            fs::write(&f, b"x").unwrap();
+            fs::set_permissions(&f, fs::Permissions::from_mode(mode)).unwrap();
+            let ran = run(&f);
+            let after = fs::metadata(&f).unwrap().mode() & 0o7777;
+            out.insert(format!("{mode:o} {change}"), format!("{ran} {after:o}"));
+        }
+    }
+    out
+}
+
+/// A file capability (`security.capability`, CAP_NET_RAW effective and permitted, VFS
+/// revision 2) and whether each change by root left it: a write, a truncate, a chown to the
+/// same owner, a fallocate, a chmod, a read.
+fn capability_outcomes(dir: &Path) -> Vec<String> {
+    let cap = "0x0100000200200000000000000000000000000000";
+    let changes = [
+        ("write", "printf x >> {f}"),
+        ("truncate", "truncate -s 1 {f}"),
+        ("chown", "chown 0 {f}"),
+        ("fallocate", "fallocate -l 65536 {f}"),
+        ("chmod", "chmod 700 {f}"),
+        ("read", "cat {f} > /dev/null"),
+    ];
+    let mut out = Vec::new();
+    for (change, script) in changes {
+        let f = dir.join(format!("cap-{change}"));
+        fs::write(&f, b"abc").unwrap();
+        let f = f.display().to_string();
+        let script = format!(
+            "setfattr -n security.capability -v {cap} {f} && {} && \
+             (getfattr -n security.capability {f} >/dev/null 2>&1 && echo kept || echo dropped)",
+            script.replace("{f}", &f)
+        );
+        out.extend(script_lines(&script, dir).into_iter().map(|l| format!("{change}: {l}")));
+    }
+    out
+}
+
 /// Whether reading (or listing) changed the access time, step by step, for a file and a
 /// directory whose times are set back first.
 fn atime_outcomes(dir: &Path) -> BTreeMap<String, bool> {
@@ -634,6 +691,28 @@ fn set_id_bits_are_dropped_as_the_kernels_ext4_drops_them() {
         let got = same_on_kernel_and_quill(test, "", "", set_id_outcomes);
         assert_eq!(got["2666 write by gid 65534"], "true 666", "the case quill once got wrong");
     }
+}
+
+/// With quill dropping privileges itself (`killpriv=quill`, the default), chown drops set-id
+/// bits and every change to a file's data or owner its capabilities, as on the kernel's ext4.
+/// (With `killpriv=kernel` the kernel's FUSE client keeps S_ISGID of a file without group
+/// execute that an owner outside its group hands to another group; ext4 drops it.)
+#[test]
+fn chown_and_file_capabilities_drop_as_on_the_kernels_ext4() {
+    let test = "chown_and_file_capabilities_drop_as_on_the_kernels_ext4";
+    if !ready(test, &["setpriv", "fallocate", "truncate", "mount", "setfattr", "getfattr"]) {
+        return;
+    }
+    let got = same_on_kernel_and_quill(test, "", "", chown_outcomes);
+    assert_eq!(got["4755 root chown"], "true 755", "{got:#?}");
+    assert_eq!(got["2745 root chgrp"], "true 2745", "{got:#?}");
+    assert_eq!(got["6755 root chown -1 -1"], "true 755", "{got:#?}");
+    assert_eq!(got["2745 owner chgrp"], "true 745", "{got:#?}");
+    let got = same_on_kernel_and_quill(test, "", "", capability_outcomes);
+    assert_has_lines(
+        &got,
+        &["write: dropped", "truncate: dropped", "chown: dropped", "chmod: kept", "read: kept"],
+    );
 }
 
 #[test]

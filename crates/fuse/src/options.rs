@@ -15,7 +15,8 @@
 //! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N`, `lists=locked\|lockfree`, `commit_io=thread\|cooperative`, `checkpoint_io=mutex\|cooperative` | one journal technique setting ([`journal::JournalConfig::set`]) |
 //! | `threads=N` | FUSE worker threads |
 //! | `writeback_cache`, `nowriteback_cache` | the kernel's FUSE writeback cache (default off): writes are cached by the kernel and reach quill at writeback, fsync and close |
-//! | `fsync_inline=N` | the most fsyncs that wait for the journal on request threads; later ones wait on waiter threads (default: half the request threads) |
+//! | `killpriv=quill\|kernel` | who drops set-id bits and file capabilities on write, truncate and chown: quill (default, FUSE_HANDLE_KILLPRIV_V2: no GETXATTR round trip before each write) or the kernel's FUSE client |
+//! | `fsync_inline=N` | the most fsyncs that wait for the journal on request threads; later ones wait on waiter threads (default: all request threads but one) |
 //! | `io=buffered\|direct\|auto` | how the image file is opened ([`blockdev::file::IoMode`]): `buffered` (default, measured faster) goes through the host page cache; `direct` bypasses it with O_DIRECT; `auto` is direct where the file system allows it |
 //! | `relatime` (default), `strictatime`, `noatime` (`atime`: back to relatime), `nodiratime` | when reads update access times ([`fs::AtimeMode`]) |
 //! | `log=PATH` | the mount's log file (instead of syslog, or of the default file where there is no syslog) |
@@ -171,6 +172,13 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 settings.push((key.to_string(), value));
             }
             "threads" => spec.fuse.threads = parse_threads(need(key, value)?)?,
+            "killpriv" => {
+                spec.fuse.killpriv_in_kernel = match need(key, value)? {
+                    "quill" => false,
+                    "kernel" => true,
+                    other => return Err(format!("killpriv={other}: expected quill or kernel")),
+                };
+            }
             "writeback_cache" | "nowriteback_cache" => {
                 no_value(key, value)?;
                 spec.fuse.writeback_cache = key == "writeback_cache";

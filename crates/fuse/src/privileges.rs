@@ -6,6 +6,12 @@
 //! The kernel's FUSE client applies only an older rule (S_ISGID only with group-execute) when
 //! the file system does not handle this itself, so without this module a 2666 file written by
 //! someone outside its group kept its set-group-ID bit on quill but not on ext4.
+//!
+//! quill handles all of it (FUSE_HANDLE_KILLPRIV_V2, see `QuillFuse::init`): the kernel then
+//! no longer asks for `security.capability` before every write (one GETXATTR round trip per
+//! write otherwise), and leaves to quill what `file_remove_privs` and `chown_common` do: the
+//! set-id rule above on write, truncate and fallocate, [`Caller::mode_after_chown`] on chown,
+//! and the removal of `security.capability` ([`CAPABILITY`]) on all four.
 
 use fuser::Request;
 
@@ -13,6 +19,10 @@ use fuser::Request;
 const SET_UID: u16 = libc::S_ISUID as u16;
 const SET_GID: u16 = libc::S_ISGID as u16;
 const GROUP_EXEC: u16 = libc::S_IXGRP as u16;
+
+/// The xattr file capabilities live in; a change to the file's data or owner removes it
+/// (`cap_inode_killpriv`), whoever makes it.
+pub(crate) const CAPABILITY: &[u8] = b"security.capability";
 
 /// CAP_FSETID's bit in /proc's capability masks.
 const CAP_FSETID: u32 = 4;
@@ -60,6 +70,23 @@ impl Caller {
         }
         (kept != mode).then_some(kept)
     }
+
+    /// The mode a chown by this caller leaves on a file of `mode` with group `gid` (the group
+    /// before the chown), or `None` when nothing is dropped: `chown_common` drops S_ISUID
+    /// from a regular file whoever changes its owner, and S_ISGID as `setattr_should_drop_sgid`
+    /// says (group-executable, or the caller neither in the group nor holding CAP_FSETID).
+    pub fn mode_after_chown(&self, mode: u16, gid: u32) -> Option<u16> {
+        let regular = u32::from(mode) & libc::S_IFMT == libc::S_IFREG;
+        if !regular || mode & (SET_UID | SET_GID) == 0 {
+            return None;
+        }
+        let mut kept = mode & !SET_UID;
+        let outsider = !self.cap_fsetid && !self.groups.contains(&gid);
+        if mode & SET_GID != 0 && (mode & GROUP_EXEC != 0 || outsider) {
+            kept &= !SET_GID;
+        }
+        (kept != mode).then_some(kept)
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +116,27 @@ mod tests {
         }
         let dir = libc::S_IFDIR as u16;
         assert_eq!(outsider.mode_after_change(dir | 0o2775, 5), None, "directories keep it");
+    }
+
+    #[test]
+    fn the_kernels_rule_for_set_id_bits_on_chown() {
+        let outsider = Caller { groups: vec![100], cap_fsetid: false };
+        let member = Caller { groups: vec![5], cap_fsetid: false };
+        let root = Caller { groups: vec![0], cap_fsetid: true };
+        let cases = [
+            (0o4755, &root, Some(0o755)),
+            (0o6755, &root, Some(0o755)),
+            (0o2745, &root, None),
+            (0o2745, &member, None),
+            (0o2745, &outsider, Some(0o745)),
+            (0o6745, &member, Some(0o2745)),
+            (0o0755, &outsider, None),
+        ];
+        for (mode, caller, want) in cases {
+            assert_eq!(caller.mode_after_chown(REG | mode, 5), want.map(|m| REG | m), "{mode:o}");
+        }
+        let dir = libc::S_IFDIR as u16;
+        assert_eq!(root.mode_after_chown(dir | 0o6755, 5), None, "directories keep them");
     }
 
     #[test]

@@ -274,3 +274,31 @@ fn syncfs_makes_quill_commit_nothing() {
         },
     );
 }
+
+/// quill drops set-id bits and capabilities itself (FUSE_HANDLE_KILLPRIV_V2, which gives the
+/// mount SB_NOSEC): the kernel asks for security.capability before the first write only, and
+/// marks the inode S_NOSEC. With `killpriv=kernel` it asks before every write.
+#[test]
+fn with_quill_killing_privileges_writes_send_no_getxattr() {
+    if !can_mount("FUSE killpriv") {
+        return;
+    }
+    for (in_kernel, most) in [(false, 1), (true, 20)] {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let config =
+            quill_fuse::MountConfig { killpriv_in_kernel: in_kernel, ..Default::default() };
+        with_mount_on(dev, fs::MountOptions::default(), config, |mnt, stats| {
+            use std::io::Write;
+            let mut file = std::fs::File::create(mnt.join("f")).unwrap();
+            let before = requests(stats, "getxattr");
+            for _ in 0..20 {
+                file.write_all(&[1u8; 100]).unwrap();
+            }
+            let asked = requests(stats, "getxattr") - before;
+            assert!(asked <= most, "killpriv in the kernel {in_kernel}: {asked} for 20 writes");
+            if in_kernel {
+                assert_eq!(asked, 20, "one per write");
+            }
+        });
+    }
+}
