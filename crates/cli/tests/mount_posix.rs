@@ -61,6 +61,9 @@ fn set_id_outcomes(dir: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// A change of a file's owner or group, run on the file; whether it succeeded.
+type OwnerChange<'a> = dyn Fn(&Path) -> bool + 'a;
+
 /// For every set-id mode and owner change: the mode after it. Root changes the owner, the
 /// group, or neither (chown(-1, -1), which still drops the bits), and an unprivileged owner
 /// hands the file to its own group from one it is not in.
@@ -68,7 +71,7 @@ fn chown_outcomes(dir: &Path) -> BTreeMap<String, String> {
     use std::os::unix::fs::chown;
     let mut out = BTreeMap::new();
     for mode in [0o4755, 0o6755, 0o2755, 0o2745, 0o6745, 0o0755] {
-        let changes: [(&str, &dyn Fn(&Path) -> bool); 4] = [
+        let changes: [(&str, &OwnerChange<'_>); 4] = [
             ("root chown", &|f| chown(f, Some(1000), None).is_ok()),
             ("root chgrp", &|f| chown(f, None, Some(1000)).is_ok()),
             ("root chown -1 -1", &|f| chown(f, None, None).is_ok()),
