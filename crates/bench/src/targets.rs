@@ -22,7 +22,8 @@
 //!   [`quill_fuse::default_threads`]), and `fsync_inline=N`, the most fsyncs waiting on
 //!   request threads (default [`quill_fuse::default_fsync_inline`]), and
 //!   `writeback_cache=on|off`, the kernel's FUSE writeback cache (default off), and
-//!   `killpriv=quill|kernel`, who drops set-id bits and capabilities (default quill).
+//!   `killpriv=quill|kernel`, who drops set-id bits and capabilities (default quill), and
+//!   `readdirplus=auto|on|off` (default off).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -84,6 +85,8 @@ pub struct TargetSpec {
     pub fuse_writeback_cache: bool,
     /// quill-fuse: `killpriv=kernel`.
     pub fuse_killpriv_in_kernel: bool,
+    /// quill-fuse: `readdirplus=`.
+    pub fuse_readdirplus: quill_fuse::Readdirplus,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -128,6 +131,7 @@ impl TargetSpec {
             fuse_fsync_inline: None,
             fuse_writeback_cache: false,
             fuse_killpriv_in_kernel: false,
+            fuse_readdirplus: quill_fuse::Readdirplus::default(),
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -182,6 +186,10 @@ impl TargetSpec {
                             let inline = quill_fuse::options::parse_fsync_inline(value)
                                 .map_err(|e| format!("{text}: {e}"))?;
                             spec.fuse_fsync_inline = Some(inline);
+                        }
+                        "readdirplus" if kind == Kind::QuillFuse => {
+                            spec.fuse_readdirplus = quill_fuse::options::parse_readdirplus(value)
+                                .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "killpriv" if kind == Kind::QuillFuse => {
                             spec.fuse_killpriv_in_kernel = match value {
@@ -369,6 +377,7 @@ impl TargetSpec {
                 config.fsync_inline = self.fuse_fsync_inline;
                 config.writeback_cache = self.fuse_writeback_cache;
                 config.killpriv_in_kernel = self.fuse_killpriv_in_kernel;
+                config.readdirplus = self.fuse_readdirplus;
                 let stats = config.request_stats.clone();
                 let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
                 quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });

@@ -121,6 +121,61 @@ fn capability_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Every name under `dir` with its kind, size, mode and link count, as `ls -lR` shows them.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        let mut entries: Vec<_> = fs::read_dir(&at).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let meta = fs::symlink_metadata(entry.path()).unwrap();
+            let rel = entry.path().strip_prefix(dir).unwrap().display().to_string();
+            let size = if meta.is_dir() { 0 } else { meta.len() };
+            out.push(format!("{rel} {:o} {size} {}", meta.mode(), meta.nlink()));
+            if meta.is_dir() {
+                todo.push(entry.path());
+            }
+        }
+    }
+    out
+}
+
+/// Listings of a tree, and listings again after each kind of change to it (files written,
+/// renamed, linked, unlinked, a directory made and removed): what READDIRPLUS caches must
+/// follow every change made through the mount.
+fn readdirplus_outcomes(dir: &Path) -> Vec<String> {
+    let root = dir.join("tree");
+    fs::create_dir(&root).unwrap();
+    for d in 0..3 {
+        let sub = root.join(format!("d{d}"));
+        fs::create_dir(&sub).unwrap();
+        for f in 0..20 {
+            fs::write(sub.join(format!("f{f}")), vec![b'x'; f * 100 + d]).unwrap();
+        }
+    }
+    let mut out = listing(&root);
+    let mut step = |what: &str, change: &dyn Fn()| {
+        change();
+        out.push(format!("after {what}:"));
+        out.extend(listing(&root));
+    };
+    step("a write", &|| fs::write(root.join("d0/f3"), vec![b'y'; 7777]).unwrap());
+    step("a rename", &|| fs::rename(root.join("d0/f4"), root.join("d1/moved")).unwrap());
+    step("a link", &|| fs::hard_link(root.join("d1/f5"), root.join("d2/linked")).unwrap());
+    step("an unlink", &|| fs::remove_file(root.join("d2/f6")).unwrap());
+    step("a chmod", &|| {
+        fs::set_permissions(root.join("d2/f7"), fs::Permissions::from_mode(0o600)).unwrap()
+    });
+    step("a mkdir and rmdir", &|| {
+        fs::create_dir(root.join("d0/new")).unwrap();
+        fs::remove_dir(root.join("d1")).unwrap_err();
+        fs::create_dir(root.join("d0/new/deeper")).unwrap();
+        fs::remove_dir(root.join("d0/new/deeper")).unwrap();
+    });
+    out
+}
+
 /// Whether reading (or listing) changed the access time, step by step, for a file and a
 /// directory whose times are set back first.
 fn atime_outcomes(dir: &Path) -> BTreeMap<String, bool> {
@@ -716,6 +771,22 @@ fn chown_and_file_capabilities_drop_as_on_the_kernels_ext4() {
         &got,
         &["write: dropped", "truncate: dropped", "chown: dropped", "chmod: kept", "read: kept"],
     );
+}
+
+/// READDIRPLUS (`readdirplus=on`): listings, and listings after every kind of change, as on
+/// the kernel's ext4; the image clean after.
+#[test]
+fn listings_with_readdirplus_follow_every_change_as_on_the_kernels_ext4() {
+    let test = "listings_with_readdirplus_follow_every_change_as_on_the_kernels_ext4";
+    if !ready(test, &["mount"]) {
+        return;
+    }
+    let got = same_on_kernel_and_quill(test, "", "readdirplus=on", readdirplus_outcomes);
+    assert_has_lines(
+        &got,
+        &["d0/f3 100644 7777 1", "d1/moved 100644 400 1", "d2/linked 100644 501 2"],
+    );
+    assert!(!got.iter().skip_while(|l| *l != "after an unlink:").any(|l| l.starts_with("d2/f6 ")));
 }
 
 #[test]

@@ -83,6 +83,8 @@ pub struct MountConfig {
     /// kernel's FUSE client (`killpriv=kernel`), which asks for `security.capability` before
     /// every write, instead of quill (the default: `privileges.rs`).
     pub killpriv_in_kernel: bool,
+    /// READDIRPLUS (see [`Readdirplus`]).
+    pub readdirplus: Readdirplus,
     /// Let users other than the mounting one in (`allow_other`).
     pub allow_other: bool,
     /// Mount read-only (the kernel then refuses writes before they reach us).
@@ -121,6 +123,7 @@ impl Default for MountConfig {
             fsync_inline: None,
             writeback_cache: false,
             killpriv_in_kernel: false,
+            readdirplus: Readdirplus::default(),
             allow_other: false,
             read_only: false,
             fsname: "quill".into(),
@@ -136,6 +139,21 @@ impl Default for MountConfig {
 pub fn default_threads() -> usize {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4);
     (2 * cores).clamp(4, 64)
+}
+
+/// Whether directory listings carry each entry's attributes (FUSE READDIRPLUS), so that the
+/// kernel caches the names and attributes a listing shows and a following `stat` or open of
+/// them costs no LOOKUP or GETATTR: never, always, or where the kernel judges it pays
+/// (`auto`: the first batch of a listing, and later ones after a lookup in the directory).
+/// Off by default: on dbench (16 clients, 3 rounds) off, auto and on ran 40,723, 39,909 and
+/// 38,416 ops/s, inside each other's spread; a listing with attributes costs quill 48 µs a
+/// request against 35 without, and dbench's lookups are mostly of names no listing showed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Readdirplus {
+    #[default]
+    Off,
+    On,
+    Auto,
 }
 
 /// Default for [`MountConfig::fsync_inline`]: every request thread but one (at least one), so
@@ -187,6 +205,7 @@ pub fn mount(
     adapter.fsyncs = fsync_waiters::FsyncWaiters::new(inline);
     adapter.writeback_cache = config.writeback_cache;
     adapter.killpriv_in_kernel = config.killpriv_in_kernel;
+    adapter.readdirplus = config.readdirplus;
     adapter.requests = config.request_stats.clone();
     adapter.test_trigger = config.test_trigger.clone();
     Session::new(adapter, mountpoint, &fuse_config)
@@ -256,6 +275,8 @@ pub struct QuillFuse {
     /// kernel having taken FUSE_HANDLE_KILLPRIV_V2 (set at `init`).
     killpriv_in_kernel: bool,
     kills_privileges: bool,
+    /// [`MountConfig::readdirplus`].
+    readdirplus: Readdirplus,
     /// The requests served, by opcode ([`RequestStats`]).
     requests: Arc<RequestStats>,
     /// Tests only: see [`LookupTrigger`].
@@ -359,6 +380,7 @@ impl QuillFuse {
             writeback_cache: false,
             killpriv_in_kernel: false,
             kills_privileges: false,
+            readdirplus: Readdirplus::default(),
             requests: Arc::default(),
             test_trigger: None,
         }
@@ -489,6 +511,31 @@ impl QuillFuse {
                 Ok(()) | Err(FsError::NoData) => Ok(()),
                 Err(err) => Err(self.errno(err)),
             },
+        }
+    }
+
+    /// Walks directory `ino` from cookie `offset` in batches, handing each entry to `add` until
+    /// it says the reply is full (`Ok(true)`) or the directory ends. The kernel resumes at the
+    /// cookie of the last entry it kept, so an entry that did not fit comes again in the next
+    /// call.
+    fn list_from(
+        &self,
+        ino: u32,
+        offset: u64,
+        mut add: impl FnMut(&fs::DirEntry) -> Result<bool, Errno>,
+    ) -> Result<(), Errno> {
+        let mut cookie = offset;
+        loop {
+            let entries = self.fs.readdir(ino, cookie, READDIR_BATCH).map_err(|e| self.errno(e))?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            for entry in &entries {
+                if add(entry)? {
+                    return Ok(());
+                }
+                cookie = entry.next_cookie;
+            }
         }
     }
 
@@ -635,6 +682,16 @@ impl fuser::Filesystem for QuillFuse {
             // kernel then skips its GETXATTR of security.capability before each write.
             self.kills_privileges =
                 config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
+        }
+        let plus = match self.readdirplus {
+            Readdirplus::Off => fuser::InitFlags::empty(),
+            Readdirplus::On => fuser::InitFlags::FUSE_DO_READDIRPLUS,
+            Readdirplus::Auto => {
+                fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO
+            }
+        };
+        if !plus.is_empty() && config.add_capabilities(plus).is_err() {
+            log::warn!("the kernel has no FUSE readdirplus; listings carry names only");
         }
         if self.fs.options().acl {
             // POSIX ACLs as ext4 mounted `acl`: the kernel reads them with getxattr and
@@ -1067,6 +1124,37 @@ impl fuser::Filesystem for QuillFuse {
         })
     }
 
+    /// A listing with each entry's attributes (see [`Readdirplus`]): the same entries and
+    /// cookies as `readdir`. An entry whose inode went away between the listing and its
+    /// attributes (an unlink racing the listing) is left out, as if listed a moment later.
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        self.guarded("readdirplus", move || {
+            let ino = ino!(ino, reply);
+            let listed = self.list_from(ino, offset, |entry| {
+                let attr = match self.fs.getattr(entry.ino) {
+                    Ok(attr) => attr,
+                    Err(FsError::NotFound) => return Ok(false),
+                    Err(err) => return Err(self.errno(err)),
+                };
+                let name = OsStr::from_bytes(&entry.name);
+                let generation = Generation(attr.generation.into());
+                let (fuse_ino, attr) = (to_fuse(entry.ino), file_attr(&attr));
+                Ok(reply.add(fuse_ino, entry.next_cookie, name, &TTL, &attr, generation))
+            });
+            match listed {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
     fn readdir(
         &self,
         _req: &Request,
@@ -1077,34 +1165,22 @@ impl fuser::Filesystem for QuillFuse {
     ) {
         self.guarded("readdir", move || {
             let ino = ino!(ino, reply);
-            let mut cookie = offset;
-            loop {
-                let entries = match self.fs.readdir(ino, cookie, READDIR_BATCH) {
-                    Ok(entries) => entries,
-                    Err(err) => return reply.error(self.errno(err)),
+            let listed = self.list_from(ino, offset, |entry| {
+                let kind = match kind_of_dirent(entry.file_type) {
+                    Some(kind) => kind,
+                    // No filetype feature: ask the inode.
+                    None => match self.fs.getattr(entry.ino) {
+                        Ok(attr) => kind_of_mode(attr.mode),
+                        Err(err) => return Err(self.errno(err)),
+                    },
                 };
-                if entries.is_empty() {
-                    break;
-                }
-                for entry in entries {
-                    let kind = match kind_of_dirent(entry.file_type) {
-                        Some(kind) => kind,
-                        // No filetype feature: ask the inode.
-                        None => match self.fs.getattr(entry.ino) {
-                            Ok(attr) => kind_of_mode(attr.mode),
-                            Err(err) => return reply.error(self.errno(err)),
-                        },
-                    };
-                    let name = OsStr::from_bytes(&entry.name);
-                    // The kernel resumes at the offset of the last entry it kept, so an entry that
-                    // did not fit comes again in the next call.
-                    if reply.add(to_fuse(entry.ino), entry.next_cookie, kind, name) {
-                        return reply.ok();
-                    }
-                    cookie = entry.next_cookie;
-                }
+                let name = OsStr::from_bytes(&entry.name);
+                Ok(reply.add(to_fuse(entry.ino), entry.next_cookie, kind, name))
+            });
+            match listed {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
             }
-            reply.ok();
         })
     }
 

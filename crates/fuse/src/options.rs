@@ -14,6 +14,7 @@
 //! | `preset=classic\|dual\|cjfs\|fast18-io\|fast18\|all` | journal preset ([`journal::JournalConfig::preset`]) |
 //! | `committing_max=N`, `flush_batch_max=N`, `versions_max=N`, `coalescing=0\|1`, `recovery_threads=N`, `lists=locked\|lockfree`, `commit_io=thread\|cooperative`, `checkpoint_io=mutex\|cooperative` | one journal technique setting ([`journal::JournalConfig::set`]) |
 //! | `threads=N` | FUSE worker threads |
+//! | `readdirplus=auto\|on\|off` | directory listings carry each entry's attributes (FUSE READDIRPLUS): where the kernel judges it pays, always, never (default) |
 //! | `writeback_cache`, `nowriteback_cache` | the kernel's FUSE writeback cache (default off): writes are cached by the kernel and reach quill at writeback, fsync and close |
 //! | `killpriv=quill\|kernel` | who drops set-id bits and file capabilities on write, truncate and chown: quill (default, FUSE_HANDLE_KILLPRIV_V2: no GETXATTR round trip before each write) or the kernel's FUSE client |
 //! | `fsync_inline=N` | the most fsyncs that wait for the journal on request threads; later ones wait on waiter threads (default: all request threads but one) |
@@ -65,6 +66,16 @@ pub fn parse_fsync_inline(value: &str) -> Result<usize, String> {
         .ok()
         .filter(|n| *n <= THREADS_MAX)
         .ok_or_else(|| format!("fsync_inline={value}: expected 0 to {THREADS_MAX}"))
+}
+
+/// `readdirplus=auto|on|off`.
+pub fn parse_readdirplus(value: &str) -> Result<crate::Readdirplus, String> {
+    match value {
+        "auto" => Ok(crate::Readdirplus::Auto),
+        "on" => Ok(crate::Readdirplus::On),
+        "off" => Ok(crate::Readdirplus::Off),
+        other => Err(format!("readdirplus={other}: expected auto, on or off")),
+    }
 }
 
 /// `threads=N`: FUSE request threads, 1 to [`THREADS_MAX`].
@@ -179,6 +190,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                     other => return Err(format!("killpriv={other}: expected quill or kernel")),
                 };
             }
+            "readdirplus" => spec.fuse.readdirplus = parse_readdirplus(need(key, value)?)?,
             "writeback_cache" | "nowriteback_cache" => {
                 no_value(key, value)?;
                 spec.fuse.writeback_cache = key == "writeback_cache";

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 /// The opcodes quill's handlers serve, as `QuillFuse::guarded` names them. A name not here
 /// counts as `other`.
-const OPS: [&str; 28] = [
+const OPS: [&str; 29] = [
     "lookup",
     "getattr",
     "setattr",
@@ -33,6 +33,7 @@ const OPS: [&str; 28] = [
     "fsync",
     "opendir",
     "readdir",
+    "readdirplus",
     "releasedir",
     "fsyncdir",
     "statfs",

@@ -302,3 +302,48 @@ fn with_quill_killing_privileges_writes_send_no_getxattr() {
         });
     }
 }
+
+/// READDIRPLUS (`readdirplus=on`): a listing carries each entry's attributes, so `ls -l`'s
+/// stats of the listed names cost no LOOKUP or GETATTR; without it, one LOOKUP per name.
+#[test]
+fn a_readdirplus_listing_answers_the_stats_that_follow_it() {
+    if !can_mount("FUSE readdirplus") {
+        return;
+    }
+    for (plus, lookups_at_most) in
+        [(quill_fuse::Readdirplus::On, 1), (quill_fuse::Readdirplus::Off, u64::MAX)]
+    {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let config = quill_fuse::MountConfig { readdirplus: plus, ..Default::default() };
+        with_mount_on(dev, fs::MountOptions::default(), config, |mnt, stats| {
+            let dir = mnt.join("d");
+            std::fs::create_dir(&dir).unwrap();
+            for k in 0..30 {
+                std::fs::write(dir.join(format!("f{k}")), vec![b'x'; k]).unwrap();
+            }
+            // Forget the names the creates left in the kernel's caches.
+            std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+            let before = (requests(stats, "lookup"), requests(stats, "getattr"));
+            let mut sizes = Vec::new();
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let entry = entry.unwrap();
+                sizes.push((entry.file_name(), std::fs::metadata(entry.path()).unwrap().len()));
+            }
+            let lookups = requests(stats, "lookup") - before.0;
+            let getattrs = requests(stats, "getattr") - before.1;
+            sizes.sort();
+            assert_eq!(sizes.len(), 30);
+            for (name, size) in &sizes {
+                let k: u64 = name.to_str().unwrap()[1..].parse().unwrap();
+                assert_eq!(*size, k, "{name:?}");
+            }
+            // One LOOKUP is the directory's own (its name went with the caches too).
+            if lookups_at_most == 1 {
+                assert!(lookups <= 1 && getattrs <= 1, "{plus:?}: {:?}", stats.snapshot().ops);
+                assert!(requests(stats, "readdirplus") > 0);
+            } else {
+                assert!(lookups >= 30, "{plus:?}: {lookups} lookups for 30 names");
+            }
+        });
+    }
+}
