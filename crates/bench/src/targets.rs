@@ -192,26 +192,13 @@ impl TargetSpec {
                                 .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "killpriv" if kind == Kind::QuillFuse => {
-                            spec.fuse_killpriv_in_kernel = match value {
-                                "quill" => false,
-                                "kernel" => true,
-                                _ => {
-                                    return Err(format!(
-                                        "{text}: killpriv={value}? (quill or kernel)"
-                                    ))
-                                }
-                            };
+                            spec.fuse_killpriv_in_kernel =
+                                quill_fuse::options::parse_killpriv(value)
+                                    .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "writeback_cache" if kind == Kind::QuillFuse => {
-                            spec.fuse_writeback_cache = match value {
-                                "on" => true,
-                                "off" => false,
-                                _ => {
-                                    return Err(format!(
-                                        "{text}: writeback_cache={value}? (on or off)"
-                                    ))
-                                }
-                            };
+                            spec.fuse_writeback_cache = journal::config::on_off(key, value)
+                                .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "journal_mib" => {
                             let mib: u32 = value

@@ -113,10 +113,8 @@ impl Shared {
         loop {
             if let Some(job) = state.queue.pop_front() {
                 drop(state);
-                job();
+                self.run_job(job);
                 state = self.state.lock();
-                state.running -= 1;
-                self.done.notify_all();
                 continue;
             }
             if state.stopping {
@@ -132,11 +130,17 @@ impl Shared {
     /// Runs whatever is queued on the calling thread.
     fn run_queued_here(&self) {
         loop {
+            // The lock is let go before the job runs (`run_job` takes it again).
             let Some(job) = self.state.lock().queue.pop_front() else { return };
-            job();
-            self.state.lock().running -= 1;
-            self.done.notify_all();
+            self.run_job(job);
         }
+    }
+
+    /// Runs a handed-off job and counts it done (for [`FsyncWaiters::wait_idle`]).
+    fn run_job(&self, job: Job) {
+        job();
+        self.state.lock().running -= 1;
+        self.done.notify_all();
     }
 }
 

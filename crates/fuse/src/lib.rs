@@ -56,7 +56,6 @@ pub mod options;
 mod privileges;
 mod request_stats;
 
-pub use fsync_waiters::WAITERS_MAX;
 /// The fuser crate this adapter is built on (its `Session` is what [`mount`] returns).
 pub use fuser;
 pub use request_stats::{RequestFigures, RequestStats};
@@ -402,14 +401,8 @@ impl QuillFuse {
         }
     }
 
-    /// Runs one request's handler. A panic in it must neither leave the request unanswered
-    /// (its caller would wait forever) nor let what the handler half changed commit: the
-    /// journal is aborted (the file system turns read-only, as after any error the journal
-    /// cannot undo), the reply, dropped while unwinding, answers EIO (fuser's `ReplyRaw`
-    /// answers every reply dropped unsent so), and the worker thread goes on serving. The
-    /// panic's message and backtrace are logged by the panic hook (the mounting program's);
-    /// this adds what became of the request. Locks are `parking_lot`'s, released while
-    /// unwinding and never poisoned, so later requests (reads) still run.
+    /// Runs one request's handler, counted in the request figures and under
+    /// [`Reporter::unwinding`] (a panic answers EIO and aborts the journal).
     fn guarded(&self, op: &'static str, handler: impl FnOnce()) {
         let _counted = self.requests.begin(op);
         self.report.unwinding(op, handler);
@@ -797,26 +790,21 @@ impl fuser::Filesystem for QuillFuse {
                 && mtime.is_none()
                 && ctime.is_none();
             let chown = uid.is_some() || gid.is_some() || nothing;
-            if self.kills_privileges && chown && mode.is_none() {
-                match self.fs.getattr(ino) {
-                    Ok(attr) => {
-                        let caller = privileges::Caller::of(req);
-                        if let Some(dropped) = caller.mode_after_chown(attr.mode, attr.gid) {
-                            mode = Some(dropped & 0o7777);
-                        }
-                    }
-                    Err(err) => return reply.error(self.errno(err)),
-                }
-            }
             if self.kills_privileges && (size.is_some() || chown) {
-                match self.fs.getattr(ino) {
-                    Ok(attr) if attr.mode & ext4::MODE_TYPE_MASK != ext4::MODE_DIR => {
-                        if let Err(e) = self.drop_capabilities(ino) {
-                            return reply.error(e);
-                        }
-                    }
-                    Ok(_) => {}
+                let attr = match self.fs.getattr(ino) {
+                    Ok(attr) => attr,
                     Err(err) => return reply.error(self.errno(err)),
+                };
+                if chown && mode.is_none() {
+                    let caller = privileges::Caller::of(req);
+                    if let Some(dropped) = caller.mode_after_chown(attr.mode, attr.gid) {
+                        mode = Some(dropped & 0o7777);
+                    }
+                }
+                if attr.mode & ext4::MODE_TYPE_MASK != ext4::MODE_DIR {
+                    if let Err(e) = self.drop_capabilities(ino) {
+                        return reply.error(e);
+                    }
                 }
             }
             let now = |t: &Option<TimeOrNow>| !matches!(t, Some(TimeOrNow::SpecificTime(_)));
@@ -1333,8 +1321,8 @@ impl fuser::Filesystem for QuillFuse {
     /// the command), FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (`struct fsxattr`); what each flag
     /// does is `fs::inode_flags`'s table. FS_IOC_GETVERSION (`lsattr -v`) answers the inode's
     /// generation; FS_IOC_SETVERSION is ENOTTY, as ext4 answers it with metadata_csum (the
-    /// generation seeds the inode's checksum; without metadata_csum ext4 would set it). Other ioctls are ENOTTY, as for a file system without
-    /// them.
+    /// generation seeds the inode's checksum; without metadata_csum ext4 would set it). Other
+    /// ioctls are ENOTTY, as for a file system without them.
     fn ioctl(
         &self,
         req: &Request,

@@ -68,6 +68,15 @@ pub fn parse_fsync_inline(value: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("fsync_inline={value}: expected 0 to {THREADS_MAX}"))
 }
 
+/// `killpriv=quill|kernel`: whether the kernel's FUSE client drops privileges (`kernel`).
+pub fn parse_killpriv(value: &str) -> Result<bool, String> {
+    match value {
+        "quill" => Ok(false),
+        "kernel" => Ok(true),
+        other => Err(format!("killpriv={other}: expected quill or kernel")),
+    }
+}
+
 /// `readdirplus=auto|on|off`.
 pub fn parse_readdirplus(value: &str) -> Result<crate::Readdirplus, String> {
     match value {
@@ -183,13 +192,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 settings.push((key.to_string(), value));
             }
             "threads" => spec.fuse.threads = parse_threads(need(key, value)?)?,
-            "killpriv" => {
-                spec.fuse.killpriv_in_kernel = match need(key, value)? {
-                    "quill" => false,
-                    "kernel" => true,
-                    other => return Err(format!("killpriv={other}: expected quill or kernel")),
-                };
-            }
+            "killpriv" => spec.fuse.killpriv_in_kernel = parse_killpriv(need(key, value)?)?,
             "readdirplus" => spec.fuse.readdirplus = parse_readdirplus(need(key, value)?)?,
             "writeback_cache" | "nowriteback_cache" => {
                 no_value(key, value)?;

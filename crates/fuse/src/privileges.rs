@@ -60,15 +60,11 @@ impl Caller {
     /// The mode a change by this caller leaves on a file of `mode` with group `gid`, or `None`
     /// when nothing is dropped.
     pub fn mode_after_change(&self, mode: u16, gid: u32) -> Option<u16> {
-        let regular = u32::from(mode) & libc::S_IFMT == libc::S_IFREG;
-        if !regular || self.cap_fsetid || mode & (SET_UID | SET_GID) == 0 {
+        // A caller with CAP_FSETID keeps both bits; for any other the rule is chown's.
+        if self.cap_fsetid {
             return None;
         }
-        let mut kept = mode & !SET_UID;
-        if mode & GROUP_EXEC != 0 || !self.groups.contains(&gid) {
-            kept &= !SET_GID;
-        }
-        (kept != mode).then_some(kept)
+        self.mode_after_chown(mode, gid)
     }
 
     /// The mode a chown by this caller leaves on a file of `mode` with group `gid` (the group

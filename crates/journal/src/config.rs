@@ -351,7 +351,7 @@ impl JournalConfig {
 }
 
 /// A switch's value: on/true/1 or off/false/0.
-fn on_off(name: &str, value: &str) -> Result<bool, String> {
+pub fn on_off(name: &str, value: &str) -> Result<bool, String> {
     match value {
         "on" | "true" | "1" => Ok(true),
         "off" | "false" | "0" => Ok(false),

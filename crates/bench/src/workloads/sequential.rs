@@ -17,7 +17,7 @@ use std::io;
 
 use parking_lot::Mutex;
 
-use super::{pattern, run_threads, Counters, Measured, Size, Step, WorkloadParams};
+use super::{pattern, run_threads, Measured, Size, Step, WorkloadParams};
 use crate::fsapi::{FsApi, OpenFile};
 
 /// One write or read.
@@ -71,11 +71,10 @@ pub fn read(api: &dyn FsApi, params: &WorkloadParams) -> io::Result<Measured> {
     api.mkdir("seq")?;
     let len = file_bytes(params);
     let data = pattern(CHUNK, params.seed);
-    let mut prepare = Counters::default();
     for t in 0..params.threads {
         let mut file = api.create(&path(t))?;
         for at in (0..len).step_by(CHUNK) {
-            prepare.write(&mut *file, at, &data)?;
+            file.write_at(at, &data)?;
         }
         file.fsync()?;
     }
