@@ -23,7 +23,9 @@
 //!   request threads (default [`quill_fuse::default_fsync_inline`]), and
 //!   `writeback_cache=on|off`, the kernel's FUSE writeback cache (default off), and
 //!   `killpriv=quill|kernel`, who drops set-id bits and capabilities (default quill), and
-//!   `readdirplus=auto|on|off` (default off).
+//!   `readdirplus=auto|on|off` (default off), `parallel_dirops=on|off` (default
+//!   [`quill_fuse::DEFAULT_PARALLEL_DIROPS`]), and `entry_timeout=S`, `attr_timeout=S`,
+//!   `negative_timeout=S` ([`quill_fuse::Timeouts`]).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -87,6 +89,10 @@ pub struct TargetSpec {
     pub fuse_killpriv_in_kernel: bool,
     /// quill-fuse: `readdirplus=`.
     pub fuse_readdirplus: quill_fuse::Readdirplus,
+    /// quill-fuse: `parallel_dirops=`.
+    pub fuse_parallel_dirops: bool,
+    /// quill-fuse: `entry_timeout=`, `attr_timeout=`, `negative_timeout=`.
+    pub fuse_timeouts: quill_fuse::Timeouts,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -132,6 +138,8 @@ impl TargetSpec {
             fuse_writeback_cache: false,
             fuse_killpriv_in_kernel: false,
             fuse_readdirplus: quill_fuse::Readdirplus::default(),
+            fuse_parallel_dirops: quill_fuse::DEFAULT_PARALLEL_DIROPS,
+            fuse_timeouts: quill_fuse::Timeouts::default(),
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -195,6 +203,16 @@ impl TargetSpec {
                             spec.fuse_killpriv_in_kernel =
                                 quill_fuse::options::parse_killpriv(value)
                                     .map_err(|e| format!("{text}: {e}"))?;
+                        }
+                        "entry_timeout" | "attr_timeout" | "negative_timeout"
+                            if kind == Kind::QuillFuse =>
+                        {
+                            quill_fuse::options::set_timeout(&mut spec.fuse_timeouts, key, value)
+                                .map_err(|e| format!("{text}: {e}"))?;
+                        }
+                        "parallel_dirops" if kind == Kind::QuillFuse => {
+                            spec.fuse_parallel_dirops = journal::config::on_off(key, value)
+                                .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "writeback_cache" if kind == Kind::QuillFuse => {
                             spec.fuse_writeback_cache = journal::config::on_off(key, value)
@@ -365,6 +383,8 @@ impl TargetSpec {
                 config.writeback_cache = self.fuse_writeback_cache;
                 config.killpriv_in_kernel = self.fuse_killpriv_in_kernel;
                 config.readdirplus = self.fuse_readdirplus;
+                config.parallel_dirops = self.fuse_parallel_dirops;
+                config.timeouts = self.fuse_timeouts;
                 let stats = config.request_stats.clone();
                 let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
                 quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });

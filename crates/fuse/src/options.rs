@@ -16,6 +16,8 @@
 //! | `threads=N` | FUSE worker threads |
 //! | `readdirplus=auto\|on\|off` | directory listings carry each entry's attributes (FUSE READDIRPLUS): where the kernel judges it pays, always, never (default) |
 //! | `writeback_cache`, `nowriteback_cache` | the kernel's FUSE writeback cache (default off): writes are cached by the kernel and reach quill at writeback, fsync and close |
+//! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | how long the kernel caches names, attributes and absent names, in seconds (defaults 1, 1 and 1: [`crate::Timeouts`]) |
+//! | `parallel_dirops` (default), `noparallel_dirops` | lookups and listings in one directory run at once (FUSE_PARALLEL_DIROPS), or one at a time |
 //! | `killpriv=quill\|kernel` | who drops set-id bits and file capabilities on write, truncate and chown: quill (default, FUSE_HANDLE_KILLPRIV_V2: no GETXATTR round trip before each write) or the kernel's FUSE client |
 //! | `fsync_inline=N` | the most fsyncs that wait for the journal on request threads; later ones wait on waiter threads (default: all request threads but one) |
 //! | `io=buffered\|direct\|auto` | how the image file is opened ([`blockdev::file::IoMode`]): `buffered` (default, measured faster) goes through the host page cache; `direct` bypasses it with O_DIRECT; `auto` is direct where the file system allows it |
@@ -75,6 +77,33 @@ pub fn parse_killpriv(value: &str) -> Result<bool, String> {
         "kernel" => Ok(true),
         other => Err(format!("killpriv={other}: expected quill or kernel")),
     }
+}
+
+/// The longest `entry_timeout=`, `attr_timeout=` and `negative_timeout=`, in seconds.
+pub const TIMEOUT_MAX_SECS: f64 = 86_400.0;
+
+/// `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S`: seconds, fractions allowed, 0
+/// to [`TIMEOUT_MAX_SECS`].
+pub fn parse_timeout(key: &str, value: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| (0.0..=TIMEOUT_MAX_SECS).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{key}={value}: expected seconds from 0 to {TIMEOUT_MAX_SECS}"))
+}
+
+/// Sets the timeout `key` names in `timeouts` (`entry_timeout`, `attr_timeout` or
+/// `negative_timeout`).
+pub fn set_timeout(timeouts: &mut crate::Timeouts, key: &str, value: &str) -> Result<(), String> {
+    let slot = match key {
+        "entry_timeout" => &mut timeouts.entry,
+        "attr_timeout" => &mut timeouts.attr,
+        "negative_timeout" => &mut timeouts.negative,
+        _ => return Err(format!("{key}: not a timeout")),
+    };
+    *slot = parse_timeout(key, value)?;
+    Ok(())
 }
 
 /// `readdirplus=auto|on|off`.
@@ -198,6 +227,13 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 no_value(key, value)?;
                 spec.fuse.writeback_cache = key == "writeback_cache";
             }
+            "entry_timeout" | "attr_timeout" | "negative_timeout" => {
+                set_timeout(&mut spec.fuse.timeouts, key, need(key, value)?)?;
+            }
+            "parallel_dirops" | "noparallel_dirops" => {
+                no_value(key, value)?;
+                spec.fuse.parallel_dirops = key == "parallel_dirops";
+            }
             "fsync_inline" => {
                 spec.fuse.fsync_inline = Some(parse_fsync_inline(need(key, value)?)?);
             }
@@ -320,6 +356,30 @@ mod tests {
         // Later wins.
         assert!(!parse(&["ro,rw"], false).unwrap().fs.read_only);
         assert_eq!(parse(&["data=writeback"], false).unwrap().fs.data, fs::DataMode::Writeback);
+    }
+
+    #[test]
+    fn timeouts_and_parallel_dirops_reach_the_fuse_config() {
+        let spec = parse::<&str>(&[], false).unwrap();
+        assert_eq!(spec.fuse.timeouts, crate::Timeouts::default());
+        assert_eq!(spec.fuse.parallel_dirops, crate::DEFAULT_PARALLEL_DIROPS);
+        let spec = parse(
+            &["entry_timeout=60,attr_timeout=0.5,negative_timeout=2", "parallel_dirops"],
+            false,
+        )
+        .unwrap();
+        assert_eq!(spec.fuse.timeouts.entry, Duration::from_secs(60));
+        assert_eq!(spec.fuse.timeouts.attr, Duration::from_millis(500));
+        assert_eq!(spec.fuse.timeouts.negative, Duration::from_secs(2));
+        assert!(spec.fuse.parallel_dirops);
+        assert!(
+            !parse(&["parallel_dirops,noparallel_dirops"], false).unwrap().fuse.parallel_dirops
+        );
+        for bad in ["attr_timeout=-1", "entry_timeout=1e9", "negative_timeout=soon"] {
+            let err = parse(&[bad], false).unwrap_err();
+            assert!(err.contains(bad), "{bad}: {err}");
+        }
+        assert!(parse(&["parallel_dirops=1"], false).is_err());
     }
 
     #[test]
