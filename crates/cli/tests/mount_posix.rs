@@ -176,6 +176,83 @@ fn readdirplus_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// What each name shows through stat(2) (mode, links, size, or absent), through a
+/// mode-only statx (coreutils' `stat -c %a` asks for STATX_MODE alone, which the kernel's
+/// FUSE client answers from its cache unless it dropped the mode), and `user.tag`.
+fn observe(dir: &Path, names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|name| {
+            let p = dir.join(name);
+            // The mode alone first: a full stat would refresh it whenever the size or times
+            // are stale.
+            let mode_only = Command::new("stat").arg("-c").arg("%a").arg(&p).output().unwrap();
+            let seen = match fs::symlink_metadata(&p) {
+                Ok(m) => format!("{:o} {} {}", m.mode(), m.nlink(), m.size()),
+                Err(e) => format!("absent ({:?})", e.kind()),
+            };
+            let tag = Command::new("getfattr")
+                .args(["--only-values", "-n", "user.tag"])
+                .arg(&p)
+                .output()
+                .unwrap();
+            let line = format!(
+                "{name}: {seen}; mode-only {}; tag {}",
+                String::from_utf8_lossy(&mode_only.stdout).trim(),
+                String::from_utf8_lossy(&tag.stdout).trim()
+            );
+            line.trim_end().to_string()
+        })
+        .collect()
+}
+
+/// Every change made through one name or descriptor, seen at once through the others: each
+/// step first looks at every name (so the kernel caches them, absent names too), makes one
+/// change, and looks again. Run with long entry, attribute and negative timeouts, nothing
+/// may show what a cache held before the change.
+fn coherence_outcomes(dir: &Path) -> Vec<String> {
+    let names = ["a", "b", "x", "y", "suid", "sub", "sub/inner"];
+    fs::write(dir.join("x"), b"twice named").unwrap();
+    fs::hard_link(dir.join("x"), dir.join("y")).unwrap();
+    fs::create_dir(dir.join("sub")).unwrap();
+    fs::write(dir.join("suid"), vec![7u8; 100]).unwrap();
+    fs::set_permissions(dir.join("suid"), fs::Permissions::from_mode(0o4757)).unwrap();
+    let held = OpenOptions::new().read(true).write(true).open(dir.join("x")).unwrap();
+    let mut out = Vec::new();
+    let mut step = |what: &str, change: &dyn Fn()| {
+        observe(dir, &names);
+        change();
+        out.push(format!("after {what}:"));
+        out.extend(observe(dir, &names));
+    };
+    step("a create of a name looked up before", &|| fs::write(dir.join("a"), b"new").unwrap());
+    step("a rename", &|| fs::rename(dir.join("a"), dir.join("b")).unwrap());
+    step("an unlink of one of two names", &|| fs::remove_file(dir.join("x")).unwrap());
+    step("a chmod through a descriptor", &|| {
+        held.set_permissions(fs::Permissions::from_mode(0o640)).unwrap()
+    });
+    step("a truncate through a descriptor", &|| held.set_len(5).unwrap());
+    step("an xattr set through another name", &|| {
+        let set =
+            run(Command::new("setfattr").args(["-n", "user.tag", "-v", "t1"]).arg(dir.join("y")));
+        assert!(set.status.success());
+    });
+    step("an xattr removed", &|| {
+        let removed = run(Command::new("setfattr").args(["-x", "user.tag"]).arg(dir.join("y")));
+        assert!(removed.status.success());
+    });
+    step("a write by a caller who drops set-user-ID", &|| {
+        assert!(as_nobody(NOBODY, &format!("printf x >> {}", dir.join("suid").display())));
+    });
+    step("a mkdir and a rename over its name", &|| {
+        fs::create_dir(dir.join("sub/inner")).unwrap();
+        fs::remove_dir(dir.join("sub/inner")).unwrap();
+        fs::write(dir.join("sub/inner"), b"file now").unwrap();
+    });
+    step("an unlink of a name looked up before", &|| fs::remove_file(dir.join("b")).unwrap());
+    out
+}
+
 /// Whether reading (or listing) changed the access time, step by step, for a file and a
 /// directory whose times are set back first.
 fn atime_outcomes(dir: &Path) -> BTreeMap<String, bool> {
@@ -770,6 +847,31 @@ fn chown_and_file_capabilities_drop_as_on_the_kernels_ext4() {
     assert_has_lines(
         &got,
         &["write: dropped", "truncate: dropped", "chown: dropped", "chmod: kept", "read: kept"],
+    );
+}
+
+/// Long entry, attribute and negative timeouts (60 s each) show every change at once, as the
+/// kernel's ext4 does: creates over absent names, renames, unlinks, chmod and truncate through
+/// a descriptor, xattrs through another name, set-user-ID dropped by a write (looked at
+/// through a mode-only statx, which the kernel answers from its cache when it can), a
+/// directory replaced by a file.
+#[test]
+fn with_long_timeouts_every_change_is_seen_at_once_as_on_the_kernels_ext4() {
+    let test = "with_long_timeouts_every_change_is_seen_at_once_as_on_the_kernels_ext4";
+    if !ready(test, &["setpriv", "mount", "setfattr", "getfattr", "stat"]) {
+        return;
+    }
+    let long = "entry_timeout=60,attr_timeout=60,negative_timeout=60";
+    let got = same_on_kernel_and_quill(test, "", long, coherence_outcomes);
+    assert_has_lines(
+        &got,
+        &[
+            "a: 100644 1 3; mode-only 644; tag",
+            "x: absent (NotFound); mode-only ; tag",
+            "y: 100640 1 5; mode-only 640; tag t1",
+            "suid: 100757 1 101; mode-only 757; tag",
+            "sub/inner: 100644 1 8; mode-only 644; tag",
+        ],
     );
 }
 
