@@ -125,6 +125,9 @@ impl Plan {
                 Some("dbench is a program: it runs on mounted targets only".to_string())
             }
             Workload::Dbench => dbench.clone().err(),
+            Workload::Fsx if !target.is_mounted() => {
+                Some("fsx maps files and calls fallocate: it runs on mounted targets only".into())
+            }
             Workload::Recovery if matches!(target.kind, Kind::Dir(_)) => {
                 Some("a directory has no image to crash".to_string())
             }

@@ -28,6 +28,9 @@ Workloads:
   fsync-under-load  80 KiB write+fsync against a background writer (fsync p99)
   seq-write         1 GiB over the threads' own files in 1 MiB writes, fsync at the end (MB/s)
   seq-read          the same files read back in 1 MiB reads after dropping the caches (MB/s)
+  fsx               xfstests fsx's default mix on a 256 KiB file per thread (read, write, mapped,
+                    truncate, fallocate modes, copy_file_range, fsync), every read checked;
+                    mounted targets only (ops/s)
   recovery          fill the journal, crash, time the replay (seconds)
 
 Targets (options after a colon, comma-separated):
@@ -129,7 +132,12 @@ pub struct FsBenchArgs {
 /// `quill bench --recovery-study WORKLOAD`: see `bench::recovery_study`.
 fn run_recovery_study(args: &FsBenchArgs, workload: &str) -> Result<()> {
     let workload = Workload::parse(workload)
-        .filter(|w| !matches!(w, Workload::Recovery | Workload::Dbench | Workload::FsyncUnderLoad))
+        .filter(|w| {
+            !matches!(
+                w,
+                Workload::Recovery | Workload::Dbench | Workload::Fsx | Workload::FsyncUnderLoad
+            )
+        })
         .with_context(|| format!("--recovery-study {workload}: expected a workload that runs in-process, e.g. tokubench or randwrite-fsync"))?;
     let data = match args.study_data.as_str() {
         "ordered" => fs::DataMode::Ordered,

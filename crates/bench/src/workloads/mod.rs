@@ -4,6 +4,7 @@
 //!
 //! - [`varmail`]: filebench varmail (shared and per-thread directories), metadata and fsync.
 //! - [`dbench`]: the dbench program on mounted targets.
+//! - [`fsx`]: xfstests' fsx operation mix on mounted targets, every read checked.
 //! - [`oltp`]: redo-log appends with fdatasync and table growth.
 //! - [`tokubench`]: small-file creates over a wide tree, no fsync.
 //! - [`randwrite`]: sysbench's random overwrites with an fsync each.
@@ -28,6 +29,7 @@ use crate::fsapi::{FsApi, OpenFile};
 
 pub mod dbench;
 pub mod fileserver;
+pub mod fsx;
 pub mod fsync_load;
 pub mod oltp;
 pub mod randwrite;
@@ -48,12 +50,13 @@ pub enum Workload {
     FsyncUnderLoad,
     SeqWrite,
     SeqRead,
+    Fsx,
     /// Fill the journal, crash, time the replay (see `recovery.rs`; not an [`FsApi`] workload).
     Recovery,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 11] = [
+    pub const ALL: [Workload; 12] = [
         Workload::VarmailShared,
         Workload::VarmailSplit,
         Workload::Dbench,
@@ -64,6 +67,7 @@ impl Workload {
         Workload::FsyncUnderLoad,
         Workload::SeqWrite,
         Workload::SeqRead,
+        Workload::Fsx,
         Workload::Recovery,
     ];
 
@@ -79,6 +83,7 @@ impl Workload {
             Workload::FsyncUnderLoad => "fsync-under-load",
             Workload::SeqWrite => "seq-write",
             Workload::SeqRead => "seq-read",
+            Workload::Fsx => "fsx",
             Workload::Recovery => "recovery",
         }
     }
@@ -91,6 +96,7 @@ impl Workload {
     pub fn threads_meaning(self) -> &'static str {
         match self {
             Workload::Dbench => "dbench clients",
+            Workload::Fsx => "exercisers, each on its own file",
             Workload::FsyncUnderLoad => "ignored: one fsync thread, one background writer",
             Workload::Recovery => "ignored: replay threads come from the target's settings",
             _ => "worker threads",
@@ -100,7 +106,10 @@ impl Workload {
     /// Whether the workload can run open loop ([`WorkloadParams::arrival_rate`]): dbench paces
     /// itself, fsync-under-load is one fsync thread against a writer, recovery is a replay.
     pub fn runs_open_loop(self) -> bool {
-        !matches!(self, Workload::Dbench | Workload::FsyncUnderLoad | Workload::Recovery)
+        !matches!(
+            self,
+            Workload::Dbench | Workload::Fsx | Workload::FsyncUnderLoad | Workload::Recovery
+        )
     }
 
     /// The name a run is reported under: the workload's, with `@<rate>/s` for an open-loop
@@ -393,6 +402,13 @@ pub fn run(
             None => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "dbench runs on mounted targets only",
+            )),
+        },
+        Workload::Fsx => match mounted {
+            Some(dir) => fsx::run(dir, params),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "fsx maps files: it runs on mounted targets only",
             )),
         },
         Workload::OltpInsert => oltp::run(api, params),
