@@ -176,6 +176,53 @@ fn readdirplus_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Eight threads at once in one directory of 200 files: each looks up every existing name
+/// and as many absent ones, lists the directory, creates 100 names of its own and removes
+/// every other one. What each thread saw (wrong lookups, whether every listing held the
+/// 200 files and its own newest name) and the directory at the end.
+fn concurrent_directory_outcomes(dir: &Path) -> Vec<String> {
+    let shared = dir.join("shared");
+    fs::create_dir(&shared).unwrap();
+    for i in 0..200 {
+        fs::write(shared.join(format!("f{i}")), vec![b'x'; i]).unwrap();
+    }
+    let mut out: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|t| {
+                let shared = &shared;
+                scope.spawn(move || {
+                    let (mut wrong, mut whole) = (0, true);
+                    for i in 0..100 {
+                        wrong += usize::from(fs::metadata(shared.join(format!("f{i}"))).is_err());
+                        let absent = shared.join(format!("absent-{t}-{i}"));
+                        wrong += usize::from(fs::metadata(absent).is_ok());
+                        let mine = shared.join(format!("t{t}-{i}"));
+                        fs::write(&mine, b"mine").unwrap();
+                        if i % 10 == 0 {
+                            // The 200 files and this thread's name just made, whatever the
+                            // others are doing.
+                            let names: Vec<_> = fs::read_dir(shared)
+                                .unwrap()
+                                .map(|e| e.unwrap().file_name())
+                                .collect();
+                            let newest = format!("t{t}-{i}");
+                            whole &= names.len() > 200
+                                && names.iter().any(|n| n.to_str() == Some(newest.as_str()));
+                        }
+                        if i % 2 == 1 {
+                            fs::remove_file(&mine).unwrap();
+                        }
+                    }
+                    format!("thread {t}: {wrong} wrong lookups, every listing whole: {whole}")
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    out.extend(listing(&shared));
+    out
+}
+
 /// What each name shows through stat(2) (mode, links, size, or absent), through a
 /// mode-only statx (coreutils' `stat -c %a` asks for STATX_MODE alone, which the kernel's
 /// FUSE client answers from its cache unless it dropped the mode), and `user.tag`.
@@ -873,6 +920,28 @@ fn with_long_timeouts_every_change_is_seen_at_once_as_on_the_kernels_ext4() {
             "sub/inner: 100644 1 8; mode-only 644; tag",
         ],
     );
+}
+
+/// Lookups and listings in one directory at once (`parallel_dirops`, FUSE_PARALLEL_DIROPS),
+/// racing creates and unlinks from eight threads: every lookup right, every listing whole,
+/// the same directory at the end as on the kernel's ext4, the image clean.
+#[test]
+fn parallel_directory_operations_race_as_on_the_kernels_ext4() {
+    let test = "parallel_directory_operations_race_as_on_the_kernels_ext4";
+    if !ready(test, &["mount"]) {
+        return;
+    }
+    let got = same_on_kernel_and_quill(test, "", "parallel_dirops", concurrent_directory_outcomes);
+    assert_has_lines(
+        &got,
+        &[
+            "thread 0: 0 wrong lookups, every listing whole: true",
+            "thread 7: 0 wrong lookups, every listing whole: true",
+            "t7-98 100644 4 1",
+            "f199 100644 199 1",
+        ],
+    );
+    assert_eq!(got.iter().filter(|l| l.starts_with('t')).count(), 8 + 8 * 50, "{got:#?}");
 }
 
 /// READDIRPLUS (`readdirplus=on`): listings, and listings after every kind of change, as on
