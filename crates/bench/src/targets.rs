@@ -25,7 +25,8 @@
 //!   `killpriv=quill|kernel`, who drops set-id bits and capabilities (default quill), and
 //!   `readdirplus=auto|on|off` (default off), `parallel_dirops=on|off` (default
 //!   [`quill_fuse::DEFAULT_PARALLEL_DIROPS`]), and `entry_timeout=S`, `attr_timeout=S`,
-//!   `negative_timeout=S` ([`quill_fuse::Timeouts`]).
+//!   `negative_timeout=S` ([`quill_fuse::Timeouts`]), and `read_ahead_kb=N` (default
+//!   [`quill_fuse::read_ahead::DEFAULT_READ_AHEAD_KB`]).
 //! - `kernel-ext4`: `fast_commit` (mkfs.ext4 -O fast_commit); every other option goes to
 //!   `mount -o` (`data=journal`, `journal_async_commit`, …).
 //! - `fuse2fs`: options go to `fuse2fs -o`.
@@ -93,6 +94,8 @@ pub struct TargetSpec {
     pub fuse_parallel_dirops: bool,
     /// quill-fuse: `entry_timeout=`, `attr_timeout=`, `negative_timeout=`.
     pub fuse_timeouts: quill_fuse::Timeouts,
+    /// quill-fuse: `read_ahead_kb=`.
+    pub fuse_read_ahead_kb: u32,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -140,6 +143,7 @@ impl TargetSpec {
             fuse_readdirplus: quill_fuse::Readdirplus::default(),
             fuse_parallel_dirops: quill_fuse::DEFAULT_PARALLEL_DIROPS,
             fuse_timeouts: quill_fuse::Timeouts::default(),
+            fuse_read_ahead_kb: quill_fuse::read_ahead::DEFAULT_READ_AHEAD_KB,
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -209,6 +213,11 @@ impl TargetSpec {
                         {
                             quill_fuse::options::set_timeout(&mut spec.fuse_timeouts, key, value)
                                 .map_err(|e| format!("{text}: {e}"))?;
+                        }
+                        "read_ahead_kb" if kind == Kind::QuillFuse => {
+                            spec.fuse_read_ahead_kb =
+                                quill_fuse::options::parse_read_ahead_kb(value)
+                                    .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "parallel_dirops" if kind == Kind::QuillFuse => {
                             spec.fuse_parallel_dirops = journal::config::on_off(key, value)
@@ -385,6 +394,7 @@ impl TargetSpec {
                 config.readdirplus = self.fuse_readdirplus;
                 config.parallel_dirops = self.fuse_parallel_dirops;
                 config.timeouts = self.fuse_timeouts;
+                config.read_ahead_kb = self.fuse_read_ahead_kb;
                 let stats = config.request_stats.clone();
                 let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
                 quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });

@@ -54,6 +54,7 @@ use parking_lot::Mutex;
 mod fsync_waiters;
 pub mod options;
 mod privileges;
+pub mod read_ahead;
 mod request_stats;
 
 /// The fuser crate this adapter is built on (its `Session` is what [`mount`] returns).
@@ -125,6 +126,9 @@ pub struct MountConfig {
     pub readdirplus: Readdirplus,
     /// How long the kernel caches names, attributes and absent names ([`Timeouts`]).
     pub timeouts: Timeouts,
+    /// The mount's readahead window in KiB, set once it is live (`read_ahead.rs`); 0 leaves
+    /// the kernel's (128 KiB).
+    pub read_ahead_kb: u32,
     /// Lookups and listings in one directory run at once (FUSE_PARALLEL_DIROPS) instead of
     /// one at a time, which the kernel's FUSE client otherwise enforces with a lock per
     /// directory (see [`DEFAULT_PARALLEL_DIROPS`]).
@@ -169,6 +173,7 @@ impl Default for MountConfig {
             killpriv_in_kernel: false,
             readdirplus: Readdirplus::default(),
             timeouts: Timeouts::default(),
+            read_ahead_kb: read_ahead::DEFAULT_READ_AHEAD_KB,
             parallel_dirops: DEFAULT_PARALLEL_DIROPS,
             allow_other: false,
             read_only: false,
@@ -263,7 +268,18 @@ pub fn mount(
     adapter.timeouts = config.timeouts;
     adapter.requests = config.request_stats.clone();
     adapter.test_trigger = config.test_trigger.clone();
-    Session::new(adapter, mountpoint, &fuse_config)
+    // Resolved now: once mounted, resolving it would ask this session, which serves nothing
+    // until it runs.
+    let resolved = read_ahead::canonical_mountpoint(mountpoint);
+    let session = Session::new(adapter, mountpoint, &fuse_config)?;
+    if config.read_ahead_kb > 0 {
+        let set = resolved.and_then(|at| read_ahead::set(&at, config.read_ahead_kb));
+        if let Err(err) = set {
+            // Root only (sysfs); the mount works either way, with the kernel's window.
+            log::warn!("readahead left at the kernel's default: {err}");
+        }
+    }
+    Ok(session)
 }
 
 /// Unmounts the file system cleanly once the FUSE session is over (every clone of the `Arc`

@@ -17,6 +17,7 @@
 //! | `readdirplus=auto\|on\|off` | directory listings carry each entry's attributes (FUSE READDIRPLUS): where the kernel judges it pays, always, never (default) |
 //! | `writeback_cache`, `nowriteback_cache` | the kernel's FUSE writeback cache (default off): writes are cached by the kernel and reach quill at writeback, fsync and close |
 //! | `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S` | how long the kernel caches names, attributes and absent names, in seconds (defaults 1, 1 and 1: [`crate::Timeouts`]) |
+//! | `read_ahead_kb=N` | the mount's readahead window in KiB (default [`crate::read_ahead::DEFAULT_READ_AHEAD_KB`]; 0: the kernel's 128), set through sysfs once mounted (root only) |
 //! | `parallel_dirops` (default), `noparallel_dirops` | lookups and listings in one directory run at once (FUSE_PARALLEL_DIROPS), or one at a time |
 //! | `killpriv=quill\|kernel` | who drops set-id bits and file capabilities on write, truncate and chown: quill (default, FUSE_HANDLE_KILLPRIV_V2: no GETXATTR round trip before each write) or the kernel's FUSE client |
 //! | `fsync_inline=N` | the most fsyncs that wait for the journal on request threads; later ones wait on waiter threads (default: all request threads but one) |
@@ -104,6 +105,17 @@ pub fn set_timeout(timeouts: &mut crate::Timeouts, key: &str, value: &str) -> Re
     };
     *slot = parse_timeout(key, value)?;
     Ok(())
+}
+
+/// `read_ahead_kb=N`: the mount's readahead window, 0 (the kernel's) to
+/// [`crate::read_ahead::READ_AHEAD_KB_MAX`].
+pub fn parse_read_ahead_kb(value: &str) -> Result<u32, String> {
+    let max = crate::read_ahead::READ_AHEAD_KB_MAX;
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n <= max)
+        .ok_or_else(|| format!("read_ahead_kb={value}: expected 0 to {max}"))
 }
 
 /// `readdirplus=auto|on|off`.
@@ -227,6 +239,7 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 no_value(key, value)?;
                 spec.fuse.writeback_cache = key == "writeback_cache";
             }
+            "read_ahead_kb" => spec.fuse.read_ahead_kb = parse_read_ahead_kb(need(key, value)?)?,
             "entry_timeout" | "attr_timeout" | "negative_timeout" => {
                 set_timeout(&mut spec.fuse.timeouts, key, need(key, value)?)?;
             }
@@ -380,6 +393,10 @@ mod tests {
             assert!(err.contains(bad), "{bad}: {err}");
         }
         assert!(parse(&["parallel_dirops=1"], false).is_err());
+        assert_eq!(spec.fuse.read_ahead_kb, crate::read_ahead::DEFAULT_READ_AHEAD_KB);
+        assert_eq!(parse(&["read_ahead_kb=0"], false).unwrap().fuse.read_ahead_kb, 0);
+        let err = parse(&["read_ahead_kb=2000000"], false).unwrap_err();
+        assert!(err.contains("read_ahead_kb=2000000"), "{err}");
     }
 
     #[test]

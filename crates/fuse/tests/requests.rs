@@ -347,3 +347,42 @@ fn a_readdirplus_listing_answers_the_stats_that_follow_it() {
         });
     }
 }
+
+/// `read_ahead_kb`: with a 1 MiB readahead window (the default) a sequential read of a file
+/// reaches quill in at most a quarter of the READs the kernel's 128 KiB window takes.
+#[test]
+fn a_larger_readahead_window_reads_a_file_in_fewer_requests() {
+    if !can_mount("FUSE readahead window") {
+        return;
+    }
+    let bytes = 8usize << 20;
+    let reads_with = |read_ahead_kb: u32| {
+        let reads = std::sync::Mutex::new(0);
+        let config = quill_fuse::MountConfig { read_ahead_kb, ..Default::default() };
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        with_mount_on(dev, fs::MountOptions::default(), config, |mnt, stats| {
+            let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+            std::fs::write(mnt.join("f"), &data).unwrap();
+            // A fresh open drops the file's cached pages (no FOPEN_KEEP_CACHE under
+            // relatime), so every byte comes through READ requests.
+            let before = requests(stats, "read");
+            let mut got = Vec::new();
+            let mut file = std::fs::File::open(mnt.join("f")).unwrap();
+            let mut chunk = vec![0u8; 1 << 20];
+            loop {
+                let n = std::io::Read::read(&mut file, &mut chunk).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&chunk[..n]);
+            }
+            assert!(got == data, "the file reads back as written");
+            *reads.lock().unwrap() = requests(stats, "read") - before;
+        });
+        reads.into_inner().unwrap()
+    };
+    let (large, kernels) = (reads_with(1024), reads_with(0));
+    println!("READ requests for 8 MiB: {large} with a 1 MiB window, {kernels} with 128 KiB");
+    assert!(kernels >= 64, "the kernel's window is 128 KiB: {kernels} READs");
+    assert!(large * 4 <= kernels, "{large} READs with 1 MiB against {kernels} with 128 KiB");
+}
