@@ -191,7 +191,7 @@ impl Filesystem {
             }
             // Read from disk up to the next cached page.
             let cached_next = data.cache.pages.range(lblk..).next().map(|(&next, _)| next);
-            let lookup = extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)
+            let lookup = crate::indirect::lookup_inode(&mut io, &ectx, &data.inode, lblk)
                 .map_err(|e| self.check_fs_error(ino, e))?;
             let (run_blocks, pblk) = match lookup {
                 Lookup::Mapped { pblk, len: run, unwritten: false } => (u64::from(run), Some(pblk)),
@@ -278,6 +278,7 @@ impl Filesystem {
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_mutable(&data.inode)?;
+        check_extent_mapped(ino, &data.inode)?;
         if data.inode.flags & iflags::APPEND_FL != 0 && offset != data.size() {
             // The kernel moves an append-only file's writes to its end (IS_APPEND in
             // generic_write_checks); a caller of the library names the offset itself.
@@ -549,6 +550,7 @@ impl Filesystem {
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_unpinned(&data.inode)?;
+        check_extent_mapped(ino, &data.inode)?;
         if size == 0 {
             data.flush_on_close = true;
         }
@@ -754,6 +756,7 @@ impl Filesystem {
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_mutable(&data.inode)?;
+        check_extent_mapped(ino, &data.inode)?;
         if !matches!(mode, FallocateMode::Allocate | FallocateMode::KeepSize) {
             // vfs_fallocate: an append-only file may only grow.
             inode_flags::check_unpinned(&data.inode)?;
@@ -906,6 +909,32 @@ fn touch_mtime_ctime(inode: &mut ext4::Inode) {
     let t = now();
     inode.mtime = t;
     inode.ctime = t;
+}
+
+/// Refuses to change the data of a file that maps its blocks indirectly (no extents flag:
+/// made on ext2/ext3, kept by an image converted to ext4): quill reads such files
+/// (`indirect.rs`) but maps blocks by extents only. Refused before anything changes, as
+/// EOPNOTSUPP, so the file system goes on (it is not damage).
+pub(crate) fn check_extent_mapped(ino: u32, inode: &ext4::Inode) -> Result<()> {
+    if inode.uses_extents() {
+        return Ok(());
+    }
+    Err(FsError::Unsupported(format!(
+        "inode {ino} maps its blocks indirectly (no extents flag); quill cannot change its data yet"
+    )))
+}
+
+/// Refuses to add a name to a directory that maps its blocks indirectly: the name might need
+/// a new block, which quill cannot map there, and a create finds that out only half way
+/// through its transaction. Refused before anything changes, as EOPNOTSUPP.
+pub(crate) fn check_dir_can_grow(ino: u32, inode: &ext4::Inode) -> Result<()> {
+    if inode.uses_extents() {
+        return Ok(());
+    }
+    Err(FsError::Unsupported(format!(
+        "directory inode {ino} maps its blocks indirectly (no extents flag); quill cannot add \
+         names to it yet"
+    )))
 }
 
 /// Why inode `ino` cannot have its blocks freed by quill: it has no extents flag and is a

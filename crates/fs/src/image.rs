@@ -157,13 +157,30 @@ impl Ext4Image {
         })
     }
 
-    /// The extents of inode `ino`, in logical order, from its whole extent tree.
+    /// The extents of inode `ino`, in logical order, from its whole extent tree; for an inode
+    /// that maps its blocks indirectly, its mapped runs up to `i_size` as extents (none
+    /// unwritten, none longer than an extent can be).
     pub fn extents(&self, ino: u32, inode: &Inode) -> Result<Vec<Extent>, FsError> {
         let root_block = self.inode_location(ino)?.block;
         if !inode.uses_extents() {
-            return Err(FsError::Unsupported(format!(
-                "inode {ino} maps its blocks indirectly (no extents flag)"
-            )));
+            let len_blocks = inode.size.div_ceil(u64::from(self.block_size()));
+            let len_blocks = u32::try_from(len_blocks).unwrap_or(u32::MAX);
+            let ctx = crate::extent_tree::ExtentCtx {
+                ino,
+                inode_block: root_block,
+                csum_seed: None,
+                goal: 0,
+            };
+            let runs = crate::indirect::runs(&mut ImageIo(self), &ctx, &inode.block, len_blocks)?;
+            let mut extents = Vec::new();
+            for (logical, start, len) in runs {
+                for part in (0..len).step_by(ondisk::ext4::EXTENT_LEN_INIT_MAX as usize) {
+                    let take = (len - part).min(ondisk::ext4::EXTENT_LEN_INIT_MAX);
+                    let (logical, start) = (logical + part, start + u64::from(part));
+                    extents.push(Extent { logical, len: take, start, unwritten: false });
+                }
+            }
+            return Ok(extents);
         }
         let (header, entries) =
             ext4::parse_extent_node(&inode.block).map_err(FsError::at_block(root_block))?;
@@ -209,12 +226,6 @@ impl Ext4Image {
                     inode.mode, inode.links_count
                 ),
             ));
-        }
-        if !inode.uses_extents() {
-            return Err(FsError::Unsupported(format!(
-                "journal inode {ino} maps its blocks indirectly; only extent-mapped journals are \
-                 supported"
-            )));
         }
         let len_blocks = inode.size / u64::from(sb.block_size());
         let len_blocks = match u32::try_from(len_blocks) {
@@ -379,6 +390,39 @@ impl Ext4Image {
 const LOGICAL_END: u64 = 1 << 32;
 
 /// State of one extent-tree walk.
+/// Block reads from the image for the indirect walker (`indirect.rs`), which changes nothing.
+struct ImageIo<'a>(&'a Ext4Image);
+
+impl crate::meta_io::MetaIo for ImageIo<'_> {
+    fn block_size(&self) -> usize {
+        self.0.block_size() as usize
+    }
+
+    fn blocks_count(&self) -> u64 {
+        self.0.superblock.blocks_count
+    }
+
+    fn read_meta(&mut self, block: u64) -> Result<Vec<u8>, FsError> {
+        self.0.read_block(block)
+    }
+
+    fn write_meta(&mut self, block: u64, _: &[u8]) -> Result<(), FsError> {
+        Err(FsError::Invalid(format!("reading an image tried to change block {block}")))
+    }
+
+    fn alloc_meta_block(&mut self, _: u64) -> Result<u64, FsError> {
+        Err(FsError::Invalid("reading an image tried to allocate a block".into()))
+    }
+
+    fn free_meta_block(&mut self, block: u64) -> Result<(), FsError> {
+        Err(FsError::Invalid(format!("reading an image tried to free block {block}")))
+    }
+
+    fn free_data_blocks(&mut self, start: u64, _: u64) -> Result<(), FsError> {
+        Err(FsError::Invalid(format!("reading an image tried to free block {start}")))
+    }
+}
+
 struct ExtentWalk<'a> {
     image: &'a Ext4Image,
     ino: u32,

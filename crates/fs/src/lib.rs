@@ -28,6 +28,7 @@ pub mod dir;
 pub mod error;
 pub mod extent_tree;
 pub mod image;
+pub mod indirect;
 pub mod meta_io;
 pub mod mkfs;
 pub mod xattr;
