@@ -199,8 +199,16 @@ impl Filesystem {
         let image = Ext4Image::open(dev.clone())?;
         let sb = image.superblock().clone();
         check_features(&sb, options.read_only)?;
-        let location = image.journal_location()?;
+        // A file system without a journal (ext2, ext4 -O ^has_journal) opens read-only only
+        // (check_features), with a journal that has no log.
+        let location = if sb.has_journal() { Some(image.journal_location()?) } else { None };
         let needs_recovery = sb.needs_recovery();
+        if needs_recovery && location.is_none() {
+            return Err(FsError::corrupted(
+                sb.superblock_block(),
+                "needs_recovery is set but the file system has no journal",
+            ));
+        }
         drop(image);
         // A read-only open writes nothing to `dev`: a journal that needs replaying is replayed
         // into an in-memory overlay (as fuse2fs does; the kernel would write the device), so
@@ -235,7 +243,8 @@ impl Filesystem {
             // ext4_clear_journal_err: an aborted journal recorded its errno (quill's or the
             // kernel's); the file system is marked as having errors, for e2fsck's full check,
             // before the journal forgets it.
-            let recorded_errno = journal::superblock::read_superblock(&*dev, &location)?.errno;
+            let location = location.as_ref().expect("a writable file system has a journal");
+            let recorded_errno = journal::superblock::read_superblock(&*dev, location)?.errno;
             if recorded_errno != 0 {
                 sb.state |= ext4::STATE_ERROR_FS;
             }
@@ -254,7 +263,7 @@ impl Filesystem {
             dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
             dev.flush()?;
             if recorded_errno != 0 {
-                journal::superblock::clear_errno(&*dev, &location)?;
+                journal::superblock::clear_errno(&*dev, location)?;
             }
         }
         // The journal superblock naming a live log start is written by the first commit, so
@@ -271,10 +280,12 @@ impl Filesystem {
         // and each counts as a fallback for that reason (fsync_journal.rs).
         let mut journal_config = options.journal.clone();
         journal_config.fsync_journal &= sb.feature_compat & feature::COMPAT_FAST_COMMIT != 0;
-        let journal = if options.read_only {
-            Journal::open_read_only(dev.clone(), location, journal_config)?
-        } else {
-            Journal::open(dev.clone(), location, journal_config)?
+        let journal = match location {
+            None => Journal::without_log_read_only(dev.clone(), sb.block_size(), journal_config)?,
+            Some(location) if options.read_only => {
+                Journal::open_read_only(dev.clone(), location, journal_config)?
+            }
+            Some(location) => Journal::open(dev.clone(), location, journal_config)?,
         };
         let block_size = u64::from(sb.block_size());
         journal.set_cache_limit((options.metadata_cache_bytes / block_size).max(64) as usize);
@@ -565,7 +576,9 @@ pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
     }
     if !sb.has_journal() {
         return Err(FsError::Unsupported(
-            "cannot write a file system without a journal (has_journal is off)".into(),
+            "cannot write a file system without a journal (has_journal is off; open it \
+             read-only)"
+                .into(),
         ));
     }
     if sb.feature_incompat & feature::INCOMPAT_EXTENTS == 0 {

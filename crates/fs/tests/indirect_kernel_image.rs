@@ -5,8 +5,8 @@
 //! feature; and on the image converted to ext4 (`tune2fs -O extents`, which leaves the old
 //! files indirect) quill refuses every change to the old files and directories with
 //! EOPNOTSUPP before changing anything, and stays writable, the image e2fsck-clean and still
-//! what the kernel wrote. Needs root, loop devices and e2fsprogs; skips with a printed reason
-//! otherwise.
+//! what the kernel wrote. ext2 and ext4 made without a journal read the same way, read-only.
+//! Needs root, loop devices and e2fsprogs; skips with a printed reason otherwise.
 
 mod common;
 
@@ -79,6 +79,45 @@ fn a_tree_the_kernel_writes_on_ext3_reads_identically_in_quill() {
         assert!(double != 0, "{label}: the 5 MiB file reaches its double-indirect block");
         let seen = quill_tree(&fs);
         compare(&expected, &seen);
+        fs.unmount().unwrap();
+        assert_fsck_clean(&image);
+        println!("{label}: {} paths identical in quill", expected.len());
+    }
+}
+
+/// ext2 (indirect-mapped, no journal) and ext4 made without a journal (extent-mapped): a
+/// tree the kernel writes reads identically in quill opened read-only (with a journal that
+/// has no log); a read-write open is refused, naming the missing journal.
+#[test]
+fn without_a_journal_ext2_and_ext4_read_identically_read_only() {
+    let test = "no_journal_kernel_to_quill";
+    if !can_loop_mount(test) {
+        return;
+    }
+    let kinds: [(&str, &[&str]); 2] = [
+        ("ext2", &["-t", "ext2", "-b", "1024"]),
+        ("ext4-no-journal", &["-O", "^has_journal", "-b", "4096"]),
+    ];
+    for (label, mkfs_options) in kinds {
+        let scratch = Scratch::new(&format!("no-journal-{label}"));
+        let image = scratch.path("fs.img");
+        mkfs(&image, "128M", mkfs_options);
+        let expected = {
+            let Some(mount) = Mount::new(&image, scratch.path("mnt")) else { return };
+            kernel_writes_a_tree(&mount.dir, &mut Rng::new(5), 70 << 20);
+            kernel_tree(&mount.dir)
+        };
+        assert_fsck_clean(&image);
+        match Filesystem::open(open_device(&image), MountOptions::default()) {
+            Err(FsError::Unsupported(why)) => assert!(why.contains("without a journal"), "{why}"),
+            Err(other) => panic!("{label}: read-write open failed otherwise: {other}"),
+            Ok(_) => panic!("{label}: quill opened a file system without a journal read-write"),
+        }
+        let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+        let fs = Filesystem::open(open_device(&image), read_only).unwrap();
+        let (_, extents) = mapping_of(&image, &fs, "/a/f6", 0);
+        assert_eq!(extents, label != "ext2", "{label}: how the files are mapped");
+        compare(&expected, &quill_tree(&fs));
         fs.unmount().unwrap();
         assert_fsck_clean(&image);
         println!("{label}: {} paths identical in quill", expected.len());

@@ -54,7 +54,7 @@ use crate::transaction::{ListLock, TxnState};
 use crate::{commit, commit_io, flush};
 use blockdev::BlockDevice;
 use ondisk::jbd2::fast_commit::FcRecord;
-use ondisk::jbd2::{feature, LogFormat};
+use ondisk::jbd2::{feature, JournalSuperblock, LogFormat};
 use ondisk::Tid;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -250,9 +250,38 @@ impl Journal {
         Journal::attach(dev, location, config, true)
     }
 
+    /// A journal with no log, for reading a file system that has none (ext2, ext4 without
+    /// has_journal) read-only: metadata reads go through the buffer cache as with
+    /// [`Journal::open_read_only`], no handle can start and nothing is written. It stands in
+    /// for a clean log of JBD2's minimum size, which is never read or written (no thread
+    /// runs, and a read-only journal writes neither its superblock nor its log).
+    pub fn without_log_read_only(
+        dev: Arc<dyn BlockDevice>,
+        block_size: u32,
+        config: JournalConfig,
+    ) -> Result<Journal> {
+        let len = ondisk::jbd2::JBD2_MIN_JOURNAL_BLOCKS;
+        let location = JournalLocation::contiguous(block_size, 0, len)
+            .map_err(|e| JournalError::Invalid(e.to_string()))?;
+        let sb = JournalSuperblock::new(block_size, len, [0; 16], 0, 0);
+        Journal::attach_to(dev, location, sb, config, true)
+    }
+
     fn attach(
         dev: Arc<dyn BlockDevice>,
         location: JournalLocation,
+        config: JournalConfig,
+        read_only: bool,
+    ) -> Result<Journal> {
+        let sb = read_superblock(&*dev, &location)?;
+        Journal::attach_to(dev, location, sb, config, read_only)
+    }
+
+    /// [`Journal::attach`] with the journal superblock `sb` already read.
+    fn attach_to(
+        dev: Arc<dyn BlockDevice>,
+        location: JournalLocation,
+        mut sb: JournalSuperblock,
         config: JournalConfig,
         read_only: bool,
     ) -> Result<Journal> {
@@ -264,7 +293,6 @@ impl Journal {
                     .into(),
             ));
         }
-        let mut sb = read_superblock(&*dev, &location)?;
         // A read-only journal never writes and never replays: attached to a log that still
         // holds transactions (a norecovery mount), reads see the home blocks as they are.
         if sb.start != 0 && !read_only {

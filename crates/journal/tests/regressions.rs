@@ -109,3 +109,19 @@ fn a_panicking_commit_stage_aborts_the_journal_instead_of_hanging_fsync() {
     // Sticky: every later call reports the abort.
     assert!(matches!(journal.start(1), Err(journal::JournalError::Aborted { .. })));
 }
+
+/// A journal with no log (a file system without one, opened read-only) reads metadata
+/// through its buffer cache, starts no handle, and writes nothing, its shutdown included.
+#[test]
+fn a_journal_without_a_log_reads_and_never_writes() {
+    let dev = Arc::new(MemDevice::new(4096 * 1024));
+    dev.write_at(7 * 1024, &[0x5A; 1024]).unwrap();
+    let before = dev.snapshot();
+    let journal =
+        journal::Journal::without_log_read_only(dev.clone(), 1024, JournalConfig::classic())
+            .unwrap();
+    assert_eq!(journal.read_buffer(7).unwrap().to_vec(), vec![0x5A; 1024]);
+    assert!(journal.start(1).is_err(), "a handle started on a journal without a log");
+    journal.shutdown().unwrap();
+    assert!(dev.snapshot() == before, "the device was written");
+}
