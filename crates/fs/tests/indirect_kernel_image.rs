@@ -10,13 +10,14 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    assert_fsck_clean, can_loop_mount, compare, kernel_tree, mkfs, open_device, quill_tree, Mount,
-    Rng, Scratch,
+    assert_fsck_clean, can_loop_mount, compare, kernel_tree, mkfs, open_device, quill_tree, Entry,
+    Mount, Rng, Scratch,
 };
 use fs::{Ext4Image, FallocateMode, Filesystem, FsError, MountOptions, SetAttr, ROOT_INO};
 
@@ -47,6 +48,33 @@ fn mapping_of(image: &Path, fs: &Filesystem, path: &str, slot: usize) -> (u32, b
     (pointer, inode.uses_extents())
 }
 
+/// A fresh image made with `mkfs_options`, the kernel's tree written on it (the far write at
+/// `far`), checked clean; a read-write open refused with a reason containing `refusal`; and
+/// the image opened read-only. `None` (after a SKIP line) where the kernel cannot mount it.
+fn kernel_tree_opened_read_only(
+    scratch: &Scratch,
+    mkfs_options: &[&str],
+    far: u64,
+    refusal: &str,
+) -> Option<(PathBuf, BTreeMap<String, Entry>, Filesystem)> {
+    let image = scratch.path("fs.img");
+    mkfs(&image, "128M", mkfs_options);
+    let expected = {
+        let mount = Mount::new(&image, scratch.path("mnt"))?;
+        kernel_writes_a_tree(&mount.dir, &mut Rng::new(3), far);
+        kernel_tree(&mount.dir)
+    };
+    assert_fsck_clean(&image);
+    match Filesystem::open(open_device(&image), MountOptions::default()) {
+        Err(FsError::Unsupported(why)) => assert!(why.contains(refusal), "{why}"),
+        Err(other) => panic!("{mkfs_options:?}: read-write open failed otherwise: {other}"),
+        Ok(_) => panic!("{mkfs_options:?}: quill opened the image read-write"),
+    }
+    let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Filesystem::open(open_device(&image), read_only).unwrap();
+    Some((image, expected, fs))
+}
+
 #[test]
 fn a_tree_the_kernel_writes_on_ext3_reads_identically_in_quill() {
     let test = "ext3_kernel_to_quill";
@@ -58,21 +86,12 @@ fn a_tree_the_kernel_writes_on_ext3_reads_identically_in_quill() {
         [("1k", "1024", 70u64 << 20, 14), ("4k", "4096", 20 << 20, 13)]
     {
         let scratch = Scratch::new(&format!("ext3-{label}"));
-        let image = scratch.path("fs.img");
-        mkfs(&image, "128M", &["-t", "ext3", "-b", block_size]);
-        let expected = {
-            let Some(mount) = Mount::new(&image, scratch.path("mnt")) else { return };
-            kernel_writes_a_tree(&mount.dir, &mut Rng::new(3), far);
-            kernel_tree(&mount.dir)
+        let ext3 = ["-t", "ext3", "-b", block_size];
+        let Some((image, expected, fs)) =
+            kernel_tree_opened_read_only(&scratch, &ext3, far, "extent feature")
+        else {
+            return;
         };
-        assert_fsck_clean(&image);
-        match Filesystem::open(open_device(&image), MountOptions::default()) {
-            Err(FsError::Unsupported(why)) => assert!(why.contains("extent feature"), "{why}"),
-            Err(other) => panic!("{label}: read-write open failed otherwise: {other}"),
-            Ok(_) => panic!("{label}: quill opened an ext3 image read-write"),
-        }
-        let read_only = MountOptions { read_only: true, ..MountOptions::default() };
-        let fs = Filesystem::open(open_device(&image), read_only).unwrap();
         let (pointer, extents) = mapping_of(&image, &fs, "/sparse", slot);
         assert!(!extents && pointer != 0, "{label}: the far write is under i_block[{slot}]");
         let (double, _) = mapping_of(&image, &fs, "/a/f6", 13);
@@ -100,21 +119,11 @@ fn without_a_journal_ext2_and_ext4_read_identically_read_only() {
     ];
     for (label, mkfs_options) in kinds {
         let scratch = Scratch::new(&format!("no-journal-{label}"));
-        let image = scratch.path("fs.img");
-        mkfs(&image, "128M", mkfs_options);
-        let expected = {
-            let Some(mount) = Mount::new(&image, scratch.path("mnt")) else { return };
-            kernel_writes_a_tree(&mount.dir, &mut Rng::new(5), 70 << 20);
-            kernel_tree(&mount.dir)
+        let Some((image, expected, fs)) =
+            kernel_tree_opened_read_only(&scratch, mkfs_options, 70 << 20, "without a journal")
+        else {
+            return;
         };
-        assert_fsck_clean(&image);
-        match Filesystem::open(open_device(&image), MountOptions::default()) {
-            Err(FsError::Unsupported(why)) => assert!(why.contains("without a journal"), "{why}"),
-            Err(other) => panic!("{label}: read-write open failed otherwise: {other}"),
-            Ok(_) => panic!("{label}: quill opened a file system without a journal read-write"),
-        }
-        let read_only = MountOptions { read_only: true, ..MountOptions::default() };
-        let fs = Filesystem::open(open_device(&image), read_only).unwrap();
         let (_, extents) = mapping_of(&image, &fs, "/a/f6", 0);
         assert_eq!(extents, label != "ext2", "{label}: how the files are mapped");
         compare(&expected, &quill_tree(&fs));
