@@ -6,6 +6,8 @@
 //! files indirect) quill refuses every change to the old files and directories with
 //! EOPNOTSUPP before changing anything, and stays writable, the image e2fsck-clean and still
 //! what the kernel wrote. ext2 and ext4 made without a journal read the same way, read-only.
+//! Damaged indirect maps give errors where the walk meets them, never a panic, a hang or a
+//! write.
 //! Needs root, loop devices and e2fsprogs; skips with a printed reason otherwise.
 
 mod common;
@@ -174,4 +176,120 @@ fn on_ext3_converted_to_ext4_quill_refuses_to_change_indirect_files_and_stays_wr
     compare(&before, &after);
     fs.unmount().unwrap();
     assert_fsck_clean(&image);
+}
+
+/// Where inode `ino`'s i_block starts in the image file.
+fn i_block_offset(image: &Path, ino: u32) -> u64 {
+    let img = Ext4Image::open(open_device(image)).unwrap();
+    let sb = img.superblock();
+    let (group, index) = ((ino - 1) / sb.inodes_per_group, (ino - 1) % sb.inodes_per_group);
+    let table = img.group_descs()[group as usize].inode_table;
+    table * u64::from(sb.block_size()) + u64::from(index) * u64::from(sb.inode_size) + 0x28
+}
+
+/// Everything quill reads of the tree (each file whole, each directory listed), by path:
+/// what it read, or the error.
+fn read_everything(fs: &Filesystem) -> BTreeMap<String, Result<Vec<u8>, String>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![(ROOT_INO, String::new())];
+    while let Some((dir, path)) = todo.pop() {
+        let mut cookie = 0;
+        let mut names = Vec::new();
+        loop {
+            match fs.readdir(dir, cookie, 64) {
+                Ok(batch) if batch.is_empty() => break,
+                Ok(batch) => {
+                    cookie = batch.last().unwrap().next_cookie;
+                    names.extend(batch);
+                }
+                Err(e) => {
+                    out.insert(format!("{path}/"), Err(e.to_string()));
+                    break;
+                }
+            }
+        }
+        for e in names.iter().filter(|e| e.name != b"." && e.name != b"..") {
+            let child = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+            match fs.getattr(e.ino) {
+                Ok(attr) if attr.mode & 0o170000 == 0o040000 => todo.push((e.ino, child)),
+                Ok(attr) if attr.mode & 0o170000 == 0o100000 => {
+                    let mut buf = vec![0u8; attr.size as usize];
+                    let read = fs.read(e.ino, 0, &mut buf).map(|_| buf);
+                    out.insert(child, read.map_err(|e| e.to_string()));
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    out.insert(child, Err(err.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Damaged indirect maps on a kernel-written ext3 image (1 KiB blocks), opened read-only:
+/// block numbers outside the file system, a data pointer onto the superblock's group
+/// metadata, an indirect block naming itself, a directory's first block out of range. The
+/// files and directories that meet the damage answer errors (a loop reads garbage, bounded by
+/// the three levels), nothing panics or hangs, everything else reads as the kernel wrote it,
+/// and the image is not written.
+#[test]
+fn damaged_indirect_maps_give_errors_never_panics_hangs_or_writes() {
+    let test = "ext3_damaged_maps";
+    if !can_loop_mount(test) {
+        return;
+    }
+    let scratch = Scratch::new("ext3-damaged");
+    let Some((image, _, fs)) =
+        kernel_tree_opened_read_only(&scratch, &["-t", "ext3", "-b", "1024"], 70 << 20, "extent")
+    else {
+        return;
+    };
+    let clean = read_everything(&fs);
+    assert!(clean.values().all(|r| r.is_ok()), "the clean image reads whole");
+    let (big, dir) = (fs.resolve("/a/f6").unwrap(), fs.resolve("/a/b").unwrap());
+    let blocks_count = Ext4Image::open(open_device(&image)).unwrap().superblock().blocks_count;
+    fs.unmount().unwrap();
+    let clean_bytes = std::fs::read(&image).unwrap();
+    let slot = |ino: u32, i: u64| i_block_offset(&image, ino) + 4 * i;
+    let pointer_at = |offset: u64| {
+        u32::from_le_bytes(clean_bytes[offset as usize..offset as usize + 4].try_into().unwrap())
+    };
+    let single = u64::from(pointer_at(slot(big, 12)));
+    let double = u64::from(pointer_at(slot(big, 13)));
+    let out_of_range = (blocks_count + 7) as u32;
+    // (case, byte offset in the image, new pointer, the path that must fail)
+    let cases: [(&str, u64, u32, Option<&str>); 5] = [
+        ("single-indirect block out of range", slot(big, 12), out_of_range, Some("/a/f6")),
+        ("a data pointer out of range", single * 1024, u32::MAX, Some("/a/f6")),
+        ("a data pointer onto group metadata", single * 1024 + 4, 2, Some("/a/f6")),
+        ("a double-indirect block naming itself", double * 1024, double as u32, None),
+        ("a directory's first block out of range", slot(dir, 0), out_of_range, Some("/a/b/")),
+    ];
+    for (case, offset, pointer, fails) in cases {
+        let mut damaged = clean_bytes.clone();
+        damaged[offset as usize..offset as usize + 4].copy_from_slice(&pointer.to_le_bytes());
+        std::fs::write(&image, &damaged).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = image.clone();
+        std::thread::spawn(move || {
+            let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+            let fs = Filesystem::open(open_device(&path), read_only).unwrap();
+            let seen = read_everything(&fs);
+            let _ = fs.unmount();
+            let _ = tx.send(seen);
+        });
+        let seen = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{case}: quill panicked or hung"));
+        if let Some(path) = fails {
+            let got = seen.get(path).unwrap_or_else(|| panic!("{case}: {path} not reached"));
+            assert!(got.as_ref().is_err_and(|e| e.contains("corrupt")), "{case}: {path}: {got:?}");
+        }
+        for (path, read) in &seen {
+            let damaged_path = path == "/a/f6" || path.starts_with("/a/b/");
+            assert!(damaged_path || read == &clean[path], "{case}: {path} changed: {read:?}");
+        }
+        assert!(std::fs::read(&image).unwrap() == damaged, "{case}: the image was written");
+    }
 }
