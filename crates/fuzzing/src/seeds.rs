@@ -45,7 +45,48 @@ pub fn seeds() -> Vec<Seed> {
     journal_seeds(&mut out, &BaseImage::get()[2]);
     log_block_seeds(&mut out);
     fast_commit_seeds(&mut out);
+    indirect_map_seeds(&mut out);
     out
+}
+
+/// `indirect_map` inputs: hand-built ext2/ext3 maps with 1 KiB and 4 KiB blocks, direct
+/// blocks, holes, and a chain of indirect blocks down to the single-, double- and
+/// triple-indirect levels (the walker's own unit test has the same shape).
+fn indirect_map_seeds(out: &mut Vec<Seed>) {
+    for (selector, block_size) in [(0u8, 1024usize), (2, 4096)] {
+        let per = block_size as u32 / 4;
+        let block = |pointers: &[(usize, u32)]| {
+            let mut b = vec![0u8; block_size];
+            for &(i, p) in pointers {
+                b[i * 4..i * 4 + 4].copy_from_slice(&p.to_le_bytes());
+            }
+            b
+        };
+        let mut root = [0u8; 60];
+        for (slot, pointer) in [(0usize, 100u32), (1, 101), (12, 200), (13, 250), (14, 300)] {
+            root[slot * 4..slot * 4 + 4].copy_from_slice(&pointer.to_le_bytes());
+        }
+        let blocks: [(u16, Vec<u8>); 6] = [
+            (200, block(&[(0, 500), (28, 600)])),
+            (250, block(&[(1, 251)])),
+            (251, block(&[(3, 650)])),
+            (300, block(&[(2, 301)])),
+            (301, block(&[(3, 302)])),
+            (302, block(&[(4, 700)])),
+        ];
+        let queries =
+            [2u32, 12 + per + per + 3, 12 + per + per * per + 2 * per * per + 3 * per + 4];
+        let mut parts: Vec<Vec<u8>> = vec![vec![selector], (2000u16 - 16).to_le_bytes().to_vec()];
+        parts.push(vec![queries.len() as u8]);
+        parts.extend(queries.iter().map(|q| q.to_le_bytes().to_vec()));
+        parts.push(root.to_vec());
+        for (number, bytes) in &blocks {
+            parts.push(number.to_le_bytes().to_vec());
+            parts.push(bytes.clone());
+        }
+        let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        push(out, "indirect_map", format!("chain-{block_size}"), &parts);
+    }
 }
 
 fn push(out: &mut Vec<Seed>, target: &'static str, name: String, parts: &[&[u8]]) {

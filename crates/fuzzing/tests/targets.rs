@@ -132,6 +132,11 @@ fn inode_survives_seeds_and_mutations() {
 }
 
 #[test]
+fn indirect_map_survives_seeds_and_mutations() {
+    run_target("indirect_map");
+}
+
+#[test]
 fn extent_node_survives_seeds_and_mutations() {
     run_target("extent_node");
 }
