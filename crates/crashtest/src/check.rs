@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-use crate::model::{Inode, Kind, Model};
+use crate::model::{Inode, Kind, Model, StateIndex};
 use crate::run::{decode_mark, Expected};
 use crate::tree::{namespace_of, Node, Tree};
 use crate::workload::{Op, Workload};
@@ -71,6 +71,34 @@ pub enum FsyncPromise {
     Transaction,
     /// iJournaling's file-level transaction: the file's creation, nothing else.
     PerFile,
+    /// The kernel's ext4: as [`FsyncPromise::Transaction`], but a write that leaves a file's
+    /// size as it was need not join any transaction. ext4 stamps times from the coarse clock
+    /// (and, with multigrain timestamps, only when nobody asked for the old ones), so such a
+    /// write inside one tick changes nothing the journal logs: fsync writes its bytes in
+    /// place and, the file's last transaction being committed already, commits nothing,
+    /// leaving the thread's earlier operations on other files uncommitted. The file's
+    /// transaction is then that of its last change other than such writes. (Seen with seed
+    /// 1795864949533210718: unlink A/foo, overwrite B/foo, fsync B/foo, and the crash image
+    /// kept A/foo, by the kernel's own recovery too.)
+    Ext4Kernel,
+}
+
+/// The state after the last operation before op `i` that changed file `m` in something ext4
+/// journals: anything but its bytes under an unchanged size ([`FsyncPromise::Ext4Kernel`]).
+fn last_logged_change(states: &[Model], i: usize, m: usize) -> StateIndex {
+    let overwrite_only = |before: &Inode, after: &Inode| {
+        before.data != after.data
+            && before.data.len() == after.data.len()
+            && (before.kind, before.perm, &before.xattrs) == (after.kind, after.perm, &after.xattrs)
+    };
+    (0..i)
+        .rev()
+        .find(|&k| match (states[k].inodes.get(m), states[k + 1].inodes.get(m)) {
+            (Some(before), Some(after)) => before != after && !overwrite_only(before, after),
+            (None, Some(_)) => true,
+            _ => false,
+        })
+        .map_or(0, |k| k + 1)
 }
 
 fn bounds(
@@ -147,7 +175,13 @@ fn bounds(
                 } else if data_only {
                     bt.ns_lo = bt.ns_lo.max(node.created);
                 } else {
-                    bt.ns_lo = bt.ns_lo.max(node.changed);
+                    let changed = if promise == FsyncPromise::Ext4Kernel && node.kind == Kind::File
+                    {
+                        last_logged_change(&states[t], i, m)
+                    } else {
+                        node.changed
+                    };
+                    bt.ns_lo = bt.ns_lo.max(changed);
                     let lo = bt.meta_lo.entry(m).or_default();
                     *lo = (*lo).max(i + 1);
                 }
@@ -894,6 +928,32 @@ mod tests {
             Node { ino, kind: 'f', perm, size, nlink: 1, data, xattrs }
         };
         paths.iter().map(|&(state, p)| (p.to_string(), node(state, p))).collect()
+    }
+
+    /// The kernel's ext4 (the seed 1795864949533210718 case): fsync after an overwrite that
+    /// keeps the size may commit nothing, losing the thread's earlier unlink of another file,
+    /// while the overwrite's bytes are there; a write that grows the file joins a transaction,
+    /// and then the unlink before it is kept.
+    #[test]
+    fn a_kernel_fsync_after_an_overwrite_may_leave_earlier_operations_uncommitted() {
+        use FsyncPromise::{Ext4Kernel, Transaction};
+        for (write, grows) in [("t0 write f 0 10", false), ("t0 write f 100 10", true)] {
+            let text = format!(
+                "setup creat f\nsetup write f 0 100\nsetup creat g\nt0 unlink g\n{write}\nt0 fsync f\n"
+            );
+            let w = Workload::parse(&text).unwrap();
+            let expected = crate::run::Expected::of(&w).unwrap();
+            let marks = marks_until(3);
+            let check = |t: &Tree, promise| {
+                check_acknowledged(&w, &expected, &marks, t, Unacknowledged::Ext4Ordered, promise)
+            };
+            let unlink_lost = tree_of(&expected, &[(3, "f"), (0, "g")]);
+            assert!(check(&unlink_lost, Transaction).is_err(), "{write}");
+            assert_eq!(check(&unlink_lost, Ext4Kernel).is_ok(), !grows, "{write}");
+            assert!(check(&tree_of(&expected, &[(3, "f")]), Ext4Kernel).is_ok(), "{write}");
+            let old_bytes = tree_of(&expected, &[(0, "f"), (0, "g")]);
+            assert!(check(&old_bytes, Ext4Kernel).is_err(), "{write}: the fsync's bytes lost");
+        }
     }
 
     /// A rename written as a fast commit (LINK and UNLINK): the file may stand under its new

@@ -285,7 +285,7 @@ fn check_kernel_image(
     let tree = read_tree(&fs).map_err(|e| ("kernel-fc-recovers", e))?;
     pass("kernel-fc-recovers");
     let acknowledged =
-        check_acknowledged(w, expected, marks, &tree, Ext4Ordered, FsyncPromise::Transaction);
+        check_acknowledged(w, expected, marks, &tree, Ext4Ordered, FsyncPromise::Ext4Kernel);
     let unmounted = fs.unmount();
     acknowledged.map_err(|e| ("kernel-fc-acknowledged", e))?;
     pass("kernel-fc-acknowledged");
@@ -320,7 +320,7 @@ fn check_kernel_image(
                 marks,
                 &their_tree,
                 Ext4Ordered,
-                FsyncPromise::Transaction,
+                FsyncPromise::Ext4Kernel,
             )
             .map_or_else(
                 |e| format!("e2fsck's tree loses what was acknowledged: {e}"),
