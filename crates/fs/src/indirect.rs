@@ -59,11 +59,14 @@ pub fn lookup(
     match walk.leaf(root, lblk)? {
         Some((pointers, at, holder)) if pointers[at] != 0 => {
             let pblk = walk.checked(pointers[at], holder)?;
-            // The run continues while the next pointers in the same leaf are the next blocks.
+            // The run continues while the next pointers in the same leaf are the next blocks
+            // (and inside the file system: past its end they are damage, met when reached).
             let run = pointers[at..]
                 .iter()
                 .enumerate()
-                .take_while(|(i, &p)| u64::from(p) == pblk + *i as u64)
+                .take_while(|(i, &p)| {
+                    u64::from(p) == pblk + *i as u64 && u64::from(p) < walk.blocks_count
+                })
                 .count();
             Ok(Lookup::Mapped { pblk, len: run as u32, unwritten: false })
         }
@@ -303,5 +306,13 @@ mod tests {
         root[13 * 4..13 * 4 + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         let err = lookup(&mut io, &ctx(), &root, (12 + PER) as u32).unwrap_err();
         assert!(err.is_corruption(), "{err}");
+        // A run of contiguous pointers stops at the file system's end; the pointer past it is
+        // damage when it is reached.
+        for (slot, pointer) in [(0, 998u32), (1, 999), (2, 1000)] {
+            root[slot * 4..slot * 4 + 4].copy_from_slice(&pointer.to_le_bytes());
+        }
+        let run = lookup(&mut io, &ctx(), &root, 0).unwrap();
+        assert_eq!(run, Lookup::Mapped { pblk: 998, len: 2, unwritten: false });
+        assert!(lookup(&mut io, &ctx(), &root, 2).unwrap_err().is_corruption());
     }
 }

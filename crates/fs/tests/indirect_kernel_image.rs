@@ -293,3 +293,37 @@ fn damaged_indirect_maps_give_errors_never_panics_hangs_or_writes() {
         assert!(std::fs::read(&image).unwrap() == damaged, "{case}: the image was written");
     }
 }
+
+/// An ext3 journal (indirect-mapped, JBD2 without checksums or 64-bit tags) that needs
+/// recovery: a copy of the image taken while the kernel has it mounted, after a sync. quill
+/// opened read-only replays it in memory and reads the tree the kernel had synced; the copy
+/// is not written.
+#[test]
+fn a_crashed_ext3_journal_is_replayed_by_a_read_only_open() {
+    let test = "ext3_crashed_journal";
+    if !can_loop_mount(test) {
+        return;
+    }
+    let scratch = Scratch::new("ext3-crashed");
+    let image = scratch.path("fs.img");
+    let crashed = scratch.path("crashed.img");
+    mkfs(&image, "128M", &["-t", "ext3", "-b", "1024"]);
+    let expected = {
+        let Some(mount) = Mount::new(&image, scratch.path("mnt")) else { return };
+        kernel_writes_a_tree(&mount.dir, &mut Rng::new(6), 300 << 10);
+        assert!(Command::new("sync").status().unwrap().success());
+        std::fs::copy(&image, &crashed).unwrap();
+        kernel_tree(&mount.dir)
+    };
+    let sb = Ext4Image::open(open_device(&crashed)).unwrap().superblock().clone();
+    if !sb.needs_recovery() {
+        println!("SKIP {test}: the kernel checkpointed everything before the copy");
+        return;
+    }
+    let before = std::fs::read(&crashed).unwrap();
+    let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Filesystem::open(open_device(&crashed), read_only).unwrap();
+    compare(&expected, &quill_tree(&fs));
+    fs.unmount().unwrap();
+    assert!(std::fs::read(&crashed).unwrap() == before, "a read-only open wrote the image");
+}
