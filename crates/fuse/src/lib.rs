@@ -104,6 +104,7 @@ impl Timeouts {
         self.entry.min(self.attr)
     }
 }
+
 /// Entries read from the file system per step of a FUSE readdir.
 const READDIR_BATCH: usize = 128;
 
