@@ -79,23 +79,11 @@ pub struct TargetSpec {
     /// quill targets: the journal's size (`journal_mib=`); None: mke2fs's default for the
     /// image size (64 MiB for the default 2 GiB image).
     pub journal_mib: Option<u32>,
-    /// quill-fuse: FUSE request threads (`threads=`); None: the mount's default
-    /// ([`quill_fuse::default_threads`]).
-    pub fuse_threads: Option<usize>,
-    /// quill-fuse: `fsync_inline=`; None: the mount's default.
-    pub fuse_fsync_inline: Option<usize>,
-    /// quill-fuse: `writeback_cache=on`.
-    pub fuse_writeback_cache: bool,
-    /// quill-fuse: `killpriv=kernel`.
-    pub fuse_killpriv_in_kernel: bool,
-    /// quill-fuse: `readdirplus=`.
-    pub fuse_readdirplus: quill_fuse::Readdirplus,
-    /// quill-fuse: `parallel_dirops=`.
-    pub fuse_parallel_dirops: bool,
-    /// quill-fuse: `entry_timeout=`, `attr_timeout=`, `negative_timeout=`.
-    pub fuse_timeouts: quill_fuse::Timeouts,
-    /// quill-fuse: `read_ahead_kb=`.
-    pub fuse_read_ahead_kb: u32,
+    /// quill-fuse: the FUSE side of the mount (`threads=`, `fsync_inline=`, `killpriv=`,
+    /// `readdirplus=`, `read_ahead_kb=`, the timeouts, `writeback_cache=on|off`,
+    /// `parallel_dirops=on|off`); the mount's defaults otherwise. Each run mounts with a copy
+    /// that counts its own requests.
+    pub fuse: quill_fuse::MountConfig,
     /// kernel-ext4: `mkfs.ext4 -O fast_commit`.
     pub fast_commit: bool,
     /// kernel-ext4 and fuse2fs: passed to the mount.
@@ -136,14 +124,7 @@ impl TargetSpec {
             io: IoMode::default(),
             fast_commit: false,
             journal_mib: None,
-            fuse_threads: None,
-            fuse_fsync_inline: None,
-            fuse_writeback_cache: false,
-            fuse_killpriv_in_kernel: false,
-            fuse_readdirplus: quill_fuse::Readdirplus::default(),
-            fuse_parallel_dirops: quill_fuse::DEFAULT_PARALLEL_DIROPS,
-            fuse_timeouts: quill_fuse::Timeouts::default(),
-            fuse_read_ahead_kb: quill_fuse::read_ahead::DEFAULT_READ_AHEAD_KB,
+            fuse: quill_fuse::MountConfig::default(),
             mount_options: Vec::new(),
         };
         if matches!(kind, Kind::Dir(_)) {
@@ -189,42 +170,18 @@ impl TargetSpec {
                                     )
                                 })?;
                         }
-                        "threads" if kind == Kind::QuillFuse => {
-                            let threads = quill_fuse::options::parse_threads(value)
-                                .map_err(|e| format!("{text}: {e}"))?;
-                            spec.fuse_threads = Some(threads);
-                        }
-                        "fsync_inline" if kind == Kind::QuillFuse => {
-                            let inline = quill_fuse::options::parse_fsync_inline(value)
-                                .map_err(|e| format!("{text}: {e}"))?;
-                            spec.fuse_fsync_inline = Some(inline);
-                        }
-                        "readdirplus" if kind == Kind::QuillFuse => {
-                            spec.fuse_readdirplus = quill_fuse::options::parse_readdirplus(value)
-                                .map_err(|e| format!("{text}: {e}"))?;
-                        }
-                        "killpriv" if kind == Kind::QuillFuse => {
-                            spec.fuse_killpriv_in_kernel =
-                                quill_fuse::options::parse_killpriv(value)
-                                    .map_err(|e| format!("{text}: {e}"))?;
-                        }
-                        "entry_timeout" | "attr_timeout" | "negative_timeout"
-                            if kind == Kind::QuillFuse =>
+                        key if kind == Kind::QuillFuse
+                            && quill_fuse::options::FUSE_SETTINGS.contains(&key) =>
                         {
-                            quill_fuse::options::set_timeout(&mut spec.fuse_timeouts, key, value)
+                            quill_fuse::options::set_fuse_setting(&mut spec.fuse, key, value)
                                 .map_err(|e| format!("{text}: {e}"))?;
-                        }
-                        "read_ahead_kb" if kind == Kind::QuillFuse => {
-                            spec.fuse_read_ahead_kb =
-                                quill_fuse::options::parse_read_ahead_kb(value)
-                                    .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "parallel_dirops" if kind == Kind::QuillFuse => {
-                            spec.fuse_parallel_dirops = journal::config::on_off(key, value)
+                            spec.fuse.parallel_dirops = journal::config::on_off(key, value)
                                 .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "writeback_cache" if kind == Kind::QuillFuse => {
-                            spec.fuse_writeback_cache = journal::config::on_off(key, value)
+                            spec.fuse.writeback_cache = journal::config::on_off(key, value)
                                 .map_err(|e| format!("{text}: {e}"))?;
                         }
                         "journal_mib" => {
@@ -381,20 +338,11 @@ impl TargetSpec {
                 let mut quill = self.open_quill(env, &image, &mut prepared)?;
                 make_dir(&mountpoint)?;
                 prepared.mountpoint = Some(mountpoint.clone());
-                let mut config = quill_fuse::MountConfig {
+                let config = quill_fuse::MountConfig {
                     fsname: image.display().to_string(),
-                    ..Default::default()
+                    request_stats: Arc::default(),
+                    ..self.fuse.clone()
                 };
-                if let Some(threads) = self.fuse_threads {
-                    config.threads = threads;
-                }
-                config.fsync_inline = self.fuse_fsync_inline;
-                config.writeback_cache = self.fuse_writeback_cache;
-                config.killpriv_in_kernel = self.fuse_killpriv_in_kernel;
-                config.readdirplus = self.fuse_readdirplus;
-                config.parallel_dirops = self.fuse_parallel_dirops;
-                config.timeouts = self.fuse_timeouts;
-                config.read_ahead_kb = self.fuse_read_ahead_kb;
                 let stats = config.request_stats.clone();
                 let at_start = Arc::new(parking_lot::Mutex::new(stats.snapshot()));
                 quill.fuse = Some(FuseCounters { stats, at_start, threads: config.threads });
@@ -873,11 +821,11 @@ mod tests {
         assert_eq!(TargetSpec::parse("lib").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("lib:io=buffered").unwrap().io, IoMode::Buffered);
         assert_eq!(TargetSpec::parse("quill-fuse:io=direct").unwrap().io, IoMode::Direct);
-        assert_eq!(TargetSpec::parse("quill-fuse:threads=32").unwrap().fuse_threads, Some(32));
+        assert_eq!(TargetSpec::parse("quill-fuse:threads=32").unwrap().fuse.threads, 32);
         let inline = TargetSpec::parse("quill-fuse:fsync_inline=0").unwrap();
-        assert_eq!(inline.fuse_fsync_inline, Some(0));
+        assert_eq!(inline.fuse.fsync_inline, Some(0));
         assert!(TargetSpec::parse("lib:fsync_inline=0").is_err());
-        assert!(TargetSpec::parse("quill-fuse:writeback_cache=on").unwrap().fuse_writeback_cache);
+        assert!(TargetSpec::parse("quill-fuse:writeback_cache=on").unwrap().fuse.writeback_cache);
         assert!(TargetSpec::parse("quill-fuse:writeback_cache=maybe").is_err());
         let noatime = TargetSpec::parse("quill-fuse:atime=noatime").unwrap();
         assert_eq!(noatime.quill.atime, fs::AtimeMode::Never);

@@ -52,7 +52,9 @@ impl MetaIo for ReadIo<'_> {
     }
 }
 
-fn read_only_misuse(block: u64) -> FsError {
+/// What a [`MetaIo`] that only reads answers a call that would change something: a logic
+/// error, never an on-disk problem.
+pub(crate) fn read_only_misuse(block: u64) -> FsError {
     FsError::Invalid(format!("a read-only operation tried to change block {block}"))
 }
 

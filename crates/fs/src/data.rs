@@ -911,29 +911,23 @@ fn touch_mtime_ctime(inode: &mut ext4::Inode) {
     inode.ctime = t;
 }
 
-/// Refuses to change the data of a file that maps its blocks indirectly (no extents flag:
-/// made on ext2/ext3, kept by an image converted to ext4): quill reads such files
-/// (`indirect.rs`) but maps blocks by extents only. Refused before anything changes, as
-/// EOPNOTSUPP, so the file system goes on (it is not damage).
+/// Refuses to change an inode that maps its blocks indirectly (no extents flag: made on
+/// ext2/ext3, kept by an image converted to ext4): quill reads such inodes (`indirect.rs`)
+/// but maps blocks by extents only. A file's data is refused; so is a new name in such a
+/// directory, which might need a new block, and a create finds that out only half way
+/// through its transaction. Refused before anything changes, as EOPNOTSUPP, so the file
+/// system goes on (it is not damage).
 pub(crate) fn check_extent_mapped(ino: u32, inode: &ext4::Inode) -> Result<()> {
     if inode.uses_extents() {
         return Ok(());
     }
+    let (what, change) = if inode.is_dir() {
+        ("directory inode", "add names to it")
+    } else {
+        ("inode", "change its data")
+    };
     Err(FsError::Unsupported(format!(
-        "inode {ino} maps its blocks indirectly (no extents flag); quill cannot change its data yet"
-    )))
-}
-
-/// Refuses to add a name to a directory that maps its blocks indirectly: the name might need
-/// a new block, which quill cannot map there, and a create finds that out only half way
-/// through its transaction. Refused before anything changes, as EOPNOTSUPP.
-pub(crate) fn check_dir_can_grow(ino: u32, inode: &ext4::Inode) -> Result<()> {
-    if inode.uses_extents() {
-        return Ok(());
-    }
-    Err(FsError::Unsupported(format!(
-        "directory inode {ino} maps its blocks indirectly (no extents flag); quill cannot add \
-         names to it yet"
+        "{what} {ino} maps its blocks indirectly (no extents flag); quill cannot {change} yet"
     )))
 }
 

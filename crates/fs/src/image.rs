@@ -28,6 +28,7 @@ use ondisk::ext4::{
     self, feature, Extent, ExtentEntries, ExtentIndex, GroupDesc, Inode, Superblock,
 };
 
+use crate::adapters::read_only_misuse;
 use crate::FsError;
 
 /// Most extent-tree blocks one [`Ext4Image::extents`] call reads. One 4 KiB leaf holds 340
@@ -407,19 +408,19 @@ impl crate::meta_io::MetaIo for ImageIo<'_> {
     }
 
     fn write_meta(&mut self, block: u64, _: &[u8]) -> Result<(), FsError> {
-        Err(FsError::Invalid(format!("reading an image tried to change block {block}")))
+        Err(read_only_misuse(block))
     }
 
     fn alloc_meta_block(&mut self, _: u64) -> Result<u64, FsError> {
-        Err(FsError::Invalid("reading an image tried to allocate a block".into()))
+        Err(read_only_misuse(0))
     }
 
     fn free_meta_block(&mut self, block: u64) -> Result<(), FsError> {
-        Err(FsError::Invalid(format!("reading an image tried to free block {block}")))
+        Err(read_only_misuse(block))
     }
 
     fn free_data_blocks(&mut self, start: u64, _: u64) -> Result<(), FsError> {
-        Err(FsError::Invalid(format!("reading an image tried to free block {start}")))
+        Err(read_only_misuse(start))
     }
 }
 

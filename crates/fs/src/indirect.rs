@@ -9,9 +9,9 @@
 //! read: a damaged map is reported as corruption of the block (or inode) that holds it,
 //! never followed. The walk is bounded by the three levels, so a block naming itself cannot
 //! loop it. Changing an indirect map (allocating, truncating, punching) is not here: quill
-//! refuses, before anything changes, to change an indirect-mapped file's data
-//! (`data::check_extent_mapped`), add names to an indirect-mapped directory
-//! (`data::check_dir_can_grow`) or free indirect-mapped blocks (`data::indirect_mapping`).
+//! refuses, before anything changes, to change an indirect-mapped file's data or add names
+//! to an indirect-mapped directory (`data::check_extent_mapped`), or to free indirect-mapped
+//! blocks (`data::indirect_mapping`).
 
 use ondisk::ext4::{self, INODE_BLOCK_SIZE};
 

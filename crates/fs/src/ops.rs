@@ -568,7 +568,7 @@ impl Filesystem {
         let mut pguard = self.lock_live(&pslot)?;
         let pdata = pguard.as_mut().expect("loaded");
         inode_flags::check_mutable(&pdata.inode)?;
-        crate::data::check_dir_can_grow(parent, &pdata.inode)?;
+        crate::data::check_extent_mapped(parent, &pdata.inode)?;
         // The umask, or the directory's default ACL (which then gives the inode its own).
         let mut mode = mode;
         let acls = self.new_inode_acls(parent, pdata, &mut mode, umask)?;
@@ -828,7 +828,7 @@ impl Filesystem {
         }
         inode_flags::check_unpinned(&data.inode)?;
         inode_flags::check_mutable(&pdata.inode)?;
-        crate::data::check_dir_can_grow(new_parent, &pdata.inode)?;
+        crate::data::check_extent_mapped(new_parent, &pdata.inode)?;
         if self.dir_lookup_locked(new_parent, pdata, new_name)?.is_some() {
             return Err(FsError::Exists);
         }

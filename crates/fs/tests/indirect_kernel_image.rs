@@ -77,6 +77,20 @@ fn kernel_tree_opened_read_only(
     Some((image, expected, fs))
 }
 
+/// quill's read-only view of `image` is `expected`, what the kernel wrote; the image is
+/// e2fsck-clean after quill unmounts.
+fn assert_reads_as_written(
+    label: &str,
+    image: &Path,
+    expected: &BTreeMap<String, Entry>,
+    fs: Filesystem,
+) {
+    compare(expected, &quill_tree(&fs));
+    fs.unmount().unwrap();
+    assert_fsck_clean(image);
+    println!("{label}: {} paths identical in quill", expected.len());
+}
+
 #[test]
 fn a_tree_the_kernel_writes_on_ext3_reads_identically_in_quill() {
     let test = "ext3_kernel_to_quill";
@@ -98,11 +112,7 @@ fn a_tree_the_kernel_writes_on_ext3_reads_identically_in_quill() {
         assert!(!extents && pointer != 0, "{label}: the far write is under i_block[{slot}]");
         let (double, _) = mapping_of(&image, &fs, "/a/f6", 13);
         assert!(double != 0, "{label}: the 5 MiB file reaches its double-indirect block");
-        let seen = quill_tree(&fs);
-        compare(&expected, &seen);
-        fs.unmount().unwrap();
-        assert_fsck_clean(&image);
-        println!("{label}: {} paths identical in quill", expected.len());
+        assert_reads_as_written(label, &image, &expected, fs);
     }
 }
 
@@ -128,10 +138,7 @@ fn without_a_journal_ext2_and_ext4_read_identically_read_only() {
         };
         let (_, extents) = mapping_of(&image, &fs, "/a/f6", 0);
         assert_eq!(extents, label != "ext2", "{label}: how the files are mapped");
-        compare(&expected, &quill_tree(&fs));
-        fs.unmount().unwrap();
-        assert_fsck_clean(&image);
-        println!("{label}: {} paths identical in quill", expected.len());
+        assert_reads_as_written(label, &image, &expected, fs);
     }
 }
 

@@ -259,19 +259,10 @@ pub fn mount(
     fuse_config.acl = if config.allow_other { SessionACL::All } else { SessionACL::Owner };
     fuse_config.n_threads = Some(config.threads.max(1));
     fuse_config.clone_fd = true;
-    let mut adapter = QuillFuse::new(fs);
-    let inline = config.fsync_inline.unwrap_or_else(|| default_fsync_inline(config.threads));
-    adapter.fsyncs = fsync_waiters::FsyncWaiters::new(inline);
-    adapter.writeback_cache = config.writeback_cache;
-    adapter.killpriv_in_kernel = config.killpriv_in_kernel;
-    adapter.readdirplus = config.readdirplus;
-    adapter.parallel_dirops = config.parallel_dirops;
-    adapter.timeouts = config.timeouts;
-    adapter.requests = config.request_stats.clone();
-    adapter.test_trigger = config.test_trigger.clone();
-    // Resolved now: once mounted, resolving it would ask this session, which serves nothing
-    // until it runs.
-    let resolved = read_ahead::canonical_mountpoint(mountpoint);
+    let adapter = QuillFuse::new(fs, config);
+    // Resolved now: once mounted, resolving it would be a request to this session, which
+    // serves nothing until it runs.
+    let resolved = mountpoint.canonicalize();
     let session = Session::new(adapter, mountpoint, &fuse_config)?;
     if config.read_ahead_kb > 0 {
         let set = resolved.and_then(|at| read_ahead::set(&at, config.read_ahead_kb));
@@ -341,22 +332,12 @@ pub struct QuillFuse {
     report: Arc<Reporter>,
     /// Where fsyncs wait for the journal (`fsync_waiters.rs`).
     fsyncs: fsync_waiters::FsyncWaiters,
-    /// [`MountConfig::writeback_cache`].
-    writeback_cache: bool,
-    /// [`MountConfig::killpriv_in_kernel`]; and whether quill drops privileges itself, the
-    /// kernel having taken FUSE_HANDLE_KILLPRIV_V2 (set at `init`).
-    killpriv_in_kernel: bool,
+    /// What the mount was asked for: the FUSE options the handlers and `init` read, the
+    /// request figures (`request_stats`), the test trigger.
+    config: MountConfig,
+    /// Whether quill drops privileges itself, the kernel having taken
+    /// FUSE_HANDLE_KILLPRIV_V2 (set at `init`, see [`MountConfig::killpriv_in_kernel`]).
     kills_privileges: bool,
-    /// [`MountConfig::readdirplus`].
-    readdirplus: Readdirplus,
-    /// [`MountConfig::parallel_dirops`].
-    parallel_dirops: bool,
-    /// [`MountConfig::timeouts`].
-    timeouts: Timeouts,
-    /// The requests served, by opcode ([`RequestStats`]).
-    requests: Arc<RequestStats>,
-    /// Tests only: see [`LookupTrigger`].
-    test_trigger: Option<LookupTrigger>,
 }
 
 impl std::fmt::Debug for QuillFuse {
@@ -437,7 +418,8 @@ impl Reporter {
 }
 
 impl QuillFuse {
-    pub fn new(fs: Arc<fs::Filesystem>) -> QuillFuse {
+    pub fn new(fs: Arc<fs::Filesystem>, config: &MountConfig) -> QuillFuse {
+        let inline = config.fsync_inline.unwrap_or_else(|| default_fsync_inline(config.threads));
         let fs_for_reports = fs.clone();
         // Without a flusher (the thread could not start), data is still written back by
         // fsync, sync, memory pressure and unmount.
@@ -452,15 +434,9 @@ impl QuillFuse {
                 abort_logged: AtomicBool::new(false),
                 errors_logged: AtomicU64::new(0),
             }),
-            fsyncs: fsync_waiters::FsyncWaiters::new(default_fsync_inline(default_threads())),
-            writeback_cache: false,
-            killpriv_in_kernel: false,
+            fsyncs: fsync_waiters::FsyncWaiters::new(inline),
+            config: config.clone(),
             kills_privileges: false,
-            readdirplus: Readdirplus::default(),
-            parallel_dirops: DEFAULT_PARALLEL_DIROPS,
-            timeouts: Timeouts::default(),
-            requests: Arc::default(),
-            test_trigger: None,
         }
     }
 
@@ -483,7 +459,7 @@ impl QuillFuse {
     /// Runs one request's handler, counted in the request figures and under
     /// [`Reporter::unwinding`] (a panic answers EIO and aborts the journal).
     fn guarded(&self, op: &'static str, handler: impl FnOnce()) {
-        let _counted = self.requests.begin(op);
+        let _counted = self.config.request_stats.begin(op);
         self.report.unwinding(op, handler);
     }
 
@@ -499,7 +475,7 @@ impl QuillFuse {
     /// An fsync or fsyncdir request: runs where [`fsync_waiters`] puts it, this request
     /// thread or a waiter, under the same guard as every request.
     fn fsync_request(&self, op: &'static str, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
-        let counted = self.requests.begin(op);
+        let counted = self.config.request_stats.begin(op);
         let (fs, report) = (self.fs.clone(), self.report.clone());
         self.fsyncs.run(move || {
             let _counted = counted;
@@ -614,8 +590,8 @@ impl QuillFuse {
     fn reply_entry(&self, reply: ReplyEntry, result: Result<Attr, FsError>) {
         match result {
             Ok(attr) => reply.entry_with_ttls(
-                &self.timeouts.attr,
-                &self.timeouts.entry,
+                &self.config.timeouts.attr,
+                &self.config.timeouts.entry,
                 &file_attr(&attr),
                 Generation(attr.generation.into()),
             ),
@@ -762,7 +738,7 @@ impl fuser::Filesystem for QuillFuse {
         // Create requests carry the umask apart from the mode: a directory's default ACL
         // replaces it (posix_acl_create), which only the file system can know.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DONT_MASK);
-        if self.writeback_cache && !self.fs.is_read_only() {
+        if self.config.writeback_cache && !self.fs.is_read_only() {
             // The kernel keeps written pages and the file's size and times itself and sends
             // them later: WRITE requests at writeback, fsync and close (FUSE_WRITE_CACHE), and
             // the times in a SETATTR before fsync's FSYNC. It may READ a page through a
@@ -775,13 +751,13 @@ impl fuser::Filesystem for QuillFuse {
                 log::warn!("the kernel has no FUSE writeback cache; writes go through");
             }
         }
-        if !self.killpriv_in_kernel && !self.fs.is_read_only() {
+        if !self.config.killpriv_in_kernel && !self.fs.is_read_only() {
             // quill drops set-id bits and file capabilities itself (`privileges.rs`); the
             // kernel then skips its GETXATTR of security.capability before each write.
             self.kills_privileges =
                 config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2).is_ok();
         }
-        let plus = match self.readdirplus {
+        let plus = match self.config.readdirplus {
             Readdirplus::Off => fuser::InitFlags::empty(),
             Readdirplus::On => fuser::InitFlags::FUSE_DO_READDIRPLUS,
             Readdirplus::Auto => {
@@ -791,7 +767,7 @@ impl fuser::Filesystem for QuillFuse {
         if !plus.is_empty() && config.add_capabilities(plus).is_err() {
             log::warn!("the kernel has no FUSE readdirplus; listings carry names only");
         }
-        if self.parallel_dirops
+        if self.config.parallel_dirops
             && config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS).is_err()
         {
             log::warn!("the kernel has no FUSE parallel directory operations");
@@ -833,7 +809,7 @@ impl fuser::Filesystem for QuillFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.guarded("lookup", move || {
-            if let Some(trigger) = &self.test_trigger {
+            if let Some(trigger) = &self.config.test_trigger {
                 if trigger.name == name.as_bytes() {
                     (trigger.action)();
                 }
@@ -848,10 +824,10 @@ impl fuser::Filesystem for QuillFuse {
                 // A negative entry: node 0 with a timeout (`fuse_lookup_name`), which the
                 // kernel keeps as a negative dentry until it expires or the name is created
                 // through the mount.
-                Err(FsError::NotFound) if !self.timeouts.negative.is_zero() => reply
+                Err(FsError::NotFound) if !self.config.timeouts.negative.is_zero() => reply
                     .entry_with_ttls(
                         &Duration::ZERO,
-                        &self.timeouts.negative,
+                        &self.config.timeouts.negative,
                         &absent_entry(),
                         Generation(0),
                     ),
@@ -867,7 +843,7 @@ impl fuser::Filesystem for QuillFuse {
         self.guarded("getattr", move || {
             let ino = ino!(ino, reply);
             match self.fs.getattr(ino) {
-                Ok(attr) => reply.attr(&self.timeouts.attr, &file_attr(&attr)),
+                Ok(attr) => reply.attr(&self.config.timeouts.attr, &file_attr(&attr)),
                 Err(err) => reply.error(self.errno(err)),
             }
         })
@@ -940,7 +916,7 @@ impl fuser::Filesystem for QuillFuse {
                 times_to_now: now(&atime) && now(&mtime),
             };
             match self.fs.setattr(ino, &set) {
-                Ok(attr) => reply.attr(&self.timeouts.attr, &file_attr(&attr)),
+                Ok(attr) => reply.attr(&self.config.timeouts.attr, &file_attr(&attr)),
                 Err(err) => reply.error(self.errno(err)),
             }
         })
@@ -1256,7 +1232,7 @@ impl fuser::Filesystem for QuillFuse {
                 let name = OsStr::from_bytes(&entry.name);
                 let generation = Generation(attr.generation.into());
                 let (fuse_ino, attr) = (to_fuse(entry.ino), file_attr(&attr));
-                let ttl = self.timeouts.both();
+                let ttl = self.config.timeouts.both();
                 Ok(reply.add(fuse_ino, entry.next_cookie, name, &ttl, &attr, generation))
             });
             match listed {
@@ -1426,7 +1402,7 @@ impl fuser::Filesystem for QuillFuse {
             };
             match self.open_handle(attr.ino) {
                 Ok(fh) => reply.created(
-                    &self.timeouts.both(),
+                    &self.config.timeouts.both(),
                     &file_attr(&attr),
                     Generation(attr.generation.into()),
                     fh,

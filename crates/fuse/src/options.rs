@@ -61,18 +61,52 @@ pub struct MountSpec {
 /// The most FUSE request threads a mount takes.
 pub const THREADS_MAX: usize = 256;
 
+/// The FUSE settings that take a value, as `-o` and `quill bench`'s quill-fuse targets write
+/// them alike ([`set_fuse_setting`]).
+pub const FUSE_SETTINGS: &[&str] = &[
+    "threads",
+    "fsync_inline",
+    "killpriv",
+    "readdirplus",
+    "read_ahead_kb",
+    "entry_timeout",
+    "attr_timeout",
+    "negative_timeout",
+];
+
+/// Sets the [`FUSE_SETTINGS`] entry `key` to `value` in `config`; an error names the option.
+pub fn set_fuse_setting(config: &mut MountConfig, key: &str, value: &str) -> Result<(), String> {
+    match key {
+        "threads" => config.threads = parse_threads(value)?,
+        "fsync_inline" => config.fsync_inline = Some(parse_fsync_inline(value)?),
+        "killpriv" => config.killpriv_in_kernel = parse_killpriv(value)?,
+        "readdirplus" => config.readdirplus = parse_readdirplus(value)?,
+        "read_ahead_kb" => config.read_ahead_kb = parse_read_ahead_kb(value)?,
+        _ => set_timeout(&mut config.timeouts, key, value)?,
+    }
+    Ok(())
+}
+
 /// `fsync_inline=N`: fsyncs waiting on request threads, 0 (every fsync on a waiter thread) to
 /// [`THREADS_MAX`] (at or past `threads`: every fsync on its request thread).
-pub fn parse_fsync_inline(value: &str) -> Result<usize, String> {
+fn parse_fsync_inline(value: &str) -> Result<usize, String> {
+    number_in("fsync_inline", value, 0, THREADS_MAX)
+}
+
+/// `key=value` as a whole number from `min` to `max`; the error names the option and range.
+fn number_in<N>(key: &str, value: &str, min: N, max: N) -> Result<N, String>
+where
+    N: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
     value
         .parse()
         .ok()
-        .filter(|n| *n <= THREADS_MAX)
-        .ok_or_else(|| format!("fsync_inline={value}: expected 0 to {THREADS_MAX}"))
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| format!("{key}={value}: expected {min} to {max}"))
 }
 
 /// `killpriv=quill|kernel`: whether the kernel's FUSE client drops privileges (`kernel`).
-pub fn parse_killpriv(value: &str) -> Result<bool, String> {
+fn parse_killpriv(value: &str) -> Result<bool, String> {
     match value {
         "quill" => Ok(false),
         "kernel" => Ok(true),
@@ -85,7 +119,7 @@ pub const TIMEOUT_MAX_SECS: f64 = 86_400.0;
 
 /// `entry_timeout=S`, `attr_timeout=S`, `negative_timeout=S`: seconds, fractions allowed, 0
 /// to [`TIMEOUT_MAX_SECS`].
-pub fn parse_timeout(key: &str, value: &str) -> Result<Duration, String> {
+fn parse_timeout(key: &str, value: &str) -> Result<Duration, String> {
     value
         .parse::<f64>()
         .ok()
@@ -96,7 +130,7 @@ pub fn parse_timeout(key: &str, value: &str) -> Result<Duration, String> {
 
 /// Sets the timeout `key` names in `timeouts` (`entry_timeout`, `attr_timeout` or
 /// `negative_timeout`).
-pub fn set_timeout(timeouts: &mut crate::Timeouts, key: &str, value: &str) -> Result<(), String> {
+fn set_timeout(timeouts: &mut crate::Timeouts, key: &str, value: &str) -> Result<(), String> {
     let slot = match key {
         "entry_timeout" => &mut timeouts.entry,
         "attr_timeout" => &mut timeouts.attr,
@@ -109,17 +143,12 @@ pub fn set_timeout(timeouts: &mut crate::Timeouts, key: &str, value: &str) -> Re
 
 /// `read_ahead_kb=N`: the mount's readahead window, 0 (the kernel's) to
 /// [`crate::read_ahead::READ_AHEAD_KB_MAX`].
-pub fn parse_read_ahead_kb(value: &str) -> Result<u32, String> {
-    let max = crate::read_ahead::READ_AHEAD_KB_MAX;
-    value
-        .parse()
-        .ok()
-        .filter(|n| *n <= max)
-        .ok_or_else(|| format!("read_ahead_kb={value}: expected 0 to {max}"))
+fn parse_read_ahead_kb(value: &str) -> Result<u32, String> {
+    number_in("read_ahead_kb", value, 0, crate::read_ahead::READ_AHEAD_KB_MAX)
 }
 
 /// `readdirplus=auto|on|off`.
-pub fn parse_readdirplus(value: &str) -> Result<crate::Readdirplus, String> {
+fn parse_readdirplus(value: &str) -> Result<crate::Readdirplus, String> {
     match value {
         "auto" => Ok(crate::Readdirplus::Auto),
         "on" => Ok(crate::Readdirplus::On),
@@ -129,12 +158,8 @@ pub fn parse_readdirplus(value: &str) -> Result<crate::Readdirplus, String> {
 }
 
 /// `threads=N`: FUSE request threads, 1 to [`THREADS_MAX`].
-pub fn parse_threads(value: &str) -> Result<usize, String> {
-    value
-        .parse()
-        .ok()
-        .filter(|n| (1..=THREADS_MAX).contains(n))
-        .ok_or_else(|| format!("threads={value}: expected 1 to {THREADS_MAX}"))
+fn parse_threads(value: &str) -> Result<usize, String> {
+    number_in("threads", value, 1, THREADS_MAX)
 }
 
 pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, String> {
@@ -232,23 +257,16 @@ pub fn parse<S: AsRef<str>>(lists: &[S], sloppy: bool) -> Result<MountSpec, Stri
                 settings.retain(|(k, _)| k != key);
                 settings.push((key.to_string(), value));
             }
-            "threads" => spec.fuse.threads = parse_threads(need(key, value)?)?,
-            "killpriv" => spec.fuse.killpriv_in_kernel = parse_killpriv(need(key, value)?)?,
-            "readdirplus" => spec.fuse.readdirplus = parse_readdirplus(need(key, value)?)?,
+            key if FUSE_SETTINGS.contains(&key) => {
+                set_fuse_setting(&mut spec.fuse, key, need(key, value)?)?;
+            }
             "writeback_cache" | "nowriteback_cache" => {
                 no_value(key, value)?;
                 spec.fuse.writeback_cache = key == "writeback_cache";
             }
-            "read_ahead_kb" => spec.fuse.read_ahead_kb = parse_read_ahead_kb(need(key, value)?)?,
-            "entry_timeout" | "attr_timeout" | "negative_timeout" => {
-                set_timeout(&mut spec.fuse.timeouts, key, need(key, value)?)?;
-            }
             "parallel_dirops" | "noparallel_dirops" => {
                 no_value(key, value)?;
                 spec.fuse.parallel_dirops = key == "parallel_dirops";
-            }
-            "fsync_inline" => {
-                spec.fuse.fsync_inline = Some(parse_fsync_inline(need(key, value)?)?);
             }
             "log" => {
                 // A comma ends the option, so a path with one cannot be given here.

@@ -11,7 +11,7 @@
 //! `Session::run`.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Default for [`crate::MountConfig::read_ahead_kb`]: 1 MiB, the largest READ the kernel
 /// sends (FUSE_MAX_PAGES, 256 pages). Measured with dd of a 1 GiB file in 1 MiB reads, caches
@@ -23,14 +23,9 @@ pub const DEFAULT_READ_AHEAD_KB: u32 = 1024;
 /// The largest `read_ahead_kb=` taken.
 pub const READ_AHEAD_KB_MAX: u32 = 1 << 20;
 
-/// The mount point's path as /proc/self/mountinfo will show it: absolute, symlinks resolved.
-/// Call it before mounting (resolving the mount point afterwards would ask the session).
-pub fn canonical_mountpoint(mountpoint: &Path) -> io::Result<PathBuf> {
-    mountpoint.canonicalize()
-}
-
-/// Sets `read_ahead_kb` of the FUSE mount at `mountpoint` (canonical, see
-/// [`canonical_mountpoint`]), the newest mount there.
+/// Sets `read_ahead_kb` of the FUSE mount at `mountpoint`, the newest mount there;
+/// `mountpoint` is as /proc/self/mountinfo shows it (absolute, symlinks resolved: canonicalize
+/// it before mounting, since afterwards that would ask the session).
 pub fn set(mountpoint: &Path, kib: u32) -> io::Result<()> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
     let device = fuse_device_at(&mountinfo, mountpoint).ok_or_else(|| {
