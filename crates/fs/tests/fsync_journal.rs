@@ -629,6 +629,65 @@ fn renamed_files_fsynced_as_fast_commits_have_their_new_names_after_a_crash() {
     });
 }
 
+/// A rename over a file with in-inode xattrs commits: the fast commit's INODE record would
+/// not reach the xattrs, and e2fsck 1.47.0's replay would leave the deleted file unattached
+/// with them, for its full check to reconnect to lost+found (crash explorer seed
+/// 1795867448165962330). Without xattrs the same rename is a fast commit.
+#[test]
+fn a_rename_over_a_file_with_in_inode_xattrs_commits_so_e2fsck_has_nothing_to_reconnect() {
+    let Some((scratch, image)) = fresh_image("fsync-journal-rename-xattr", &["-O", "fast_commit"])
+    else {
+        return;
+    };
+    let fs = Filesystem::open(open_device(&image), fsync_journal()).unwrap();
+    create_files(&fs, 20);
+    let make = |name: &str, round: u8| {
+        let ino = fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.write(ino, 0, &chunk(round, 3000)).unwrap();
+        ino
+    };
+    let (plain_src, plain_dst) = (make("plain-src", 1), make("plain-dst", 2));
+    let (tagged_src, tagged_dst) = (make("tagged-src", 3), make("tagged-dst", 4));
+    fs.setxattr(tagged_dst, b"user.q1", b"xy", fs::SetMode::Any).unwrap();
+    fs.sync().unwrap();
+    // Commits whatever the creations' group left in the log (`group initialized in the log`).
+    fs.write(plain_src, 0, b"warm").unwrap();
+    fs.fsync(plain_src, false).unwrap();
+    let rename_over = |src: &str, dst: &str| {
+        let flags = fs::RenameFlags::default();
+        fs.rename(ROOT_INO, src.as_bytes(), ROOT_INO, dst.as_bytes(), flags).unwrap();
+    };
+    let before = fs.journal().stats();
+    rename_over("plain-src", "plain-dst");
+    fs.fsync(plain_src, false).unwrap();
+    let after_plain = fs.journal().stats();
+    assert_eq!(after_plain.fast_commits, before.fast_commits + 1, "{:?}", fallbacks(&fs));
+    rename_over("tagged-src", "tagged-dst");
+    fs.fsync(tagged_src, false).unwrap();
+    let after_tagged = fs.journal().stats();
+    assert_eq!(after_tagged.fast_commits, after_plain.fast_commits, "{:?}", fallbacks(&fs));
+    assert!(fallbacks(&fs).iter().any(|(r, _)| r == "name reused"), "{:?}", fallbacks(&fs));
+    let expected = [
+        ("plain-dst", read_all(&fs, plain_src).unwrap()),
+        ("tagged-dst", read_all(&fs, tagged_src).unwrap()),
+    ];
+    fs.crash();
+
+    let repaired = scratch.path("repaired.img");
+    std::fs::copy(&image, &repaired).unwrap();
+    let report = e2fsck_fy(&repaired);
+    assert!(!report.contains("Unattached") && !report.contains("lost+found"), "{report}");
+    recover_three_ways(&scratch, &image, |fs, who| {
+        for (name, bytes) in &expected {
+            let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().ino;
+            assert!(read_all(fs, ino).unwrap() == *bytes, "{who}: {name}'s bytes");
+        }
+        for gone in [plain_dst, tagged_dst] {
+            assert!(fs.getattr(gone).is_err(), "{who}: replaced inode {gone} is still in use");
+        }
+    });
+}
+
 /// varmail's pattern in one large (indexed) directory: delete a file, create another (one in
 /// three under the name just removed), write and fsync it. A creation is a fast commit unless
 /// its leaf lost a name in the running transaction and had no room left at its start for the
