@@ -75,6 +75,12 @@ pub const STALE_XATTRS: &str = "inode slot with old in-inode xattrs";
 /// replay counts it, and e2fsck then has to fix the kernel's and its own).
 pub const XATTR_BLOCK: &str = "xattr block (kernel and e2fsck 1.47.0 replays miscount i_blocks)";
 
+/// The reason counted for a file that took the name of a file fast-committed in the same
+/// transaction, with per-core areas that put the two files' fast commits in different areas:
+/// recovery replays the areas in index order, and the replaced file's own fast commit, replayed
+/// after the one that deletes it, would bring it back (`fc_commit.rs` in the journal crate).
+pub const REPLACED_ELSEWHERE: &str = "replaced file's fast commits in another area";
+
 /// The reason counted for an inode write whose caller did not say what it was.
 const OTHER_CHANGE: &str = "metadata change";
 
@@ -107,6 +113,8 @@ pub(crate) struct FcTrack {
     dentry_notes: u64,
     /// Whether the inode was created in `tid` (whether or not a CREAT record expresses it).
     born: bool,
+    /// Whether a fast commit of the inode was planned in `tid` (durable or not).
+    fast_committed: bool,
     /// Whether the file was renamed in `tid`: its name at replay is the last commit's unless a
     /// fast commit of the rename is durable, so no other file's records may UNLINK it
     /// ([`Filesystem::unlink_record`]).
@@ -139,6 +147,9 @@ pub(crate) struct Unlinked {
     mapped_end: u32,
     /// The INODE record's raw inode.
     raw: Box<[u8]>,
+    /// Whether a fast commit of the file was planned in the transaction that removed its name:
+    /// the fast commit that deletes it must then go to the same area ([`REPLACED_ELSEWHERE`]).
+    fast_committed: bool,
 }
 
 /// The reason counted for a file created under a name removed in the same transaction whose
@@ -154,6 +165,17 @@ enum DentryNote {
     /// Renamed from one name to another (LINK of the new, UNLINK of the old, as ext4's rename
     /// tracks it), where `replaces` is the file the new name named, deleted first.
     Rename { from: (u32, Box<[u8]>), to: (u32, Box<[u8]>), replaces: Option<Arc<Unlinked>> },
+}
+
+impl DentryNote {
+    /// The file this name replaced, deleted first at replay.
+    fn replaces(&self) -> Option<&Unlinked> {
+        match self {
+            DentryNote::Create { replaces, .. } | DentryNote::Rename { replaces, .. } => {
+                replaces.as_deref()
+            }
+        }
+    }
 }
 
 /// One directory block's room for CREAT records in a transaction.
@@ -443,6 +465,11 @@ impl Filesystem {
             Some(E2FSCK_ITABLE)
         } else if self.group_initialized_in_log() {
             Some(E2FSCK_UNINIT)
+        } else if track.dentries.iter().filter_map(|(_, note)| note.replaces()).any(|old| {
+            old.fast_committed
+                && self.journal.fast_commit_area(old.ino) != self.journal.fast_commit_area(ino)
+        }) {
+            Some(REPLACED_ELSEWHERE)
         } else {
             None
         };
@@ -479,6 +506,7 @@ impl Filesystem {
         let (changes, range_notes, dentry_notes) =
             (track.changes, track.range_notes, track.dentry_notes);
         data.fc.range_notes_planned = range_notes;
+        data.fc.fast_committed = true;
         Ok(FsyncPlan::FastCommit(FcPlan {
             tid,
             ino,
@@ -626,7 +654,8 @@ impl Filesystem {
         gone.encode_into(&mut raw);
         ext4::set_inode_checksum(&self.params, ino, &mut raw);
         raw.truncate(fc_inode_len(inode, raw.len()));
-        Ok(Some(Unlinked { ino, mapped_end, raw: raw.into_boxed_slice() }))
+        let fast_committed = changed_in_tid && track.fast_committed;
+        Ok(Some(Unlinked { ino, mapped_end, raw: raw.into_boxed_slice(), fast_committed }))
     }
 
     /// Whether inode `ino` sits in the inode-table block of the journal inode. e2fsck 1.47.0
@@ -732,7 +761,7 @@ impl Filesystem {
             records.extend(plan.ranges.iter().copied());
         }
         records.push(inode);
-        self.journal.queue_fast_commit(plan.tid, &records).ok()
+        self.journal.queue_fast_commit(plan.tid, plan.ino, &records).ok()
     }
 
     /// Waits for the fast commit queued for `plan`. `Ok(true)`: durable (and recorded in the

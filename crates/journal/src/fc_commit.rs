@@ -80,8 +80,11 @@ pub enum FastCommitOutcome {
 /// keeps one file's in order; fast commits of different files commute, because within a
 /// transaction they share no block (freed blocks are not reused before the transaction that
 /// freed them is durable), no inode number and no name (`fsync_journal.rs` in the fs crate
-/// keeps creations that would from being fast commits). Recovery replays the areas one after
-/// the other.
+/// keeps creations that would from being fast commits). The one inode two files' fast
+/// commits share is a file deleted by another's (a name it had taken by a create or a
+/// rename over it): its own fast commits of the transaction must then be in the deleting
+/// file's area, written and replayed before the delete (`fsync_journal.rs` commits
+/// otherwise). Recovery replays the areas one after the other.
 ///
 /// Per-core areas are quill's own encoding: while any of them holds fast commits the journal
 /// superblock has INCOMPAT_QUILL_FC_AREAS (written before the first of them, cleared once a
@@ -355,23 +358,30 @@ pub struct FcTicket {
     request: Arc<Request>,
 }
 
-/// Queues a fast commit of `records` for transaction `tid` in its file's area, or says why
+/// The area of file `file`'s fast commits.
+pub(crate) fn area_of(fc: &FcArea, file: u32) -> usize {
+    file as usize % fc.areas.len()
+}
+
+/// Queues a fast commit of `records` for transaction `tid` in file `file`'s area, or says why
 /// there is none to queue. Fast commits of one file reach the area in the order they are
 /// queued, and recovery replays them in that order: a caller queues under the file's lock,
 /// so that an older fast commit of the file (its INODE, its DEL_RANGEs) can never be
-/// written after a newer one.
+/// written after a newer one. The area is the fsynced file's, named by the caller, not that
+/// of the first inode in `records`: a rename over another file opens with the replaced
+/// file's records, and its fast commit would land in that file's area, to be replayed
+/// before or after the CREAT of the renamed file (an earlier fast commit, in its own area)
+/// by area order alone (crash explorer seed 3012557888514903091, per-core areas: the
+/// renamed file kept its old name, and the name it took was lost).
 pub(crate) fn queue(
     shared: &Shared,
     tid: Tid,
+    file: u32,
     records: &[FcRecord<'_>],
 ) -> std::result::Result<FcTicket, FcFallback> {
     let Some(fc) = &shared.fc_area else { return Err(FcFallback::Off) };
     // One file's fast commits in one area, in order (see FcArea).
-    let ino = records.iter().find_map(|r| match r {
-        FcRecord::Inode { ino, .. } => Some(*ino),
-        _ => None,
-    });
-    let area = ino.unwrap_or(0) as usize % fc.areas.len();
+    let area = area_of(fc, file);
     let mut encoded = Vec::new();
     for record in records {
         record.encode(&mut encoded);

@@ -419,13 +419,19 @@ impl Journal {
             .unwrap_or_else(|never| match never {})
     }
 
-    /// iJournaling's file-level transaction (`fc_commit.rs`): makes `records` (one file's
-    /// INODE, ADD_RANGE and DEL_RANGE records, in replay order) durable in the fast-commit area
-    /// as part of transaction `tid`, which must be the running one, without committing it. The
-    /// caller has written the file's data (not flushed it: this does). On
-    /// [`FastCommitOutcome::Fallback`] nothing was written: commit `tid` instead.
-    pub fn fast_commit(&self, tid: Tid, records: &[FcRecord<'_>]) -> Result<FastCommitOutcome> {
-        match self.queue_fast_commit(tid, records) {
+    /// iJournaling's file-level transaction (`fc_commit.rs`): makes `records` (file `file`'s
+    /// INODE, ADD_RANGE and DEL_RANGE records, and those of the names it made or took, in
+    /// replay order) durable in the fast-commit area as part of transaction `tid`, which must
+    /// be the running one, without committing it. The caller has written the file's data (not
+    /// flushed it: this does). On [`FastCommitOutcome::Fallback`] nothing was written: commit
+    /// `tid` instead.
+    pub fn fast_commit(
+        &self,
+        tid: Tid,
+        file: u32,
+        records: &[FcRecord<'_>],
+    ) -> Result<FastCommitOutcome> {
+        match self.queue_fast_commit(tid, file, records) {
             Ok(ticket) => self.wait_fast_commit(ticket),
             Err(fallback) => Ok(fallback),
         }
@@ -437,12 +443,20 @@ impl Journal {
     pub fn queue_fast_commit(
         &self,
         tid: Tid,
+        file: u32,
         records: &[FcRecord<'_>],
     ) -> std::result::Result<crate::fc_commit::FcTicket, FastCommitOutcome> {
-        crate::fc_commit::queue(&self.shared, tid, records).map_err(|fallback| {
+        crate::fc_commit::queue(&self.shared, tid, file, records).map_err(|fallback| {
             self.shared.note_fast_commit_fallback(fallback.name());
             FastCommitOutcome::Fallback(fallback)
         })
+    }
+
+    /// The area file `file`'s fast commits go to (0 with one area, or none): recovery
+    /// replays the areas in index order, so records of two files in different areas are
+    /// replayed in that order, whichever was written first.
+    pub fn fast_commit_area(&self, file: u32) -> usize {
+        self.shared.fc_area.as_ref().map_or(0, |fc| crate::fc_commit::area_of(fc, file))
     }
 
     /// Then wait, without the file's lock, until a batch has written it (see
