@@ -2,12 +2,12 @@
 //! for lookups outside any transaction) and [`DirAccess`] (a [`DirIo`] over a directory
 //! inode's extent tree).
 
+use crate::block_map;
 use crate::dir::{DirCtx, DirIo};
 use crate::error::{FsError, Result};
-use crate::extent_tree::{self, ExtentCtx, Lookup};
+use crate::extent_tree::{ExtentCtx, Lookup};
 use crate::filesystem::Filesystem;
 use crate::groups::Groups;
-use crate::indirect;
 use crate::inodes::InodeData;
 use crate::meta_io::MetaIo;
 use ondisk::ext4;
@@ -95,7 +95,7 @@ pub(crate) struct DirAccess<'a, M: MetaIo> {
 
 impl<M: MetaIo> DirAccess<'_, M> {
     fn map(&mut self, lblk: u32) -> Result<u64> {
-        match indirect::lookup_inode(self.io, &self.ectx, &self.data.inode, lblk)? {
+        match block_map::lookup(self.io, &self.ectx, &self.data.inode, lblk)? {
             // A directory block mapped onto file-system metadata (ext4_inode_block_valid):
             // reading it would misparse the metadata, writing it would destroy it.
             Lookup::Mapped { pblk, .. } if self.groups.system_zone_overlap(pblk, 1).is_some() => {
@@ -145,12 +145,6 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
     }
 
     fn append_dir_block(&mut self) -> Result<u32> {
-        if !self.data.inode.uses_extents() {
-            return Err(FsError::Unsupported(format!(
-                "directory inode {} maps its blocks indirectly; quill cannot grow it yet",
-                self.ectx.ino
-            )));
-        }
         let lblk = self.dir_blocks();
         let goal = match lblk.checked_sub(1) {
             Some(last) => self.map(last)? + 1,
@@ -158,7 +152,7 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
         };
         let pblk = self.io.alloc_meta_block(goal)?;
         let ectx = ExtentCtx { goal: pblk, ..self.ectx };
-        extent_tree::insert(self.io, &ectx, &mut self.data.inode.block, lblk, pblk, 1, false)?;
+        block_map::insert(self.io, &ectx, &mut self.data.inode, lblk, pblk, 1, false)?;
         self.data.inode.size += u64::from(self.block_size);
         Ok(lblk)
     }

@@ -33,9 +33,10 @@ use blockdev::Write;
 use ondisk::ext4;
 
 use crate::adapters::{extent_ctx, ReadIo};
+use crate::block_map;
 use crate::clean_cache::CachedDevice;
 use crate::error::{FsError, Result};
-use crate::extent_tree::{self, ExtentCtx, Lookup};
+use crate::extent_tree::{ExtentCtx, Lookup};
 use crate::filesystem::{now, DataMode, ErrorPolicy, Filesystem, Txn};
 use crate::groups::Reservation;
 use crate::inode_flags;
@@ -191,7 +192,7 @@ impl Filesystem {
             }
             // Read from disk up to the next cached page.
             let cached_next = data.cache.pages.range(lblk..).next().map(|(&next, _)| next);
-            let lookup = crate::indirect::lookup_inode(&mut io, &ectx, &data.inode, lblk)
+            let lookup = block_map::lookup(&mut io, &ectx, &data.inode, lblk)
                 .map_err(|e| self.check_fs_error(ino, e))?;
             let (run_blocks, pblk) = match lookup {
                 Lookup::Mapped { pblk, len: run, unwritten: false } => (u64::from(run), Some(pblk)),
@@ -278,7 +279,17 @@ impl Filesystem {
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_mutable(&data.inode)?;
-        check_extent_mapped(ino, &data.inode)?;
+        // An indirect-mapped file's limit (`s_bitmap_maxbytes`) cuts the write short there,
+        // as the kernel's ext4_write_checks does.
+        let max = self.max_file_bytes(&data.inode);
+        let bytes = if end > max {
+            if offset >= max {
+                return Err(FsError::FileTooLarge);
+            }
+            &bytes[..(max - offset) as usize]
+        } else {
+            bytes
+        };
         if data.inode.flags & iflags::APPEND_FL != 0 && offset != data.size() {
             // The kernel moves an append-only file's writes to its end (IS_APPEND in
             // generic_write_checks); a caller of the library names the offset itself.
@@ -322,8 +333,8 @@ impl Filesystem {
     /// inode blocks it may touch, and under data=journal the data blocks it logs (of which it
     /// takes no more than a transaction has credits for beside the metadata).
     pub(crate) fn write_step_credits(&self, data: &InodeData, blocks: u64) -> StepCredits {
-        let depth = extent_tree::depth(&data.inode.block);
-        let per_extent = extent_tree::worst_case_blocks_touched(depth) + 6;
+        let per_extent = block_map::worst_case_blocks_touched(&data.inode) + 6;
+        let pool_blocks = block_map::new_blocks_per_insert(&data.inode) * 4;
         let meta = per_extent * 8 + 8;
         let step_max = if self.options.data == DataMode::Journal {
             let room = self.journal.max_transaction_credits().saturating_sub(meta);
@@ -333,12 +344,7 @@ impl Filesystem {
         };
         let step_blocks = blocks.clamp(1, u64::from(step_max)) as u32;
         let data = if self.options.data == DataMode::Journal { step_blocks } else { 0 };
-        StepCredits {
-            per_extent,
-            step_blocks,
-            credits: meta + data,
-            pool_blocks: u64::from(u32::from(depth) + 2) * 4,
-        }
+        StepCredits { per_extent, step_blocks, credits: meta + data, pool_blocks }
     }
 
     /// One step of writing back, inside the caller's handle `txn`: maps and writes at most
@@ -383,14 +389,16 @@ impl Filesystem {
                 }
                 let lblk = (pos / bs) as u32;
                 let run_end_lblk = ((step_end - 1) / bs) as u32;
-                let lookup = extent_tree::lookup(txn, &ectx, &data.inode.block, lblk)?;
+                let lookup = block_map::lookup(txn, &ectx, &data.inode, lblk)?;
                 let (pblk, run, fresh) = match lookup {
                     Lookup::Mapped { pblk, len, unwritten } => {
                         let run = len.min(run_end_lblk - lblk + 1);
                         (pblk, run, unwritten)
                     }
                     Lookup::Hole { len_to_next } => {
-                        let want = (run_end_lblk - lblk + 1).min(len_to_next.unwrap_or(u32::MAX));
+                        let want = (run_end_lblk - lblk + 1)
+                            .min(len_to_next.unwrap_or(u32::MAX))
+                            .min(block_map::run_room(&data.inode, bs as u32, lblk));
                         let goal = self.data_goal(txn, &ectx, data, lblk)?;
                         let (pblk, got) = txn.alloc_data(goal, want)?;
                         data_allocated += i64::from(got);
@@ -415,10 +423,10 @@ impl Filesystem {
                 }
                 if let Lookup::Mapped { unwritten: true, .. } = lookup {
                     *mapped = true;
-                    extent_tree::mark_written(txn, &ectx, &mut data.inode.block, lblk, run)?;
+                    block_map::mark_written(txn, &ectx, &mut data.inode, lblk, run)?;
                 }
                 if matches!(lookup, Lookup::Hole { .. }) {
-                    extent_tree::insert(txn, &ectx, &mut data.inode.block, lblk, pblk, run, false)?;
+                    block_map::insert(txn, &ectx, &mut data.inode, lblk, pblk, run, false)?;
                 }
                 pos = run_bytes_end;
             }
@@ -454,9 +462,7 @@ impl Filesystem {
         lblk: u32,
     ) -> Result<u64> {
         if let Some(prev) = lblk.checked_sub(1) {
-            if let Lookup::Mapped { pblk, .. } =
-                extent_tree::lookup(io, ectx, &data.inode.block, prev)?
-            {
+            if let Lookup::Mapped { pblk, .. } = block_map::lookup(io, ectx, &data.inode, prev)? {
                 return Ok(pblk + 1);
             }
         }
@@ -550,7 +556,9 @@ impl Filesystem {
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_unpinned(&data.inode)?;
-        check_extent_mapped(ino, &data.inode)?;
+        if size > self.max_file_bytes(&data.inode) {
+            return Err(FsError::FileTooLarge);
+        }
         if size == 0 {
             data.flush_on_close = true;
         }
@@ -627,59 +635,86 @@ impl Filesystem {
         self.zero_in_place(ino, data, size, (size / bs + 1) * bs)
     }
 
-    /// Frees every block of `ino` at or past the block holding byte `size` (rounded up), in
-    /// steps of at most TRUNCATE_EXTENTS_MAX extents per handle. Fast symlinks and device
-    /// inodes map nothing.
+    /// Frees every block of `ino` at or past the block holding byte `size` (rounded up).
     pub(crate) fn truncate_blocks(&self, ino: u32, data: &mut InodeData, size: u64) -> Result<()> {
-        if !self.maps_extents(ino, data)? {
-            return Ok(());
+        let first_gone = size.div_ceil(u64::from(self.block_size()));
+        self.remove_blocks_in_steps(ino, data, first_gone, LBLK_LIMIT, "truncate", false)?;
+        Ok(())
+    }
+
+    /// Unmaps and frees logical blocks `[first, end)` of `ino`, from the end, in steps of at
+    /// most TRUNCATE_EXTENTS_MAX mapped runs per handle (each step leaves the file whole: a
+    /// crash between steps leaves fewer blocks freed). `why` is the change's name for fast
+    /// commits; `touch`: each step sets mtime and ctime (a punch). Fast symlinks and device
+    /// inodes map nothing. Returns the number of steps (handles).
+    fn remove_blocks_in_steps(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        first: u64,
+        end: u64,
+        why: &'static str,
+        touch: bool,
+    ) -> Result<u32> {
+        if !self.maps_blocks(data) {
+            return Ok(0);
         }
-        let bs = u64::from(self.block_size());
-        let first_gone = size.div_ceil(bs);
+        let mut steps = 0;
         loop {
             let ectx = extent_ctx(self, ino, data);
-            let extents = extent_tree::extents(&mut ReadIo { fs: self }, &ectx, &data.inode.block)
+            let extents = block_map::extents(&mut ReadIo { fs: self }, &ectx, &data.inode)
                 .map_err(|e| self.check_fs_error(ino, e))?;
-            let tail: Vec<_> = extents.iter().filter(|e| e.logical_end() > first_gone).collect();
+            let tail: Vec<_> = extents
+                .iter()
+                .filter(|e| e.logical_end() > first && u64::from(e.logical) < end)
+                .collect();
             if tail.is_empty() {
-                return Ok(());
+                return Ok(steps);
             }
+            steps += 1;
             let mut from = tail
                 .iter()
                 .rev()
                 .nth(TRUNCATE_EXTENTS_MAX - 1)
-                .map_or(first_gone, |e| u64::from(e.logical).max(first_gone));
+                .map_or(first, |e| u64::from(e.logical).max(first));
             // Journaled blocks (a directory's, a slow symlink's, or data=journal) are revoked
             // one credit each: free at most REVOKE_STEP_BLOCKS of them per step.
             let revoke = data.inode.is_dir()
                 || data.inode.is_symlink()
                 || self.options.data == DataMode::Journal;
-            let depth = extent_tree::depth(&data.inode.block);
-            let meta_credits =
-                TRUNCATE_EXTENTS_MAX as u32 * 4 + extent_tree::worst_case_blocks_touched(depth) * 4;
+            let meta_credits = TRUNCATE_EXTENTS_MAX as u32
+                * block_map::removal_credits(&data.inode)
+                + block_map::worst_case_blocks_touched(&data.inode) * 4;
             // A small journal's transactions hold fewer credits than a full revoke step.
             let revoke_step = u64::from(
                 self.journal.max_transaction_credits().saturating_sub(meta_credits).max(1),
             )
             .min(REVOKE_STEP_BLOCKS);
             if revoke {
-                let last_end = tail.last().map_or(first_gone, |e| e.logical_end());
-                from = from.max(last_end.saturating_sub(revoke_step)).max(first_gone);
+                let last_end = tail.last().map_or(first, |e| e.logical_end().min(end));
+                from = from.max(last_end.saturating_sub(revoke_step)).max(first);
             }
             let credits = meta_credits + if revoke { revoke_step as u32 } else { 0 };
-            // Freeing takes no reservation: removing extents from the end never splits a
+            // A truncate takes no reservation: removing extents from the end never splits a
             // node, so a full file system (even one whose free counts are wrong) can always
-            // be emptied.
-            let mut txn = self.begin_with(credits, self.groups.no_reservation())?;
+            // be emptied. A punch inside an extent may split it, and reserves for that.
+            let mut txn = if touch {
+                self.begin(credits, 4)?
+            } else {
+                self.begin_with(credits, self.groups.no_reservation())?
+            };
             txn.revoke_freed_data = revoke;
             let result = (|| {
-                self.remove_blocks(&mut txn, &ectx, data, from as u32, LBLK_LIMIT)?;
-                data.fc.ineligible_next("truncate");
+                self.remove_blocks(&mut txn, &ectx, data, from as u32, end)?;
+                if touch {
+                    touch_mtime_ctime(&mut data.inode);
+                }
+                data.fc.ineligible_next(why);
                 txn_write_inode(self, &mut txn, ino, data, true)
             })();
             self.finish(result, txn)?;
-            if from == first_gone {
-                return Ok(());
+            if from == first {
+                return Ok(steps);
             }
         }
     }
@@ -689,18 +724,18 @@ impl Filesystem {
     /// that the block bitmaps mark them in use, so that an operation that will free blocks
     /// finds damage before its first change.
     pub(crate) fn check_extent_tree(&self, ino: u32, data: &InodeData) -> Result<()> {
-        if !self.maps_extents(ino, data)? {
+        if !self.maps_blocks(data) {
             return Ok(());
         }
         let ectx = extent_ctx(self, ino, data);
-        let root = &data.inode.block;
+        let inode = &data.inode;
         let check = || -> Result<()> {
             let mut ranges = Vec::new();
-            for e in extent_tree::extents(&mut ReadIo { fs: self }, &ectx, root)? {
+            for e in block_map::extents(&mut ReadIo { fs: self }, &ectx, inode)? {
                 self.check_data_blocks(e.start, u64::from(e.len))?;
                 ranges.push((e.start, u64::from(e.len)));
             }
-            for block in extent_tree::tree_blocks(&mut ReadIo { fs: self }, &ectx, root)? {
+            for block in block_map::tree_blocks(&mut ReadIo { fs: self }, &ectx, inode)? {
                 self.check_data_blocks(block, 1)?;
                 ranges.push((block, 1));
             }
@@ -710,18 +745,11 @@ impl Filesystem {
         check().map_err(|e| self.check_fs_error(ino, e))
     }
 
-    /// Whether `ino` maps blocks through an extent tree that [`Filesystem::truncate_blocks`]
-    /// walks; false for inodes that map nothing (fast symlinks and device, fifo and socket
-    /// inodes; i_blocks may still count an xattr block). A file or directory mapped
-    /// indirectly is `Unsupported`: quill cannot free its blocks.
-    pub(crate) fn maps_extents(&self, ino: u32, data: &InodeData) -> Result<bool> {
-        if data.inode.flags & ext4::EXTENTS_FL != 0 {
-            return Ok(true);
-        }
-        match indirect_mapping(ino, &data.inode) {
-            Some(why) => Err(FsError::Unsupported(why)),
-            None => Ok(false),
-        }
+    /// Whether `ino` maps blocks (an extent tree, or block pointers) that
+    /// [`Filesystem::truncate_blocks`] walks; false for inodes that map nothing (fast
+    /// symlinks and device, fifo and socket inodes; i_blocks may still count an xattr block).
+    pub(crate) fn maps_blocks(&self, data: &InodeData) -> bool {
+        data.inode.flags & ext4::EXTENTS_FL != 0 || maps_indirectly(&data.inode)
     }
 
     /// Unmaps and frees logical blocks `[from, to)` under `txn` and counts them out of
@@ -735,7 +763,7 @@ impl Filesystem {
         to: u64,
     ) -> Result<()> {
         txn.take_blocks_delta();
-        extent_tree::remove_range(txn, ectx, &mut data.inode.block, from, to)?;
+        block_map::remove_range(txn, ectx, &mut data.inode, from, to)?;
         let delta = txn.take_blocks_delta();
         add_blocks(&mut data.inode, delta, self.block_size());
         Ok(())
@@ -756,7 +784,17 @@ impl Filesystem {
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_mutable(&data.inode)?;
-        check_extent_mapped(ino, &data.inode)?;
+        if !data.inode.uses_extents() && mode != FallocateMode::PunchHole {
+            // ext4_fallocate: preallocation needs unwritten extents; only a punch works on
+            // an indirect-mapped file.
+            return Err(FsError::Unsupported(format!(
+                "inode {ino} maps its blocks indirectly (no extents flag): fallocate can only \
+                 punch holes in it"
+            )));
+        }
+        if end > self.max_file_bytes(&data.inode) {
+            return Err(FsError::FileTooLarge);
+        }
         if !matches!(mode, FallocateMode::Allocate | FallocateMode::KeepSize) {
             // vfs_fallocate: an append-only file may only grow.
             inode_flags::check_unpinned(&data.inode)?;
@@ -791,16 +829,15 @@ impl Filesystem {
         let last = end.div_ceil(bs);
         while lblk < last {
             let step = (last - lblk).min(u64::from(STEP_BLOCKS_MAX)) as u32;
-            let depth = extent_tree::depth(&data.inode.block);
-            let per_extent = extent_tree::worst_case_blocks_touched(depth) + 6;
-            let mut txn =
-                self.begin(per_extent * 8 + 8, u64::from(step) + u64::from(depth + 2) * 4)?;
+            let per_extent = block_map::worst_case_blocks_touched(&data.inode) + 6;
+            let pool = block_map::new_blocks_per_insert(&data.inode) * 4;
+            let mut txn = self.begin(per_extent * 8 + 8, u64::from(step) + pool)?;
             let result = (|| {
                 let mut ectx = extent_ctx(self, ino, data);
                 let step_end = lblk + u64::from(step);
                 while lblk < step_end && txn.handle.credits_left() >= per_extent + 2 {
                     let l = lblk as u32;
-                    match extent_tree::lookup(&mut txn, &ectx, &data.inode.block, l)? {
+                    match block_map::lookup(&mut txn, &ectx, &data.inode, l)? {
                         Lookup::Mapped { len, .. } => lblk += u64::from(len),
                         Lookup::Hole { len_to_next } => {
                             let want = ((step_end - lblk) as u32)
@@ -809,10 +846,10 @@ impl Filesystem {
                             let goal = self.data_goal(&mut txn, &ectx, data, l)?;
                             let (pblk, got) = txn.alloc_data(goal, want)?;
                             ectx.goal = pblk + u64::from(got);
-                            extent_tree::insert(
+                            block_map::insert(
                                 &mut txn,
                                 &ectx,
-                                &mut data.inode.block,
+                                &mut data.inode,
                                 l,
                                 pblk,
                                 got,
@@ -858,18 +895,30 @@ impl Filesystem {
             }
         }
         if first_whole < last_whole {
-            let ectx = extent_ctx(self, ino, data);
-            let depth = extent_tree::depth(&data.inode.block);
-            let mut txn = self.begin(64 + extent_tree::worst_case_blocks_touched(depth) * 4, 4)?;
-            let result = (|| {
-                self.remove_blocks(&mut txn, &ectx, data, first_whole as u32, last_whole)?;
+            let steps = self.remove_blocks_in_steps(
+                ino,
+                data,
+                first_whole,
+                last_whole,
+                "punch hole",
+                true,
+            )?;
+            if steps == 0 {
+                // Nothing mapped there: the punch still changes the file's times.
+                let mut txn = self.begin(4, 0)?;
                 touch_mtime_ctime(&mut data.inode);
                 data.fc.ineligible_next("punch hole");
-                txn_write_inode(self, &mut txn, ino, data, true)
-            })();
-            self.finish(result, txn)?;
+                let result = txn_write_inode(self, &mut txn, ino, data, true);
+                self.finish(result, txn)?;
+            }
         }
         Ok(())
+    }
+
+    /// The largest size `inode` may have ([`block_map::max_file_bytes`]).
+    fn max_file_bytes(&self, inode: &ext4::Inode) -> u64 {
+        let huge_file = self.params.feature_ro_compat & ext4::feature::RO_COMPAT_HUGE_FILE != 0;
+        block_map::max_file_bytes(inode, self.block_size(), huge_file)
     }
 
     /// Zeroes `[from, to)` (inside one block) where it is mapped and written: read, clear,
@@ -882,7 +931,7 @@ impl Filesystem {
         let ectx = extent_ctx(self, ino, data);
         let mut io = ReadIo { fs: self };
         let Lookup::Mapped { pblk, unwritten: false, .. } =
-            extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk as u32)?
+            block_map::lookup(&mut io, &ectx, &data.inode, lblk as u32)?
         else {
             return Ok(());
         };
@@ -911,44 +960,18 @@ fn touch_mtime_ctime(inode: &mut ext4::Inode) {
     inode.ctime = t;
 }
 
-/// Refuses to change an inode that maps its blocks indirectly (no extents flag: made on
-/// ext2/ext3, kept by an image converted to ext4): quill reads such inodes (`indirect.rs`)
-/// but maps blocks by extents only. A file's data is refused; so is a new name in such a
-/// directory, which might need a new block, and a create finds that out only half way
-/// through its transaction. Refused before anything changes, as EOPNOTSUPP, so the file
-/// system goes on (it is not damage).
-pub(crate) fn check_extent_mapped(ino: u32, inode: &ext4::Inode) -> Result<()> {
-    if inode.uses_extents() {
-        return Ok(());
-    }
-    let (what, change) = if inode.is_dir() {
-        ("directory inode", "add names to it")
-    } else {
-        ("inode", "change its data")
-    };
-    Err(FsError::Unsupported(format!(
-        "{what} {ino} maps its blocks indirectly (no extents flag); quill cannot {change} yet"
-    )))
-}
-
-/// Why inode `ino` cannot have its blocks freed by quill: it has no extents flag and is a
-/// file, directory or slow symlink whose `i_block` holds block pointers (direct or indirect,
-/// ext2/3 style), which quill does not walk yet. `None` when it maps nothing: fast symlinks,
-/// device, fifo and socket inodes, and files whose pointers are all zero (i_blocks may still
-/// count an xattr block). The pointers are checked, not `i_size`: a truncate to 0 cut short by
-/// a crash leaves `i_size` 0 with every block still mapped, and freeing nothing would expose
-/// those stale blocks (e2fsck would make them the file's contents again).
-pub(crate) fn indirect_mapping(ino: u32, inode: &ext4::Inode) -> Option<String> {
+/// Whether `inode` (without the extents flag) maps blocks by pointers, direct or indirect
+/// (ext2/3 style): a file, directory or slow symlink whose `i_block` holds any. Fast symlinks,
+/// device, fifo and socket inodes map nothing, nor does a file whose pointers are all zero
+/// (i_blocks may still count an xattr block). The pointers are checked, not `i_size`: a
+/// truncate to 0 cut short by a crash leaves `i_size` 0 with every block still mapped, and
+/// freeing nothing would expose those stale blocks (e2fsck would make them the file's contents
+/// again).
+pub(crate) fn maps_indirectly(inode: &ext4::Inode) -> bool {
     if inode.flags & ext4::EXTENTS_FL != 0 {
-        return None;
+        return false;
     }
     let fast_symlink = inode.is_symlink() && inode.size < ext4::INODE_BLOCK_SIZE as u64;
     let maps_blocks = inode.is_regular() || inode.is_dir() || (inode.is_symlink() && !fast_symlink);
-    let has_pointers = inode.block.iter().any(|&b| b != 0);
-    (maps_blocks && has_pointers).then(|| {
-        format!(
-            "inode {ino} maps its blocks indirectly (no extents flag); \
-             quill cannot free indirect-mapped blocks yet"
-        )
-    })
+    maps_blocks && inode.block.iter().any(|&b| b != 0)
 }

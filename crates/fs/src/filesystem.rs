@@ -581,14 +581,6 @@ pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
                 .into(),
         ));
     }
-    if sb.feature_incompat & feature::INCOMPAT_EXTENTS == 0 {
-        // ext2 and ext3: quill maps the files it creates and grows by extents only.
-        return Err(FsError::Unsupported(
-            "cannot write a file system without the extent feature (ext2/ext3 maps files by \
-             indirect blocks; open it read-only)"
-                .into(),
-        ));
-    }
     Ok(())
 }
 

@@ -24,6 +24,7 @@
 //! # Ok::<(), fs::FsError>(())
 //! ```
 
+pub mod block_map;
 pub mod dir;
 pub mod error;
 pub mod extent_tree;

@@ -12,6 +12,7 @@ use ondisk::ext4::{self, Inode, Timestamp};
 
 use crate::acl;
 use crate::adapters::ReadIo;
+use crate::block_map;
 use crate::dir;
 use crate::error::{FsError, Result};
 use crate::extent_tree;
@@ -568,7 +569,6 @@ impl Filesystem {
         let mut pguard = self.lock_live(&pslot)?;
         let pdata = pguard.as_mut().expect("loaded");
         inode_flags::check_mutable(&pdata.inode)?;
-        crate::data::check_extent_mapped(parent, &pdata.inode)?;
         // The umask, or the directory's default ACL (which then gives the inode its own).
         let mut mode = mode;
         let acls = self.new_inode_acls(parent, pdata, &mut mode, umask)?;
@@ -700,7 +700,13 @@ impl Filesystem {
         inode.crtime = t;
         inode.links_count = if mode & ext4::MODE_TYPE_MASK == ext4::MODE_DIR { 2 } else { 1 };
         inode.generation = self.new_generation();
-        extent_tree::init_root(&mut inode.block);
+        if self.params.feature_incompat & ext4::feature::INCOMPAT_EXTENTS != 0 {
+            extent_tree::init_root(&mut inode.block);
+        } else {
+            // ext2 and ext3: files map their blocks by pointers (`indirect.rs`), as the
+            // kernel's ext4 makes them where the extent feature is off.
+            inode.flags &= !ext4::EXTENTS_FL;
+        }
         (inode, raw)
     }
 
@@ -717,14 +723,20 @@ impl Filesystem {
             let ectx = crate::adapters::extent_ctx(self, ino, &data);
             // A new directory's or slow symlink's blocks were journaled: revoke them.
             txn.revoke_freed_data = true;
-            for e in extent_tree::extents(txn, &ectx, &data.inode.block)? {
+            for e in block_map::extents(txn, &ectx, &data.inode)? {
                 txn.free_data_blocks(e.start, u64::from(e.len))?;
+            }
+            for block in block_map::tree_blocks(txn, &ectx, &data.inode)? {
+                txn.free_meta_block(block)?;
             }
             if written {
                 data.inode.links_count = 0;
                 data.inode.mode = 0;
                 data.inode.dtime = now().sec as u32;
-                extent_tree::init_root(&mut data.inode.block);
+                data.inode.block = [0; ext4::INODE_BLOCK_SIZE];
+                if data.inode.uses_extents() {
+                    extent_tree::init_root(&mut data.inode.block);
+                }
                 data.inode.size = 0;
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, self.block_size());
@@ -828,7 +840,6 @@ impl Filesystem {
         }
         inode_flags::check_unpinned(&data.inode)?;
         inode_flags::check_mutable(&pdata.inode)?;
-        crate::data::check_extent_mapped(new_parent, &pdata.inode)?;
         if self.dir_lookup_locked(new_parent, pdata, new_name)?.is_some() {
             return Err(FsError::Exists);
         }

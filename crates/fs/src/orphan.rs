@@ -312,18 +312,6 @@ pub(crate) fn process_orphans(fs: &Filesystem) -> Result<()> {
         }
     }
     *fs.orphans.lock() = Orphans { list, file };
-    // Every orphan is finished, or none is touched: one quill cannot finish would otherwise be
-    // dropped from the list with its blocks still allocated.
-    for &ino in &pending {
-        let slot = fs.inodes.slot(ino);
-        let guard = fs.lock_inode(&slot)?;
-        let data = guard.as_ref().expect("loaded");
-        if let Some(why) = crate::data::indirect_mapping(ino, &data.inode) {
-            return Err(FsError::Unsupported(format!(
-                "orphan {why}; mount read-only, or let e2fsck -fy finish the orphan list"
-            )));
-        }
-    }
     for ino in pending {
         let slot = fs.inodes.slot(ino);
         let mut guard = fs.lock_inode(&slot)?;

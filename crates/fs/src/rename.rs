@@ -148,7 +148,6 @@ impl Filesystem {
         inode_flags::check_unpinned(&sdata.inode)?;
         inode_flags::check_unpinned(&parents.old.inode)?;
         inode_flags::check_mutable(&parents.new_dir().inode)?;
-        crate::data::check_extent_mapped(new_parent, &parents.new_dir().inode)?;
         if let Some(d) = ddata.as_ref() {
             inode_flags::check_unpinned(&d.inode)?;
             inode_flags::check_unpinned(&parents.new_dir().inode)?;

@@ -11,10 +11,10 @@
 //! are dropped; quill caches no clean pages there, so such a range stays a hole.
 
 use crate::adapters::{extent_ctx, ReadIo};
+use crate::block_map;
 use crate::error::{FsError, Result};
-use crate::extent_tree::{self, Lookup};
+use crate::extent_tree::Lookup;
 use crate::filesystem::Filesystem;
-use ondisk::ext4;
 
 /// What lseek looks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,17 +38,12 @@ impl Filesystem {
         if offset >= size {
             return Err(FsError::NoSuchOffset);
         }
-        if data.inode.flags & ext4::EXTENTS_FL == 0 {
-            // Without extents quill reads no mapping here: the whole file is data, as the
-            // generic lseek has it (and ext4's for such files reports them block by block).
-            return Ok(if target == SeekTarget::Data { offset } else { size });
-        }
         let bs = u64::from(self.block_size());
         let first = (offset / bs) as u32;
         let last = ((size - 1) / bs) as u32;
         let ectx = extent_ctx(self, ino, data);
         let mut io = ReadIo { fs: self };
-        let runs = extent_tree::mapping(&mut io, &ectx, &data.inode.block, first, last)
+        let runs = block_map::mapping(&mut io, &ectx, &data.inode, first, last)
             .map_err(|e| self.check_fs_error(ino, e))?;
         let cached = |lblk: u32| data.cache.pages.contains_key(&lblk);
         let wanted = |lblk: u32, written: bool| {

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::adapters::{extent_ctx, ReadIo};
+use crate::block_map;
 use crate::error::{FsError, Result};
-use crate::extent_tree::{self, Lookup};
+use crate::extent_tree::Lookup;
 use crate::filesystem::{now, Filesystem, Txn};
 use crate::groups::Reservation;
 use crate::inodes::{InodeData, InodeSlot};
@@ -139,8 +140,7 @@ impl Filesystem {
         let mut out = Vec::new();
         let mut lblk = first;
         while lblk <= last {
-            let (run, source) = match extent_tree::lookup(&mut io, &ectx, &data.inode.block, lblk)?
-            {
+            let (run, source) = match block_map::lookup(&mut io, &ectx, &data.inode, lblk)? {
                 Lookup::Mapped { pblk, len, unwritten } => {
                     (len.max(1), Some((!unwritten).then_some(pblk)))
                 }

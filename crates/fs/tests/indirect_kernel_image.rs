@@ -1,11 +1,11 @@
 //! ext3 images, whose files and directories map their blocks indirectly (12 direct blocks,
-//! then single-, double- and triple-indirect blocks): a tree the kernel writes there is read
-//! identically by quill opened read-only, with 1 KiB blocks (where a 70 MiB offset takes the
-//! triple-indirect block) and 4 KiB; quill refuses to open ext3 read-write, naming the extent
-//! feature; and on the image converted to ext4 (`tune2fs -O extents`, which leaves the old
-//! files indirect) quill refuses every change to the old files and directories with
-//! EOPNOTSUPP before changing anything, and stays writable, the image e2fsck-clean and still
-//! what the kernel wrote. ext2 and ext4 made without a journal read the same way, read-only.
+//! then single-, double- and triple-indirect blocks), both ways: a tree the kernel writes
+//! there is read identically by quill, with 1 KiB blocks (where a 70 MiB offset takes the
+//! triple-indirect block) and 4 KiB; a tree quill writes there (new files indirect-mapped,
+//! grown, truncated across the levels, punched, deleted) is e2fsck-clean and read identically
+//! by the kernel; and on the image converted to ext4 (`tune2fs -O extents`, which leaves the
+//! old files indirect) quill changes the old files and directories in place, as the kernel
+//! reads them after. ext2 and ext4 made without a journal read the same way, read-only.
 //! Damaged indirect maps give errors where the walk meets them, never a panic, a hang or a
 //! write.
 //! Needs root, loop devices and e2fsprogs; skips with a printed reason otherwise.
@@ -21,7 +21,7 @@ use common::{
     assert_fsck_clean, can_loop_mount, compare, kernel_tree, mkfs, open_device, quill_tree, Entry,
     Mount, Rng, Scratch,
 };
-use fs::{Ext4Image, FallocateMode, Filesystem, FsError, MountOptions, SetAttr, ROOT_INO};
+use fs::{Ext4Image, FallocateMode, Filesystem, FsError, MountOptions, ROOT_INO};
 
 /// A varied tree, written by the kernel: files of every mapping depth, a sparse file with
 /// data after holes in the direct, single-indirect and `far` ranges, an indexed directory,
@@ -51,13 +51,14 @@ fn mapping_of(image: &Path, fs: &Filesystem, path: &str, slot: usize) -> (u32, b
 }
 
 /// A fresh image made with `mkfs_options`, the kernel's tree written on it (the far write at
-/// `far`), checked clean; a read-write open refused with a reason containing `refusal`; and
-/// the image opened read-only. `None` (after a SKIP line) where the kernel cannot mount it.
+/// `far`), checked clean; a read-write open refused with a reason containing `refusal` (where
+/// there is one); and the image opened read-only. `None` (after a SKIP line) where the kernel
+/// cannot mount it.
 fn kernel_tree_opened_read_only(
     scratch: &Scratch,
     mkfs_options: &[&str],
     far: u64,
-    refusal: &str,
+    refusal: Option<&str>,
 ) -> Option<(PathBuf, BTreeMap<String, Entry>, Filesystem)> {
     let image = scratch.path("fs.img");
     mkfs(&image, "128M", mkfs_options);
@@ -67,10 +68,12 @@ fn kernel_tree_opened_read_only(
         kernel_tree(&mount.dir)
     };
     assert_fsck_clean(&image);
-    match Filesystem::open(open_device(&image), MountOptions::default()) {
-        Err(FsError::Unsupported(why)) => assert!(why.contains(refusal), "{why}"),
-        Err(other) => panic!("{mkfs_options:?}: read-write open failed otherwise: {other}"),
-        Ok(_) => panic!("{mkfs_options:?}: quill opened the image read-write"),
+    if let Some(refusal) = refusal {
+        match Filesystem::open(open_device(&image), MountOptions::default()) {
+            Err(FsError::Unsupported(why)) => assert!(why.contains(refusal), "{why}"),
+            Err(other) => panic!("{mkfs_options:?}: read-write open failed otherwise: {other}"),
+            Ok(_) => panic!("{mkfs_options:?}: quill opened the image read-write"),
+        }
     }
     let read_only = MountOptions { read_only: true, ..MountOptions::default() };
     let fs = Filesystem::open(open_device(&image), read_only).unwrap();
@@ -103,8 +106,7 @@ fn a_tree_the_kernel_writes_on_ext3_reads_identically_in_quill() {
     {
         let scratch = Scratch::new(&format!("ext3-{label}"));
         let ext3 = ["-t", "ext3", "-b", block_size];
-        let Some((image, expected, fs)) =
-            kernel_tree_opened_read_only(&scratch, &ext3, far, "extent feature")
+        let Some((image, expected, fs)) = kernel_tree_opened_read_only(&scratch, &ext3, far, None)
         else {
             return;
         };
@@ -131,9 +133,12 @@ fn without_a_journal_ext2_and_ext4_read_identically_read_only() {
     ];
     for (label, mkfs_options) in kinds {
         let scratch = Scratch::new(&format!("no-journal-{label}"));
-        let Some((image, expected, fs)) =
-            kernel_tree_opened_read_only(&scratch, mkfs_options, 70 << 20, "without a journal")
-        else {
+        let Some((image, expected, fs)) = kernel_tree_opened_read_only(
+            &scratch,
+            mkfs_options,
+            70 << 20,
+            Some("without a journal"),
+        ) else {
             return;
         };
         let (_, extents) = mapping_of(&image, &fs, "/a/f6", 0);
@@ -142,8 +147,118 @@ fn without_a_journal_ext2_and_ext4_read_identically_read_only() {
     }
 }
 
+/// quill changes a tree on an indirect-mapped image (files grown into and cut back out of
+/// the double- and triple-indirect ranges, punched, renamed, linked, deleted; directories
+/// grown) and returns what the kernel must then read there. `far` is an offset under the
+/// triple-indirect block.
+fn quill_changes_a_tree(fs: &Filesystem, rng: &mut Rng, far: u64) {
+    let root = ROOT_INO;
+    let dir = fs.mkdir(root, b"q", 0o755, 0, 0).unwrap().ino;
+    let sub = fs.mkdir(dir, b"sub", 0o755, 0, 0).unwrap().ino;
+    let file = |parent: u32, name: &str, bytes: &[u8]| {
+        let ino = fs.create(parent, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        fs.write(ino, 0, bytes).unwrap();
+        ino
+    };
+    for (i, size) in [0usize, 1, 1024, 12 * 1024 + 1, 300 << 10, 3 << 20].iter().enumerate() {
+        file(dir, &format!("f{i}"), &rng.bytes(*size));
+    }
+    // Data after holes in every range, then cut back level by level.
+    let sparse = file(root, "sparse", b"start");
+    for offset in [40u64 << 10, 2 << 20, far] {
+        fs.write(sparse, offset, b"further out").unwrap();
+    }
+    let cut = file(root, "cut", b"head");
+    fs.write(cut, far, &rng.bytes(100 << 10)).unwrap();
+    fs.truncate(cut, 3 << 20).unwrap();
+    fs.truncate(cut, 20 << 10).unwrap();
+    fs.truncate(cut, 5).unwrap();
+    fs.write(cut, 100, b"after the cuts").unwrap();
+    // A punch through direct, single- and double-indirect blocks of a dense file.
+    let punched = file(root, "punched", &rng.bytes(4 << 20));
+    fs.fallocate(punched, FallocateMode::PunchHole, 5000, 3 << 20).unwrap();
+    // Deleted whole: every data and indirect block goes back.
+    let doomed = file(root, "doomed", &rng.bytes(3 << 20));
+    fs.write(doomed, far, b"far").unwrap();
+    fs.unlink(root, b"doomed").unwrap();
+    // A directory grown past its direct blocks, then thinned; names moved and linked.
+    for i in 0..600 {
+        file(sub, &format!("entry-{i:04}-with-a-longer-name"), format!("entry {i}").as_bytes());
+    }
+    for i in (0..600).step_by(3) {
+        fs.unlink(sub, format!("entry-{i:04}-with-a-longer-name").as_bytes()).unwrap();
+    }
+    let f1 = fs.lookup(dir, b"f1").unwrap().ino;
+    fs.link(f1, sub, b"f1-again").unwrap();
+    fs.rename(dir, b"f2", sub, b"f2-moved", fs::RenameFlags::default()).unwrap();
+    fs.symlink(root, b"slow-link-by-quill", "y".repeat(300).as_bytes(), 0, 0).unwrap();
+}
+
+/// quill's tree on `image` (unmounted by the caller) is e2fsck-clean and what the kernel
+/// reads there.
+fn kernel_reads_what_quill_wrote(
+    scratch: &Scratch,
+    image: &Path,
+    expected: &BTreeMap<String, Entry>,
+) {
+    assert_fsck_clean(image);
+    let Some(mount) = Mount::new(image, scratch.path("mnt-check")) else { return };
+    compare(expected, &kernel_tree(&mount.dir));
+    drop(mount);
+    assert_fsck_clean(image);
+}
+
+/// ext3, 1 KiB and 4 KiB blocks: a tree quill writes (new files without the extents flag,
+/// indirect-mapped to the triple-indirect block) is e2fsck-clean and read identically by the
+/// kernel; an indirect file's size limit is the kernel's (EFBIG past it, a write across it
+/// cut short); preallocation is refused as ext4 refuses it for such files (EOPNOTSUPP).
 #[test]
-fn on_ext3_converted_to_ext4_quill_refuses_to_change_indirect_files_and_stays_writable() {
+fn a_tree_quill_writes_on_ext3_reads_identically_in_the_kernel() {
+    let test = "ext3_quill_to_kernel";
+    if !can_loop_mount(test) {
+        return;
+    }
+    // (label, block size, an offset under the triple-indirect block, the indirect size limit)
+    for (label, block_size, far, limit) in [
+        ("1k", "1024", 70u64 << 20, 17_247_252_480u64),
+        ("4k", "4096", 5u64 << 30, 2_196_873_666_560),
+    ] {
+        let scratch = Scratch::new(&format!("ext3-quill-{label}"));
+        let image = scratch.path("fs.img");
+        mkfs(&image, "256M", &["-t", "ext3", "-b", block_size]);
+        let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+        quill_changes_a_tree(&fs, &mut Rng::new(7), far);
+        let probe = fs.create(ROOT_INO, b"limit", 0o644, 0, 0).unwrap().ino;
+        assert!(matches!(fs.write(probe, limit, b"x"), Err(FsError::FileTooLarge)));
+        assert!(matches!(fs.truncate(probe, limit + 1), Err(FsError::FileTooLarge)));
+        assert_eq!(fs.write(probe, limit - 3, b"abcdef").unwrap(), 3, "{label}: cut short");
+        fs.truncate(probe, 0).unwrap();
+        let refused = fs.fallocate(probe, FallocateMode::KeepSize, 0, 4096);
+        assert!(matches!(refused, Err(FsError::Unsupported(_))), "{refused:?}");
+        fs.unlink(ROOT_INO, b"limit").unwrap();
+        let expected = quill_tree(&fs);
+        fs.unmount().unwrap();
+        let (pointer, extents) = mapping_after(&image, "/sparse", 14);
+        assert!(!extents && pointer != 0, "{label}: the far write is under i_block[14]");
+        kernel_reads_what_quill_wrote(&scratch, &image, &expected);
+        println!("{label}: {} paths identical in the kernel", expected.len());
+    }
+}
+
+/// [`mapping_of`] on an image quill has unmounted (every inode home).
+fn mapping_after(image: &Path, path: &str, slot: usize) -> (u32, bool) {
+    let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Filesystem::open(open_device(image), read_only).unwrap();
+    let mapping = mapping_of(image, &fs, path, slot);
+    fs.unmount().unwrap();
+    mapping
+}
+
+/// On ext3 converted to ext4 (`tune2fs -O extents`): the kernel's old files and directories
+/// stay indirect-mapped and quill changes them in place (new files are extent-mapped), as
+/// the kernel then reads them.
+#[test]
+fn on_ext3_converted_to_ext4_quill_changes_indirect_files_in_place() {
     let test = "ext3_converted";
     if !can_loop_mount(test) {
         return;
@@ -159,30 +274,30 @@ fn on_ext3_converted_to_ext4_quill_refuses_to_change_indirect_files_and_stays_wr
     assert!(tune.status.success(), "tune2fs: {}", String::from_utf8_lossy(&tune.stderr));
     assert_fsck_clean(&image);
     let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
-    let before = quill_tree(&fs);
     let file = fs.resolve("/a/f5").unwrap();
-    let dir = fs.resolve("/a").unwrap();
-    let refused = |what: &str, result: Result<(), FsError>| match result {
-        Err(FsError::Unsupported(why)) => assert!(why.contains("indirectly"), "{what}: {why}"),
-        other => panic!("{what}: {other:?}, expected EOPNOTSUPP"),
-    };
-    refused("write", fs.write(file, 0, b"x").map(drop));
-    refused("append", fs.write(file, 300 << 10, b"x").map(drop));
-    refused("truncate", fs.truncate(file, 10));
-    refused("fallocate", fs.fallocate(file, FallocateMode::KeepSize, 0, 4096));
-    refused("create", fs.create(dir, b"new", 0o644, 0, 0).map(drop));
-    refused("mkdir in the root", fs.mkdir(ROOT_INO, b"new", 0o755, 0, 0).map(drop));
-    refused("link", fs.link(file, dir, b"second").map(drop));
-    refused("rename", fs.rename(dir, b"f1", dir, b"f1-renamed", fs::RenameFlags::default()));
-    assert!(fs.unlink(dir, b"f2").is_err(), "unlinking an indirect file frees its blocks");
-    // Nothing was marked broken: what changes no mapping still works.
-    let chmod = SetAttr { mode: Some(0o600), ..SetAttr::default() };
-    fs.setattr(file, &chmod).unwrap();
-    let mut after = quill_tree(&fs);
-    after.get_mut("a/f5").unwrap().mode = before["a/f5"].mode;
-    compare(&before, &after);
+    let dir = fs.resolve("/a/b").unwrap();
+    fs.write(file, 0, b"overwritten in place").unwrap();
+    fs.write(file, 6 << 20, b"appended into the double-indirect range").unwrap();
+    fs.truncate(file, 100 << 10).unwrap();
+    fs.fallocate(file, FallocateMode::PunchHole, 50_000, 30_000).unwrap();
+    let refused = fs.fallocate(file, FallocateMode::KeepSize, 0, 4096);
+    assert!(matches!(refused, Err(FsError::Unsupported(_))), "{refused:?}");
+    for i in 0..200 {
+        fs.create(dir, format!("new-{i}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    let new = fs.resolve("/a/b/new-0").unwrap();
+    fs.write(new, 0, b"new file").unwrap();
+    fs.unlink(fs.resolve("/a").unwrap(), b"f6").unwrap();
+    let a = fs.resolve("/a").unwrap();
+    fs.link(file, a, b"f5-again").unwrap();
+    fs.rename(a, b"f1", dir, b"f1-moved", fs::RenameFlags::default()).unwrap();
+    let expected = quill_tree(&fs);
     fs.unmount().unwrap();
-    assert_fsck_clean(&image);
+    let (_, extents) = mapping_after(&image, "/a/b/new-0", 0);
+    assert!(extents, "a new file on the converted image is extent-mapped");
+    let (_, extents) = mapping_after(&image, "/a/f5", 0);
+    assert!(!extents, "the kernel's old file stays indirect-mapped");
+    kernel_reads_what_quill_wrote(&scratch, &image, &expected);
 }
 
 /// Where inode `ino`'s i_block starts in the image file.
@@ -248,7 +363,7 @@ fn damaged_indirect_maps_give_errors_never_panics_hangs_or_writes() {
     }
     let scratch = Scratch::new("ext3-damaged");
     let Some((image, _, fs)) =
-        kernel_tree_opened_read_only(&scratch, &["-t", "ext3", "-b", "1024"], 70 << 20, "extent")
+        kernel_tree_opened_read_only(&scratch, &["-t", "ext3", "-b", "1024"], 70 << 20, None)
     else {
         return;
     };

@@ -1,0 +1,172 @@
+//! An inode's block map, whichever way the inode maps its blocks: an extent tree
+//! (`extent_tree.rs`, inodes with `EXTENTS_FL`) or direct and indirect block pointers
+//! (`indirect.rs`: ext2 and ext3 files, and files of images converted to ext4). The file
+//! system asks here, with the inode, and the inode's flag picks the module; both answer in
+//! the extent tree's terms ([`Lookup`], [`Extent`]).
+//!
+//! What differs, and what callers must respect:
+//! - an indirect map has no unwritten blocks: [`insert`] of unwritten blocks is
+//!   `Unsupported` there (ext4's fallocate refuses indirect files, EOPNOTSUPP);
+//! - one [`insert`] into an indirect map stays within one array of data pointers
+//!   ([`run_room`]), so that its metadata writes are bounded as an extent insert's are
+//!   ([`worst_case_blocks_touched`]);
+//! - [`extents`] of an indirect map are split at the arrays' edges, so a removal of a few of
+//!   them touches a few indirect blocks.
+
+use ondisk::ext4::{self, Extent};
+
+use crate::error::{FsError, Result};
+use crate::extent_tree::{self, ExtentCtx, Lookup};
+use crate::indirect;
+use crate::meta_io::MetaIo;
+
+/// Where logical block `lblk` of `inode` is mapped.
+pub fn lookup(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &ext4::Inode,
+    lblk: u32,
+) -> Result<Lookup> {
+    if inode.uses_extents() {
+        extent_tree::lookup(io, ctx, &inode.block, lblk)
+    } else {
+        indirect::lookup(io, ctx, &inode.block, lblk)
+    }
+}
+
+/// How logical blocks `first ..= last` of `inode` are mapped ([`extent_tree::mapping`]).
+pub fn mapping(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &ext4::Inode,
+    first: u32,
+    last: u32,
+) -> Result<Vec<(u32, Lookup)>> {
+    if inode.uses_extents() {
+        extent_tree::mapping(io, ctx, &inode.block, first, last)
+    } else {
+        indirect::mapping(io, ctx, &inode.block, first, last)
+    }
+}
+
+/// Maps logical blocks `lblk .. lblk + len` of `inode` to `pblk .. pblk + len` (unmapped
+/// before). `len` must be within [`run_room`].
+pub fn insert(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &mut ext4::Inode,
+    lblk: u32,
+    pblk: u64,
+    len: u32,
+    unwritten: bool,
+) -> Result<()> {
+    if inode.uses_extents() {
+        extent_tree::insert(io, ctx, &mut inode.block, lblk, pblk, len, unwritten)
+    } else if unwritten {
+        Err(FsError::Unsupported(format!(
+            "inode {} maps its blocks indirectly, which has no unwritten blocks",
+            ctx.ino
+        )))
+    } else {
+        indirect::insert(io, ctx, &mut inode.block, lblk, pblk, len)
+    }
+}
+
+/// Unmaps logical blocks `start .. end` of `inode` and frees their blocks (data and emptied
+/// map blocks); returns the data blocks freed ([`extent_tree::remove_range`]).
+pub fn remove_range(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &mut ext4::Inode,
+    start: u32,
+    end: u64,
+) -> Result<u64> {
+    if inode.uses_extents() {
+        extent_tree::remove_range(io, ctx, &mut inode.block, start, end)
+    } else {
+        indirect::remove_range(io, ctx, &mut inode.block, start, end)
+    }
+}
+
+/// Turns unwritten blocks of `lblk .. lblk + len` into written ones (an indirect map has
+/// none: nothing to do).
+pub fn mark_written(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &mut ext4::Inode,
+    lblk: u32,
+    len: u32,
+) -> Result<()> {
+    if inode.uses_extents() {
+        extent_tree::mark_written(io, ctx, &mut inode.block, lblk, len)
+    } else {
+        Ok(())
+    }
+}
+
+/// Every mapped run of `inode`, in logical order.
+pub fn extents(io: &mut dyn MetaIo, ctx: &ExtentCtx, inode: &ext4::Inode) -> Result<Vec<Extent>> {
+    if inode.uses_extents() {
+        extent_tree::extents(io, ctx, &inode.block)
+    } else {
+        Ok(indirect::walk_all(io, ctx, &inode.block)?.0)
+    }
+}
+
+/// The map's own blocks (extent-tree nodes, or indirect blocks), parents before children.
+pub fn tree_blocks(io: &mut dyn MetaIo, ctx: &ExtentCtx, inode: &ext4::Inode) -> Result<Vec<u64>> {
+    if inode.uses_extents() {
+        extent_tree::tree_blocks(io, ctx, &inode.block)
+    } else {
+        Ok(indirect::walk_all(io, ctx, &inode.block)?.1)
+    }
+}
+
+/// Most metadata blocks one [`insert`] (within [`run_room`]) or one [`mark_written`] may
+/// modify or allocate.
+pub fn worst_case_blocks_touched(inode: &ext4::Inode) -> u32 {
+    if inode.uses_extents() {
+        extent_tree::worst_case_blocks_touched(extent_tree::depth(&inode.block))
+    } else {
+        indirect::WORST_CASE_BLOCKS_TOUCHED
+    }
+}
+
+/// Credits one mapped run (of [`extents`]) takes in a removal: the map blocks it rewrites or
+/// frees (revoked) and the bitmap and group descriptor its blocks return to. An indirect run
+/// lies in one array of data pointers, under a double- and a triple-indirect block.
+pub fn removal_credits(inode: &ext4::Inode) -> u32 {
+    if inode.uses_extents() {
+        4
+    } else {
+        6
+    }
+}
+
+/// Map blocks one [`insert`] may allocate, at most (a metadata pool's share per insert).
+pub fn new_blocks_per_insert(inode: &ext4::Inode) -> u64 {
+    if inode.uses_extents() {
+        u64::from(extent_tree::depth(&inode.block)) + 2
+    } else {
+        3
+    }
+}
+
+/// The longest run one [`insert`] at `lblk` may map.
+pub fn run_room(inode: &ext4::Inode, block_size: u32, lblk: u32) -> u32 {
+    if inode.uses_extents() {
+        u32::MAX
+    } else {
+        indirect::run_room(block_size as usize, lblk)
+    }
+}
+
+/// The largest size `inode` may have: 2^32 blocks for an extent tree, what the kernel allows
+/// an indirect map (`s_bitmap_maxbytes`).
+pub fn max_file_bytes(inode: &ext4::Inode, block_size: u32, huge_file: bool) -> u64 {
+    if inode.uses_extents() {
+        u64::from(block_size) << 32
+    } else {
+        indirect::max_file_bytes(block_size as usize, huge_file)
+    }
+}
