@@ -501,6 +501,20 @@ fn fsync_of_a_new_file_makes_its_directory_entry_durable() {
 
 /// The negative control: the same checks on a run that claims its persistence points without
 /// syncing must fail, or the checks could not catch a lost fsync.
+/// The same on ext3 (1 KiB blocks): files and directories indirect-mapped, the journal too.
+#[test]
+fn fsync_of_a_new_file_makes_its_directory_entry_durable_on_ext3() {
+    let noted = Noted::default();
+    let workload = |fs: &Filesystem, ack: &dyn Fn(u64)| fsync_new_workload(fs, ack, &noted, false);
+    let check = |fs: &Filesystem, tree: &Tree, ack: u64| fsync_new_check(fs, tree, ack, &noted);
+    let mut s = fsync_new_scenario("fsync_new_file_ext3", &workload, &check, states_wanted(240));
+    s.mkfs = &["-t", "ext3", "-b", "1024"];
+    s.size = "16M";
+    if let Some(out) = run(&s) {
+        out.assert_clean(s.name);
+    }
+}
+
 #[test]
 fn the_crash_checks_catch_a_persistence_point_that_was_not_synced() {
     let noted = Noted::default();
@@ -737,6 +751,18 @@ fn truncate_scenario(data: DataMode, name: &str, mkfs: &[&str], size: &str) {
 #[test]
 fn truncate_in_steps_leaves_the_old_or_the_new_size_and_never_stale_data() {
     truncate_scenario(DataMode::Ordered, "truncate_steps", &["-b", "4096"], "16M");
+}
+
+/// The stepped truncate of an indirect-mapped file (ext3): each step frees whole runs and the
+/// indirect blocks they empty.
+#[test]
+fn truncate_in_steps_on_ext3() {
+    truncate_scenario(
+        DataMode::Ordered,
+        "truncate_steps_ext3",
+        &["-t", "ext3", "-b", "4096"],
+        "16M",
+    );
 }
 
 #[test]

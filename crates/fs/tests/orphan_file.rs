@@ -1,7 +1,7 @@
 //! The orphan file (feature orphan_file): quill records orphans in it, frees them at the next
 //! open after a crash, and leaves blocks e2fsck accepts; e2fsck's own replay frees what quill
-//! recorded; orphan_present is set while mounted and cleared at a clean unmount. And an orphan
-//! quill cannot finish (an ext3-style indirect-mapped file) stays on the list untouched.
+//! recorded; orphan_present is set while mounted and cleared at a clean unmount. And an
+//! ext3-style orphan (an indirect-mapped file) is finished at mount as the others are.
 
 mod common;
 
@@ -127,64 +127,56 @@ fn image_with_an_indirect_mapped_file(scratch: &Scratch) -> std::path::PathBuf {
     image
 }
 
+/// The free blocks of the unmounted image at `image`, as a read-only open counts them (blocks
+/// freed while mounted count only once their transaction is checkpointed).
+fn free_blocks(image: &std::path::Path) -> u64 {
+    let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Filesystem::open(open_device(image), read_only).unwrap();
+    let free = fs.statfs().blocks_free;
+    fs.unmount().unwrap();
+    free
+}
+
 /// An orphan whose truncate to 0 was cut short, on a file mapped by block pointers (no extents
-/// flag, as ext3 writes), on an extent-journal image: quill cannot free indirect-mapped
-/// blocks, so a read-write open must refuse and leave the orphan on the list, not drop it with
-/// its blocks allocated (e2fsck would then make the stale blocks the file's contents).
+/// flag, as ext3 writes), on an extent-journal image: a read-write open finishes it as the
+/// kernel would (the blocks freed, the orphan list emptied), where dropping it from the list
+/// with its blocks allocated would let e2fsck make the stale blocks the file's contents.
 #[test]
-fn an_indirect_mapped_orphan_is_left_on_the_list_and_the_mount_refused() {
+fn an_indirect_mapped_orphan_is_finished_at_mount() {
     if !have_tools(&["mkfs.ext4", "e2fsck", "debugfs"]) {
         return;
     }
     let scratch = Scratch::new("orphan-indirect");
     let image = image_with_an_indirect_mapped_file(&scratch);
+    let free_before = free_blocks(&image);
     // The crash: i_size already 0, the blocks not yet freed, the inode on the orphan list.
     debugfs_write(&image, "sif f size 0\nssv last_orphan 12\n");
     let (_, before) = e2fsck(&image);
     assert!(before.contains("i_size is 0, should be 32768"), "{before}");
 
-    let dev = open_device(&image);
-    let err = Filesystem::open(dev.clone(), MountOptions::default()).unwrap_err();
-    let message = err.to_string();
-    assert!(matches!(err, fs::FsError::Unsupported(_)), "{message}");
-    assert!(message.contains("orphan inode 12") && message.contains("indirect"), "{message}");
-    let sb = Ext4Image::open(dev.clone()).unwrap().superblock().clone();
-    assert_eq!(sb.last_orphan, 12, "the orphan stays on the list");
-    assert!(!sb.needs_recovery(), "the refused mount leaves no mount state behind");
-    let (_, after) = e2fsck(&image);
-    assert_eq!(after, before, "e2fsck finds the image as it was");
-
-    // A read-only open does not process orphans, so it works and shows the file.
-    let fs = Filesystem::open(dev.clone(), MountOptions { read_only: true, ..Default::default() })
-        .unwrap();
-    let f = fs.lookup(ROOT_INO, b"f").unwrap();
-    assert_eq!(f.size, 0);
-    fs.unmount().unwrap();
-    drop(dev);
-
-    // e2fsck -fy finishes the truncate; quill then mounts it read-write.
-    let out = Command::new("e2fsck").arg("-fy").arg(&image).output().unwrap();
-    assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
     let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
-    assert_eq!(fs.lookup(ROOT_INO, b"f").unwrap().size, 0);
+    let f = fs.lookup(ROOT_INO, b"f").unwrap();
+    assert_eq!((f.size, f.blocks), (0, 0), "the truncate is finished");
     fs.unmount().unwrap();
+    assert_eq!(free_blocks(&image), free_before + 8, "its blocks are free");
+    let sb = Ext4Image::open(open_device(&image)).unwrap().superblock().clone();
+    assert_eq!(sb.last_orphan, 0, "the orphan list is empty");
     assert_fsck_clean(&image);
 }
 
-/// Unlinking an indirect-mapped file, which quill cannot free, fails before anything changes:
-/// the name stays and e2fsck still finds the image clean.
+/// Unlinking an indirect-mapped file frees its blocks; e2fsck finds the image clean.
 #[test]
-fn unlinking_an_indirect_mapped_file_fails_with_nothing_changed() {
+fn unlinking_an_indirect_mapped_file_frees_its_blocks() {
     if !have_tools(&["mkfs.ext4", "e2fsck", "debugfs"]) {
         return;
     }
     let scratch = Scratch::new("unlink-indirect");
     let image = image_with_an_indirect_mapped_file(&scratch);
+    let free_before = free_blocks(&image);
     let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
-    let err = fs.unlink(ROOT_INO, b"f").unwrap_err();
-    assert!(matches!(err, fs::FsError::Unsupported(_)), "{err}");
-    assert!(err.to_string().contains("indirect"), "{err}");
-    assert_eq!(fs.lookup(ROOT_INO, b"f").unwrap().size, 32768, "the name and file stay");
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    assert!(fs.lookup(ROOT_INO, b"f").is_err());
     fs.unmount().unwrap();
+    assert_eq!(free_blocks(&image), free_before + 8);
     assert_fsck_clean(&image);
 }
