@@ -50,6 +50,10 @@ impl MetaIo for ReadIo<'_> {
     fn free_data_blocks(&mut self, start: u64, _: u64) -> Result<()> {
         Err(read_only_misuse(start))
     }
+
+    fn system_zone_overlap(&self, start: u64, len: u64) -> Option<u64> {
+        self.fs.groups.system_zone_overlap(start, len)
+    }
 }
 
 /// What a [`MetaIo`] that only reads answers a call that would change something: a logic

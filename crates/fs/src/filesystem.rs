@@ -704,6 +704,10 @@ impl MetaIo for Txn<'_> {
     fn fast_commit_tid(&self) -> Option<ondisk::Tid> {
         self.fs.journal.fast_commits_enabled().then(|| self.handle.tid())
     }
+
+    fn system_zone_overlap(&self, start: u64, len: u64) -> Option<u64> {
+        self.fs.groups.system_zone_overlap(start, len)
+    }
 }
 
 fn check_block(fs: &Filesystem, block: u64) -> Result<()> {

@@ -19,6 +19,8 @@
 //! all zeros. Block numbers are 32 bits: a data block past 2^32 cannot be mapped here.
 //! Which functions the file system calls for which inode is `block_map.rs`'s business.
 
+use std::collections::HashSet;
+
 use ondisk::ext4::{Extent, INODE_BLOCK_SIZE};
 
 use crate::error::{FsError, Result};
@@ -35,6 +37,10 @@ struct Walk<'a> {
     /// Block numbers per indirect block.
     per_block: u64,
     blocks_count: u64,
+    /// Indirect blocks met by a whole-map walk (a removal, [`walk_all`]) or on an insert's
+    /// path: one met twice is a damaged map, two pointers to one block, which a removal would
+    /// free twice and an insert write twice.
+    seen: HashSet<u64>,
 }
 
 /// What logical block `lblk` maps to in the indirect map `root` (an inode's `i_block`):
@@ -48,7 +54,7 @@ pub fn lookup(
 ) -> Result<Lookup> {
     let per_block = io.block_size() as u64 / 4;
     let blocks_count = io.blocks_count();
-    let mut walk = Walk { io, ctx, per_block, blocks_count };
+    let mut walk = Walk { io, ctx, per_block, blocks_count, seen: HashSet::new() };
     let lblk = u64::from(lblk);
     match walk.leaf(root, lblk)? {
         Some((pointers, at, holder)) if pointers[at] != 0 => {
@@ -92,20 +98,33 @@ impl Walk<'_> {
     }
 
     /// Block number `pointer` read from `holder` (an indirect block, or 0 for `i_block`),
-    /// checked to lie inside the file system.
+    /// checked to lie inside the file system and outside its own metadata (the kernel's
+    /// `ext4_check_indirect_blockref`): an indirect block that is really an inode table or a
+    /// bitmap must never be written as one.
     fn checked(&self, pointer: u32, holder: u64) -> Result<u64> {
         let block = u64::from(pointer);
+        let at = if holder == 0 { self.ctx.inode_block } else { holder };
+        let damage = |what: String| {
+            FsError::corrupted(at, format!("inode {}: indirect map names {what}", self.ctx.ino))
+        };
         if block == 0 || block >= self.blocks_count {
-            let at = if holder == 0 { self.ctx.inode_block } else { holder };
-            return Err(FsError::corrupted(
-                at,
-                format!(
-                    "inode {}: indirect map names block {block}, outside the file system",
-                    self.ctx.ino
-                ),
-            ));
+            return Err(damage(format!("block {block}, outside the file system")));
+        }
+        if self.io.system_zone_overlap(block, 1).is_some() {
+            return Err(damage(format!("block {block}, which holds file-system metadata")));
         }
         Ok(block)
+    }
+
+    /// Notes a whole-map walk's visit to indirect block `block`: a second visit is damage.
+    fn first_visit(&mut self, block: u64) -> Result<()> {
+        if self.seen.insert(block) {
+            return Ok(());
+        }
+        Err(FsError::corrupted(
+            block,
+            format!("inode {}: indirect block {block} is named twice in its map", self.ctx.ino),
+        ))
     }
 
     /// The pointers of indirect block `block`.
@@ -335,7 +354,7 @@ pub fn insert(
     }
     let blocks_count = io.blocks_count();
     let per = per_block(bs);
-    let mut walk = Walk { io, ctx, per_block: per, blocks_count };
+    let mut walk = Walk { io, ctx, per_block: per, blocks_count, seen: HashSet::new() };
     let slots = root_pointers(root);
     let lblk = u64::from(lblk);
     // The arrays from i_block down to the one holding the run, and the index in each.
@@ -363,6 +382,9 @@ pub fn insert(
                 } else {
                     let holder = parent.block.unwrap_or(0);
                     let block = walk.checked(pointer, holder)?;
+                    // A block twice on the path (a map naming itself) would be written twice,
+                    // the parent's stale copy over the child's change.
+                    walk.first_visit(block)?;
                     Array { block: Some(block), pointers: walk.pointers(block)? }
                 };
                 let index = (offset / walk.span(level - 1)) as usize;
@@ -447,7 +469,7 @@ pub fn remove_range(
         return Ok(0);
     }
     let blocks_count = io.blocks_count();
-    let mut walk = Walk { io, ctx, per_block: per_block(bs), blocks_count };
+    let mut walk = Walk { io, ctx, per_block: per_block(bs), blocks_count, seen: HashSet::new() };
     let mut slots = root_pointers(root);
     let mut removal = Removal { data: Vec::new(), meta: Vec::new() };
     // Indirect blocks rewritten, written once every block number has been checked.
@@ -500,6 +522,7 @@ impl Walk<'_> {
         removal: &mut Removal,
         rewrites: &mut Vec<(u64, Vec<u32>)>,
     ) -> Result<bool> {
+        self.first_visit(block)?;
         let child_span = self.span(level - 1);
         let mut pointers = self.pointers(block)?;
         let mut changed = false;
@@ -542,6 +565,7 @@ impl Walk<'_> {
         out: &mut Vec<Extent>,
         blocks: &mut Vec<u64>,
     ) -> Result<()> {
+        self.first_visit(block)?;
         blocks.push(block);
         let pointers = self.pointers(block)?;
         if level == 1 {
@@ -599,7 +623,7 @@ pub fn walk_all(
 ) -> Result<(Vec<Extent>, Vec<u64>)> {
     let blocks_count = io.blocks_count();
     let per = per_block(io.block_size());
-    let mut walk = Walk { io, ctx, per_block: per, blocks_count };
+    let mut walk = Walk { io, ctx, per_block: per, blocks_count, seen: HashSet::new() };
     let slots = root_pointers(root);
     let (mut extents, mut blocks) = (Vec::new(), Vec::new());
     push_runs(&walk, &slots[..DIRECT as usize], 0, 0, &mut extents)?;

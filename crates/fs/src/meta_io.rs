@@ -37,6 +37,14 @@ pub trait MetaIo {
     /// Frees `count` file-data blocks starting at `start`.
     fn free_data_blocks(&mut self, start: u64, count: u64) -> Result<()>;
 
+    /// The first block of `start .. start + len` that holds the file system's own metadata
+    /// (superblock and descriptor copies, bitmaps, inode tables: the kernel's system zone),
+    /// if any: a block map naming one is damaged, and writing through it would spread the
+    /// damage. `None` where the caller has no such map (replay, tests).
+    fn system_zone_overlap(&self, _start: u64, _len: u64) -> Option<u64> {
+        None
+    }
+
     /// The running transaction this operation's writes join, when fast commits may have to
     /// say what they change (`fsync_journal.rs`); `None` elsewhere (replay, tests).
     fn fast_commit_tid(&self) -> Option<ondisk::Tid> {

@@ -416,6 +416,63 @@ fn damaged_indirect_maps_give_errors_never_panics_hangs_or_writes() {
     }
 }
 
+/// Damaged indirect maps met by changes (a read-write open, errors=continue so that every
+/// change is tried): the single-indirect pointer of a file aimed at an inode-table block, and
+/// one of its data pointers aimed at a block bitmap. Writes, truncates, a punch and the
+/// unlink through them answer errors, nothing panics, and neither metadata block is written
+/// as the file's.
+#[test]
+fn changes_through_damaged_indirect_maps_fail_without_spreading_the_damage() {
+    let test = "ext3_damaged_maps_rw";
+    if !can_loop_mount(test) {
+        return;
+    }
+    let scratch = Scratch::new("ext3-damaged-rw");
+    let Some((image, _, fs)) =
+        kernel_tree_opened_read_only(&scratch, &["-t", "ext3", "-b", "1024"], 70 << 20, None)
+    else {
+        return;
+    };
+    let big = fs.resolve("/a/f6").unwrap();
+    fs.unmount().unwrap();
+    let img = Ext4Image::open(open_device(&image)).unwrap();
+    let (itable, bitmap) = (img.group_descs()[0].inode_table, img.group_descs()[0].block_bitmap);
+    drop(img);
+    let clean_bytes = std::fs::read(&image).unwrap();
+    let single_slot = i_block_offset(&image, big) + 4 * 12;
+    let single = u64::from(u32::from_le_bytes(
+        clean_bytes[single_slot as usize..single_slot as usize + 4].try_into().unwrap(),
+    ));
+    // (case, byte offset in the image, new pointer, the metadata block it now names)
+    let cases = [
+        ("single-indirect block onto the inode table", single_slot, itable as u32, itable),
+        ("a data pointer onto a block bitmap", single * 1024 + 8, bitmap as u32, bitmap),
+    ];
+    for (case, offset, pointer, target) in cases {
+        let mut damaged = clean_bytes.clone();
+        damaged[offset as usize..offset as usize + 4].copy_from_slice(&pointer.to_le_bytes());
+        std::fs::write(&image, &damaged).unwrap();
+        let block =
+            |bytes: &[u8]| bytes[target as usize * 1024..(target as usize + 1) * 1024].to_vec();
+        let target_before = block(&damaged);
+        let options = MountOptions { errors: fs::ErrorPolicy::Continue, ..MountOptions::default() };
+        let fs = Filesystem::open(open_device(&image), options).unwrap();
+        let a = fs.resolve("/a").unwrap();
+        let in_single = 14 * 1024 + 100;
+        let results = [
+            ("write", fs.write(big, in_single, b"through the damage").map(drop)),
+            ("truncate", fs.truncate(big, 13 * 1024)),
+            ("punch", fs.fallocate(big, FallocateMode::PunchHole, 12 * 1024, 8192)),
+            ("unlink", fs.unlink(a, b"f6")),
+        ];
+        for (op, result) in &results {
+            assert!(result.as_ref().is_err_and(|e| e.is_corruption()), "{case}: {op}: {result:?}");
+        }
+        let _ = fs.unmount();
+        assert!(block(&std::fs::read(&image).unwrap()) == target_before, "{case}: written over");
+    }
+}
+
 /// An ext3 journal (indirect-mapped, JBD2 without checksums or 64-bit tags) that needs
 /// recovery: a copy of the image taken while the kernel has it mounted, after a sync. quill
 /// opened read-only replays it in memory and reads the tree the kernel had synced; the copy

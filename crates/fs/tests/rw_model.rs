@@ -105,7 +105,15 @@ fn walk(fs: &Filesystem, dir: u32, prefix: &str, model: &Model, seen: &mut BTree
 }
 
 /// Applies one random operation inside the subtree at `base` to both the fs and the model.
-fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, block_size: u64) {
+/// One random operation on `base`'s subtree, checked against `model`. `indirect`: files are
+/// indirect-mapped (ext3), where fallocate can only punch holes.
+fn random_op(
+    fs: &Filesystem,
+    base: u32,
+    model: &mut Model,
+    rng: &mut Rng,
+    (block_size, indirect): (u64, bool),
+) {
     let names = ["a", "b", "c", "d", "long_name_for_a_file_that_is_not_short", "e"];
     let dirs: Vec<String> = std::iter::once(String::new())
         .chain(model.nodes.iter().filter(|(_, n)| **n == Node::Dir).map(|(p, _)| p.clone()))
@@ -293,7 +301,7 @@ fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, block
         12 | 13 => {
             if let Some(Node::File(data)) = existing {
                 let ino = lookup_path(fs, base, &path).unwrap();
-                let data = fallocate_op(fs, ino, &path, data, rng, block_size);
+                let data = fallocate_op(fs, ino, &path, data, rng, (block_size, indirect));
                 model.nodes.insert(path, Node::File(data));
             }
         }
@@ -321,7 +329,7 @@ fn fallocate_op(
     path: &str,
     mut data: Vec<u8>,
     rng: &mut Rng,
-    block_size: u64,
+    (block_size, indirect): (u64, bool),
 ) -> Vec<u8> {
     let size = data.len() as u64;
     let offset = match rng.below(3) {
@@ -344,6 +352,12 @@ fn fallocate_op(
     // Cached writes get their blocks at writeback, which a punch may start: count them first.
     fs.fsync(ino, true).unwrap_or_else(|e| panic!("{path}: fdatasync before fallocate: {e}"));
     let blocks_before = fs.getattr(ino).unwrap().blocks;
+    if indirect && mode != FallocateMode::PunchHole {
+        // As ext4_fallocate: an indirect-mapped file has no unwritten blocks to preallocate.
+        let refused = fs.fallocate(ino, mode, offset, len);
+        assert!(matches!(refused, Err(FsError::Unsupported(_))), "{path}: {mode:?}: {refused:?}");
+        return data;
+    }
     fs.fallocate(ino, mode, offset, len)
         .unwrap_or_else(|e| panic!("{path}: fallocate {mode:?} {offset}+{len}: {e}"));
     let end = (offset + len) as usize;
@@ -417,10 +431,12 @@ struct Config {
     size: &'static str,
     block_size: u64,
     data: DataMode,
+    /// Files are indirect-mapped (ext3: no extent feature).
+    indirect: bool,
 }
 
 fn config(label: &'static str, mkfs: Vec<&'static str>, block_size: u64) -> Config {
-    Config { label, mkfs, size: "64M", block_size, data: DataMode::Ordered }
+    Config { label, mkfs, size: "64M", block_size, data: DataMode::Ordered, indirect: false }
 }
 
 fn configs() -> Vec<Config> {
@@ -440,6 +456,14 @@ fn more_configs() -> Vec<Config> {
         Config { data: DataMode::Journal, ..config("1k-data-journal", vec!["-b", "1024"], 1024) },
         config("2k", vec!["-b", "2048"], 2048),
         Config { size: "160M", ..config("64k", vec!["-b", "65536"], 65536) },
+    ]
+}
+
+/// ext3: files and directories indirect-mapped, the journal too.
+fn ext3_configs() -> Vec<Config> {
+    vec![
+        Config { indirect: true, ..config("ext3-1k", vec!["-t", "ext3", "-b", "1024"], 1024) },
+        Config { indirect: true, ..config("ext3-4k", vec!["-t", "ext3", "-b", "4096"], 4096) },
     ]
 }
 
@@ -467,7 +491,7 @@ fn run_model(c: &Config, seed: u64, steps: usize) {
                     let mut rng = Rng::for_thread(seed, t);
                     let mut model = Model::default();
                     for _ in 0..steps {
-                        random_op(&fs, base, &mut model, &mut rng, block_size);
+                        random_op(&fs, base, &mut model, &mut rng, (block_size, c.indirect));
                     }
                     check_tree(&fs, base, &model);
                     model
@@ -507,6 +531,18 @@ fn random_operations_under_data_journal_and_with_2k_and_64k_blocks_match_the_mod
     }
     let seed = seed(test);
     for c in more_configs() {
+        run_model(&c, seed, 150);
+    }
+}
+
+#[test]
+fn random_operations_on_ext3_match_the_model() {
+    let test = "random_operations_ext3";
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return;
+    }
+    let seed = seed(test);
+    for c in ext3_configs() {
         run_model(&c, seed, 150);
     }
 }
