@@ -40,6 +40,11 @@ pub struct CrashtestArgs {
     /// fsyncs in one large (indexed) directory (0: never).
     #[arg(long, default_value_t = 8)]
     mailbox_every: usize,
+    /// Every N-th workload runs on an ext3 image made by mkfs.ext3 (files, directories and
+    /// the journal indirect-mapped) instead of quill's ext4 (0: never). Needs mkfs.ext3
+    /// (otherwise a SKIP line).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    ext3_every: usize,
     /// Threads of a threaded workload.
     #[arg(long, default_value_t = 3)]
     threads: usize,
@@ -154,6 +159,12 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         .filter(|c| presets.contains(&preset_of(&c.preset)) && args.data.contains(&c.data))
         .collect();
     opts.out = args.out.clone();
+    if args.ext3_every > 0 {
+        match crashtest::run::ext3_available() {
+            Err(reason) => println!("SKIP: ext3 images: {reason}"),
+            Ok(()) => opts.ext3_every = args.ext3_every,
+        }
+    }
     if args.kernel_mount_every > 0 {
         match kernel_fc::unavailable() {
             Some(reason) => println!("SKIP: kernel recovery of crash images: {reason}"),

@@ -97,6 +97,40 @@ fn a_thousand_crash_images_pass_every_check() {
     assert!(!scratch.path("out").exists(), "no reproducers without failures");
 }
 
+/// The explorer on ext3 images (`--ext3-every 2`: mkfs.ext3's files, directories and journal
+/// indirect-mapped), every check passed on every image, and the ext3 images counted apart.
+#[test]
+fn crash_images_of_ext3_pass_every_check() {
+    if !have("e2fsck", "crashtest ext3") || !have("mkfs.ext3", "crashtest ext3") {
+        return;
+    }
+    let scratch = Scratch::new("crashtest-ext3");
+    let seed = ondisk::testing::seed("crashtest ext3");
+    let o = run(quill()
+        .args(["crashtest", "--images", "800", "--no-progress", "--ext3-every", "2"])
+        .args(["--threaded-every", "3", "--mailbox-every", "2", "--seed"])
+        .arg(seed.to_string())
+        .arg("--out")
+        .arg(scratch.path("out")));
+    let out = text(&o);
+    println!("{out}");
+    assert!(o.status.success(), "quill crashtest failed (seed {seed}):\n{out}");
+    assert!(!out.contains("SKIP: ext3"), "{out}");
+    let summary = summary_line(&out);
+    let images = before(&summary, " crash images (");
+    for check in ["quill-recovers", "acknowledged", "unmount", "e2fsck-fn"] {
+        assert_eq!(after(&summary, check), images, "{check} passed on every image: {summary}");
+    }
+    assert_eq!(before(&summary, " failed"), 0, "{summary}");
+    let by_preset = &summary[summary.find("by preset: ").expect("images by preset")..];
+    let on_ext3: u64 = by_preset
+        .split([',', ';', ')'])
+        .filter_map(|part| part.trim().split_once("@ext3 "))
+        .map(|(_, n)| n.trim().parse::<u64>().unwrap())
+        .sum();
+    assert!(on_ext3 * 4 >= images, "{on_ext3} of {images} on ext3: {summary}");
+}
+
 /// Crash images of the workloads with fsync_journal (fast commits written by quill), every
 /// third one also recovered by a kernel loop mount: the kernel's tree is quill's.
 #[test]

@@ -19,7 +19,7 @@ use crate::check::{
 };
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
-use crate::workload::{ace, mailbox, threaded, Config, Workload};
+use crate::workload::{ace, mailbox, threaded, Config, Op, Workload};
 
 /// How much to explore.
 #[derive(Debug, Clone)]
@@ -47,6 +47,9 @@ pub struct Options {
     /// Every n-th crash image of a workload with `fsync_journal` is also recovered by a kernel
     /// loop mount (0: none; needs root and loop devices, see [`crate::kernel_fc::unavailable`]).
     pub kernel_mount_every: u64,
+    /// Every n-th workload runs on an ext3 image (`image=ext3`; 0: none; needs mkfs.ext3, see
+    /// [`crate::run::ext3_available`]).
+    pub ext3_every: usize,
 }
 
 impl Options {
@@ -73,6 +76,7 @@ impl Options {
             out: PathBuf::from("crashtest-out"),
             max_failures: 3,
             kernel_mount_every: 0,
+            ext3_every: 0,
         }
     }
 }
@@ -141,12 +145,26 @@ pub fn rotation(opts: &Options, k: usize) -> (WorkloadKind, usize) {
 pub fn workload(opts: &Options, k: usize) -> Workload {
     let seed = workload_seed(opts.seed, k);
     let (kind, config) = rotation(opts, k);
-    let config = opts.configs[config].clone();
-    match kind {
+    let mut config = opts.configs[config].clone();
+    let ext3 = opts.ext3_every > 0 && k % opts.ext3_every == opts.ext3_every - 1;
+    if ext3 {
+        config.image = "ext3".into();
+    }
+    let mut w = match kind {
         WorkloadKind::Threaded => threaded(seed, opts.threads, opts.threaded_length, config),
         WorkloadKind::Mailbox => mailbox(seed, config),
         WorkloadKind::Ace => ace(seed, config),
+    };
+    if ext3 {
+        // ext4_fallocate refuses to preallocate in an indirect-mapped file (EOPNOTSUPP), and
+        // the vocabulary has no punch: a write of the same range takes each fallocate's place.
+        for op in w.setup.iter_mut().chain(w.threads.iter_mut().flatten()) {
+            if let Op::Falloc { path, offset, len, .. } = op {
+                *op = Op::Write { path: std::mem::take(path), offset: *offset, len: *len };
+            }
+        }
     }
+    w
 }
 
 /// One failed check.
@@ -190,7 +208,7 @@ pub struct Totals {
     pub mailbox_workloads: u64,
     pub operations: u64,
     pub images: u64,
-    /// Crash images checked, by journal preset.
+    /// Crash images checked, by journal preset (`preset@ext3` for ext3 images).
     pub images_by_preset: BTreeMap<String, u64>,
     pub kinds: BTreeMap<String, u64>,
     /// Checks passed, by name.
@@ -607,7 +625,12 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
     totals.torn_superblock_skipped = skipped;
     for state in states {
         totals.images += 1;
-        *totals.images_by_preset.entry(w.config.preset.clone()).or_default() += 1;
+        // ext3 images count apart: `ijournal@ext3`.
+        let preset = match w.config.image.as_str() {
+            "ext4" => w.config.preset.clone(),
+            image => format!("{}@{image}", w.config.preset),
+        };
+        *totals.images_by_preset.entry(preset).or_default() += 1;
         *totals.kinds.entry(format!("{:?}", state.kind)).or_default() += 1;
         let kernel = rec.mount.journal.fsync_journal
             && opts.kernel_mount_every > 0

@@ -1,7 +1,9 @@
 //! Running a workload on quill over the recording device.
 //!
-//! The image is made by quill's mkfs (12 MiB, 4 KiB blocks, the smallest journal: 4 MiB), the setup
-//! runs and is unmounted cleanly, and that image is where the recording starts. Every
+//! The image is made by quill's mkfs (12 MiB, 4 KiB blocks, the smallest journal: 4 MiB), or,
+//! for `image=ext3`, by mkfs.ext3 with the same size, block size and journal (its files,
+//! directories and journal indirect-mapped); the setup runs and is unmounted cleanly, and that
+//! image is where the recording starts. Every
 //! operation of thread `t` is bracketed by two marks, [`start_mark`] and [`end_mark`], so a
 //! crash state's marks say which operations had started and which had returned.
 //!
@@ -75,6 +77,47 @@ pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
         dirty_bytes_max: config.dirty_kib.max(4) * 1024,
         ..MountOptions::default()
     })
+}
+
+/// The freshly made image of kind `image` (`ext4` or `ext3`) every workload starts from.
+fn formatted_image(image: &str) -> Result<&'static [u8], String> {
+    match image {
+        "ext4" => Ok(formatted()),
+        "ext3" => {
+            static EXT3: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+            EXT3.get_or_init(make_ext3).as_deref().map_err(Clone::clone)
+        }
+        other => Err(format!("image={other}: expected ext4 or ext3")),
+    }
+}
+
+/// An ext3 image made by mkfs.ext3, the same on every run (a fixed UUID, hash seed and time),
+/// so a reproducer replays the same I/O; or why there is none.
+fn make_ext3() -> Result<Vec<u8>, String> {
+    let path =
+        std::env::temp_dir().join(format!("quill-crashtest-ext3-{}.img", std::process::id()));
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.set_len(IMAGE_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
+    drop(file);
+    let out = std::process::Command::new("mkfs.ext3")
+        .env("E2FSPROGS_FAKE_TIME", "1700000000")
+        .args(["-q", "-F", "-b", &BLOCK_SIZE.to_string(), "-J", "size=4"])
+        .args(["-U", "7175696c-6c2d-6372-6173-68746573742d"])
+        .args(["-E", "hash_seed=7175696c-6c2d-6372-6173-68746573742e,root_owner=0:0"])
+        .arg(&path)
+        .output();
+    let bytes = std::fs::read(&path);
+    let _ = std::fs::remove_file(&path);
+    match out {
+        Ok(o) if o.status.success() => bytes.map_err(|e| format!("reading the ext3 image: {e}")),
+        Ok(o) => Err(format!("mkfs.ext3 failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Err(format!("mkfs.ext3: {e}")),
+    }
+}
+
+/// Whether ext3 images can be made here (mkfs.ext3 runs); `Err` says why not.
+pub fn ext3_available() -> Result<(), String> {
+    formatted_image("ext3").map(drop)
 }
 
 /// The freshly made image every workload starts from.
@@ -247,7 +290,7 @@ pub fn record(w: &Workload) -> Result<Recording, String> {
     let mount = mount_options(&w.config)?;
     let roots = &expected.roots;
     let initial = {
-        let dev = Arc::new(MemDevice::from_bytes(formatted().to_vec()));
+        let dev = Arc::new(MemDevice::from_bytes(formatted_image(&w.config.image)?.to_vec()));
         let fs = Filesystem::open(dev.clone(), mount.clone()).map_err(|e| format!("open: {e}"))?;
         for (k, op) in w.setup.iter().enumerate() {
             exec(&fs, "", op, tag(SETUP, k)).map_err(|e| format!("setup: {e}"))?;

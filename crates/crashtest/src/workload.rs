@@ -247,6 +247,9 @@ pub struct Config {
     /// The negative control: a device that acknowledges flushes and FUA without honouring
     /// them, so the checks must find acknowledged data lost.
     pub lying_device: bool,
+    /// The image the workload runs on: `ext4` (quill's mkfs) or `ext3` (mkfs.ext3: files,
+    /// directories and the journal indirect-mapped).
+    pub image: String,
 }
 
 impl Default for Config {
@@ -256,6 +259,7 @@ impl Default for Config {
             data: "ordered".into(),
             dirty_kib: 64 * 1024,
             lying_device: false,
+            image: "ext4".into(),
         }
     }
 }
@@ -296,6 +300,9 @@ impl Workload {
         );
         if self.config.lying_device {
             out += "config lying_device=1\n";
+        }
+        if self.config.image != "ext4" {
+            out += &format!("config image={}\n", self.config.image);
         }
         for op in &self.setup {
             out += &format!("setup {op}\n");
@@ -340,6 +347,7 @@ impl Workload {
                                     v.parse().map_err(|_| at("bad dirty_kib".into()))?
                             }
                             Some(("lying_device", v)) => w.config.lying_device = v == "1",
+                            Some(("image", v)) => w.config.image = v.into(),
                             _ => return Err(at(format!("unknown setting {setting:?}"))),
                         }
                     }
