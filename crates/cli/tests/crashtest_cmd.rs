@@ -24,6 +24,22 @@ fn before(summary: &str, what: &str) -> u64 {
     digits.parse().unwrap_or_else(|_| panic!("a number before {what} in {summary}"))
 }
 
+/// Runs `quill crashtest --no-progress` with `args`, seeded from `seed_name`, reproducers in
+/// `scratch`'s `out`; prints its output and returns it, the seed, and whether it succeeded.
+fn explore(scratch: &Scratch, seed_name: &str, args: &[&str]) -> (String, u64, bool) {
+    let seed = ondisk::testing::seed(seed_name);
+    let o = run(quill()
+        .args(["crashtest", "--no-progress"])
+        .args(args)
+        .arg("--seed")
+        .arg(seed.to_string())
+        .arg("--out")
+        .arg(scratch.path("out")));
+    let out = text(&o);
+    println!("{out}");
+    (out, seed, o.status.success())
+}
+
 fn summary_line(out: &str) -> String {
     let line = out.lines().find(|l| l.contains(" crash images ("));
     line.unwrap_or_else(|| panic!("no summary in:\n{out}")).to_string()
@@ -35,15 +51,8 @@ fn a_thousand_crash_images_pass_every_check() {
         return;
     }
     let scratch = Scratch::new("crashtest-ci");
-    let seed = ondisk::testing::seed("crashtest_cmd");
-    let o = run(quill()
-        .args(["crashtest", "--images", "1000", "--no-progress", "--seed"])
-        .arg(seed.to_string())
-        .arg("--out")
-        .arg(scratch.path("out")));
-    let out = text(&o);
-    println!("{out}");
-    assert!(o.status.success(), "quill crashtest failed (seed {seed}):\n{out}");
+    let (out, seed, ok) = explore(&scratch, "crashtest_cmd", &["--images", "1000"]);
+    assert!(ok, "quill crashtest failed (seed {seed}):\n{out}");
     let summary = summary_line(&out);
     let images = before(&summary, " crash images (");
     assert!(images >= 1000, "{images} crash images: {summary}");
@@ -105,16 +114,10 @@ fn crash_images_of_ext3_pass_every_check() {
         return;
     }
     let scratch = Scratch::new("crashtest-ext3");
-    let seed = ondisk::testing::seed("crashtest ext3");
-    let o = run(quill()
-        .args(["crashtest", "--images", "800", "--no-progress", "--ext3-every", "2"])
-        .args(["--threaded-every", "3", "--mailbox-every", "2", "--seed"])
-        .arg(seed.to_string())
-        .arg("--out")
-        .arg(scratch.path("out")));
-    let out = text(&o);
-    println!("{out}");
-    assert!(o.status.success(), "quill crashtest failed (seed {seed}):\n{out}");
+    let args = ["--images", "800", "--ext3-every", "2", "--threaded-every", "3"];
+    let (out, seed, ok) =
+        explore(&scratch, "crashtest ext3", &[&args[..], &["--mailbox-every", "2"]].concat());
+    assert!(ok, "quill crashtest failed (seed {seed}):\n{out}");
     assert!(!out.contains("SKIP: ext3"), "{out}");
     let summary = summary_line(&out);
     let images = before(&summary, " crash images (");
@@ -139,21 +142,14 @@ fn the_kernel_recovers_fsync_journal_crash_images_to_quills_tree() {
         return;
     }
     let scratch = Scratch::new("crashtest-kernel-mount");
-    let seed = ondisk::testing::seed("crashtest kernel mount");
-    let o = run(quill()
-        .args(["crashtest", "--images", "360", "--no-progress", "--presets", "ijournal,all"])
-        .args(["--threaded-every", "3", "--mailbox-every", "2", "--kernel-mount-every", "3"])
-        .arg("--seed")
-        .arg(seed.to_string())
-        .arg("--out")
-        .arg(scratch.path("out")));
-    let out = text(&o);
-    println!("{out}");
+    let args = ["--images", "360", "--presets", "ijournal,all", "--threaded-every", "3"];
+    let more = ["--mailbox-every", "2", "--kernel-mount-every", "3"];
+    let (out, seed, ok) = explore(&scratch, "crashtest kernel mount", &[&args[..], &more].concat());
     if let Some(skip) = out.lines().find(|l| l.starts_with("SKIP: kernel recovery")) {
         eprintln!("{skip}");
         return;
     }
-    assert!(o.status.success(), "quill crashtest failed (seed {seed}):\n{out}");
+    assert!(ok, "quill crashtest failed (seed {seed}):\n{out}");
     let summary = summary_line(&out);
     let images = before(&summary, " crash images (");
     let known =
