@@ -459,11 +459,16 @@ fn more_configs() -> Vec<Config> {
     ]
 }
 
-/// ext3: files and directories indirect-mapped, the journal too.
+/// ext3: files and directories indirect-mapped, the journal too; ordered and journalled data.
 fn ext3_configs() -> Vec<Config> {
     vec![
         Config { indirect: true, ..config("ext3-1k", vec!["-t", "ext3", "-b", "1024"], 1024) },
         Config { indirect: true, ..config("ext3-4k", vec!["-t", "ext3", "-b", "4096"], 4096) },
+        Config {
+            indirect: true,
+            data: DataMode::Journal,
+            ..config("ext3-1k-data-journal", vec!["-t", "ext3", "-b", "1024"], 1024)
+        },
     ]
 }
 
