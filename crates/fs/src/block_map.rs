@@ -113,6 +113,32 @@ pub fn extents(io: &mut dyn MetaIo, ctx: &ExtentCtx, inode: &ext4::Inode) -> Res
     }
 }
 
+/// The mapped runs of `inode` inside logical blocks `first .. end` (`end` at most 2^32), in
+/// logical order, each cut to the range: what a removal of the range frees, found without
+/// walking the rest of the map.
+pub fn runs_in(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &ext4::Inode,
+    first: u64,
+    end: u64,
+) -> Result<Vec<Extent>> {
+    let end = end.min(1 << 32);
+    if first >= end {
+        return Ok(Vec::new());
+    }
+    let runs = mapping(io, ctx, inode, first as u32, (end - 1) as u32)?;
+    Ok(runs
+        .into_iter()
+        .filter_map(|(logical, run)| match run {
+            Lookup::Mapped { pblk, len, unwritten } => {
+                Some(Extent { logical, len, start: pblk, unwritten })
+            }
+            Lookup::Hole { .. } => None,
+        })
+        .collect())
+}
+
 /// The map's own blocks (extent-tree nodes, or indirect blocks), parents before children.
 pub fn tree_blocks(io: &mut dyn MetaIo, ctx: &ExtentCtx, inode: &ext4::Inode) -> Result<Vec<u64>> {
     if inode.uses_extents() {

@@ -662,12 +662,9 @@ impl Filesystem {
         let mut steps = 0;
         loop {
             let ectx = extent_ctx(self, ino, data);
-            let extents = block_map::extents(&mut ReadIo { fs: self }, &ectx, &data.inode)
+            let io = &mut ReadIo { fs: self };
+            let tail = block_map::runs_in(io, &ectx, &data.inode, first, end)
                 .map_err(|e| self.check_fs_error(ino, e))?;
-            let tail: Vec<_> = extents
-                .iter()
-                .filter(|e| e.logical_end() > first && u64::from(e.logical) < end)
-                .collect();
             if tail.is_empty() {
                 return Ok(steps);
             }
