@@ -104,12 +104,18 @@ pub fn mark_written(
     }
 }
 
-/// Every mapped run of `inode`, in logical order.
-pub fn extents(io: &mut dyn MetaIo, ctx: &ExtentCtx, inode: &ext4::Inode) -> Result<Vec<Extent>> {
+/// Every mapped run of `inode`, in logical order, and the map's own blocks (extent-tree
+/// nodes, or indirect blocks), parents before children: one walk of an indirect map.
+pub fn runs_and_map_blocks(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &ext4::Inode,
+) -> Result<(Vec<Extent>, Vec<u64>)> {
     if inode.uses_extents() {
-        extent_tree::extents(io, ctx, &inode.block)
+        let extents = extent_tree::extents(io, ctx, &inode.block)?;
+        Ok((extents, extent_tree::tree_blocks(io, ctx, &inode.block)?))
     } else {
-        Ok(indirect::walk_all(io, ctx, &inode.block)?.0)
+        indirect::walk_all(io, ctx, &inode.block)
     }
 }
 
@@ -137,15 +143,6 @@ pub fn runs_in(
             Lookup::Hole { .. } => None,
         })
         .collect())
-}
-
-/// The map's own blocks (extent-tree nodes, or indirect blocks), parents before children.
-pub fn tree_blocks(io: &mut dyn MetaIo, ctx: &ExtentCtx, inode: &ext4::Inode) -> Result<Vec<u64>> {
-    if inode.uses_extents() {
-        extent_tree::tree_blocks(io, ctx, &inode.block)
-    } else {
-        Ok(indirect::walk_all(io, ctx, &inode.block)?.1)
-    }
 }
 
 /// Most metadata blocks one [`insert`] (within [`run_room`]) or one [`mark_written`] may

@@ -728,11 +728,13 @@ impl Filesystem {
         let inode = &data.inode;
         let check = || -> Result<()> {
             let mut ranges = Vec::new();
-            for e in block_map::extents(&mut ReadIo { fs: self }, &ectx, inode)? {
+            let (runs, map_blocks) =
+                block_map::runs_and_map_blocks(&mut ReadIo { fs: self }, &ectx, inode)?;
+            for e in runs {
                 self.check_data_blocks(e.start, u64::from(e.len))?;
                 ranges.push((e.start, u64::from(e.len)));
             }
-            for block in block_map::tree_blocks(&mut ReadIo { fs: self }, &ectx, inode)? {
+            for block in map_blocks {
                 self.check_data_blocks(block, 1)?;
                 ranges.push((block, 1));
             }

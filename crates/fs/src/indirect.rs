@@ -225,8 +225,9 @@ fn root_pointers(root: &[u8; INODE_BLOCK_SIZE]) -> [u32; 15] {
     slots
 }
 
-/// Every mapped run of an indirect map, in logical order, as (logical, physical, length):
-/// what an extent list says of an extent-mapped inode (the journal inode of an ext3 image).
+/// Every mapped run of an indirect map below `len_blocks`, in logical order, as (logical,
+/// physical, length), physically contiguous runs merged across pointer arrays: what an extent
+/// list says of an extent-mapped inode (the journal inode of an ext3 image).
 pub fn runs(
     io: &mut dyn MetaIo,
     ctx: &ExtentCtx,
@@ -234,19 +235,12 @@ pub fn runs(
     len_blocks: u32,
 ) -> Result<Vec<(u32, u64, u32)>> {
     let mut runs: Vec<(u32, u64, u32)> = Vec::new();
-    let mut lblk = 0u32;
-    while lblk < len_blocks {
-        match lookup(io, ctx, root, lblk)? {
-            Lookup::Mapped { pblk, len, .. } => {
-                let len = len.min(len_blocks - lblk);
-                match runs.last_mut() {
-                    Some((l, p, n)) if *l + *n == lblk && *p + u64::from(*n) == pblk => *n += len,
-                    _ => runs.push((lblk, pblk, len)),
-                }
-                lblk += len;
-            }
-            Lookup::Hole { len_to_next: Some(n) } => lblk = lblk.saturating_add(n),
-            Lookup::Hole { len_to_next: None } => break,
+    let Some(last) = len_blocks.checked_sub(1) else { return Ok(runs) };
+    for (lblk, run) in mapping(io, ctx, root, 0, last)? {
+        let Lookup::Mapped { pblk, len, .. } = run else { continue };
+        match runs.last_mut() {
+            Some((l, p, n)) if *l + *n == lblk && *p + u64::from(*n) == pblk => *n += len,
+            _ => runs.push((lblk, pblk, len)),
         }
     }
     Ok(runs)

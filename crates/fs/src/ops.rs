@@ -723,10 +723,11 @@ impl Filesystem {
             let ectx = crate::adapters::extent_ctx(self, ino, &data);
             // A new directory's or slow symlink's blocks were journaled: revoke them.
             txn.revoke_freed_data = true;
-            for e in block_map::extents(txn, &ectx, &data.inode)? {
+            let (runs, map_blocks) = block_map::runs_and_map_blocks(txn, &ectx, &data.inode)?;
+            for e in runs {
                 txn.free_data_blocks(e.start, u64::from(e.len))?;
             }
-            for block in block_map::tree_blocks(txn, &ectx, &data.inode)? {
+            for block in map_blocks {
                 txn.free_meta_block(block)?;
             }
             if written {
