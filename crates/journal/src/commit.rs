@@ -24,10 +24,11 @@ use crate::flush;
 use crate::journal::Shared;
 use crate::state::State;
 use crate::stats;
-use crate::transaction::{Frozen, Transaction, TxnState};
+use crate::transaction::{Frozen, HomeOrder, Transaction, TxnState};
 use blockdev::Write;
 use ondisk::jbd2::{encode_revoke_blocks, ChecksumVersion, DescriptorBuilder, JBD2_MAGIC};
 use ondisk::Tid;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -176,6 +177,8 @@ pub(crate) struct Committing {
     revokes: Vec<u64>,
     ordered: Vec<Arc<dyn crate::ordered::OrderedData>>,
     log_blocks: u32,
+    /// Without a log: blocks to write home before or after the others.
+    home_order: HashMap<u64, HomeOrder>,
 }
 
 /// Freezes every buffer's version for the locked transaction `txn` (no handle is open, so
@@ -204,6 +207,7 @@ fn commit_freeze(shared: &Shared, txn: &Transaction) -> Committing {
     revokes.sort_unstable();
     let ordered = txn.ordered.take(&shared.lists);
     txn.conflicts.take(&shared.lists);
+    let home_order = std::mem::take(&mut *txn.home_order.lock());
     let log_blocks = shared.log_blocks_exact(buffers.len(), revokes.len());
     let frozen = Arc::new(Frozen { buffers: listed, revokes: revokes.clone() });
     let mut st = shared.state.write(&shared.locks);
@@ -216,7 +220,7 @@ fn commit_freeze(shared: &Shared, txn: &Transaction) -> Committing {
     stats::add_time(&shared.counters.ns_running, locked_at - txn.started_at);
     stats::add_time(&shared.counters.ns_locked, locked_at.elapsed());
     shared.changed.wake_all();
-    Committing { buffers, revokes, ordered, log_blocks }
+    Committing { buffers, revokes, ordered, log_blocks, home_order }
 }
 
 /// Writes the transaction's log blocks, then its ordered data (or waits for the writers
@@ -225,6 +229,9 @@ fn commit_freeze(shared: &Shared, txn: &Transaction) -> Committing {
 /// be complete before the flush that precedes the commit block, and log blocks without a
 /// commit block are never replayed, so data writes still in flight overlap the log writes.
 fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()> {
+    if shared.logless {
+        return commit_write_home(shared, tid, committing);
+    }
     let started = Instant::now();
     // Allocate, and map the transaction's log blocks (all but the commit block) to device
     // offsets while the log geometry is at hand.
@@ -260,6 +267,68 @@ fn commit_write(shared: &Shared, tid: Tid, committing: Committing) -> Result<()>
     drop(st);
     stats::add_time(&shared.counters.ns_writing, started.elapsed());
     stats::add(&shared.counters.log_blocks_written, logged);
+    stats::add(&shared.counters.blocks_logged, committing.buffers.len() as u64);
+    Ok(())
+}
+
+/// Without a log ([`crate::Journal::without_log`]): the transaction's ordered data, then its
+/// blocks, straight home, in the order its handles asked for:
+///
+/// `data → flush → Early blocks → flush → other blocks → flush → Late blocks`
+///
+/// (an empty step and its flush are skipped; the flush after the last step is the one that
+/// makes the transaction durable, `flush::make_durable`). Data first, so no crash leaves
+/// metadata pointing at a block that still holds what it held before (ordered mode's promise).
+/// The log space reserved for the transaction is allocated, as with a log, only so that the
+/// accounting of the stand-in log stays as it always is; nothing is written there.
+fn commit_write_home(shared: &Shared, tid: Tid, committing: Committing) -> Result<()> {
+    let started = Instant::now();
+    {
+        let mut st = shared.state.write(&shared.locks);
+        st.aborted()?;
+        st.allocate_log(tid, committing.log_blocks);
+    }
+    let ordered_since = Instant::now();
+    for item in &committing.ordered {
+        item.write_out().map_err(JournalError::from)?;
+    }
+    if !committing.ordered.is_empty() {
+        flush::device_flush(shared, "flushing data before its metadata")?;
+    }
+    stats::add_time(&shared.counters.ns_ordered_wait, ordered_since.elapsed());
+    let order_of = |buffer: &Buffer| committing.home_order.get(&buffer.block()).copied();
+    let steps = [Some(HomeOrder::Early), None, Some(HomeOrder::Late)];
+    let mut written_before = false;
+    for step in steps {
+        let batch: Vec<&(Arc<Buffer>, BlockData)> =
+            committing.buffers.iter().filter(|(buffer, _)| order_of(buffer) == step).collect();
+        if batch.is_empty() {
+            continue;
+        }
+        if written_before {
+            flush::device_flush(shared, "flushing home writes of a commit")?;
+        }
+        let _shadow = IoFlagGuard::new(
+            batch.iter().map(|(buffer, _)| &**buffer),
+            |inner| inner.shadow = true,
+            |inner| inner.shadow = false,
+        );
+        let writes: Vec<Write<'_>> = batch
+            .iter()
+            .map(|(buffer, version)| Write {
+                offset: shared.home_offset(buffer.block()),
+                data: version.as_slice(),
+                fua: false,
+            })
+            .collect();
+        shared.dev.write_batch(&writes).map_err(JournalError::from)?;
+        written_before = true;
+    }
+    let mut st = shared.state.write(&shared.locks);
+    let entry = st.txns_mut().get_mut(tid).expect("the committing transaction exists");
+    entry.transition(TxnState::Written);
+    drop(st);
+    stats::add_time(&shared.counters.ns_writing, started.elapsed());
     stats::add(&shared.counters.blocks_logged, committing.buffers.len() as u64);
     Ok(())
 }

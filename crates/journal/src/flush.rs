@@ -125,7 +125,10 @@ fn flush_stage_chained(shared: &Arc<Shared>) {
 pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
     assert!(!group.is_empty() && group.len() <= shared.config.flush_batch_max);
     let started = Instant::now();
-    if shared.config.commit_record == CommitRecord::Barrier {
+    if shared.logless {
+        // The blocks are home already; no commit block exists.
+        device_flush(shared, "flushing home writes of a commit")?;
+    } else if shared.config.commit_record == CommitRecord::Barrier {
         write_commit_blocks(shared, group, CommitWrite::Barrier)?;
         device_flush(shared, "flushing log and commit blocks")?;
     } else {
@@ -142,7 +145,7 @@ pub(crate) fn make_durable(shared: &Shared, group: &[Tid]) -> Result<()> {
 }
 
 /// One device flush, counted and timed; on error the journal aborts, saying it was `doing`.
-fn device_flush(shared: &Shared, doing: &str) -> Result<()> {
+pub(crate) fn device_flush(shared: &Shared, doing: &str) -> Result<()> {
     let started = Instant::now();
     shared.dev.flush().map_err(|e| shared.abort_on(doing, e))?;
     stats::add(&shared.counters.flushes, 1);
@@ -218,8 +221,11 @@ fn mark_durable(shared: &Shared, group: &[Tid], flush_started: Instant) {
                 .position(|(t, _)| t == tid)
                 .expect("a committed buffer holds its transaction's version");
             let (_, version) = inner.versions.remove(at);
-            // The newest durable version is what a checkpoint writes home.
-            inner.checkpoint = Some((*tid, version));
+            // The newest durable version is what a checkpoint writes home. Without a log the
+            // commit wrote it home already.
+            if !shared.logless {
+                inner.checkpoint = Some((*tid, version));
+            }
         }
     }
     let mut st = shared.state.write(&shared.locks);

@@ -22,7 +22,7 @@ use crate::error::{JournalError, Result};
 use crate::journal::Shared;
 use crate::ordered::OrderedData;
 use crate::stats;
-use crate::transaction::{Transaction, TxnState};
+use crate::transaction::{HomeOrder, Transaction, TxnState};
 use ondisk::Tid;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -294,6 +294,23 @@ impl Handle {
             }
         }
         Ok(())
+    }
+
+    /// Without a log, writes `block` home before (`Early`) or after (`Late`) the transaction's
+    /// other blocks ([`HomeOrder`]). `Early` wins: a block nothing on the device points to yet
+    /// is safe to write first whatever it loses later in the transaction (what it held is new
+    /// in the transaction), and written after the block that comes to point to it, a crash
+    /// in between would leave a pointer to garbage. With a log the commit is atomic and this
+    /// does nothing.
+    pub fn order_home_write(&self, block: u64, order: HomeOrder) {
+        if !self.shared.logless {
+            return;
+        }
+        let mut orders = self.txn.home_order.lock();
+        let entry = orders.entry(block).or_insert(order);
+        if order == HomeOrder::Early {
+            *entry = HomeOrder::Early;
+        }
     }
 
     /// Registers data that must be durable before this transaction's commit block.

@@ -60,6 +60,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+/// The stand-in log's length for [`Journal::without_log`]: 32768 blocks (128 MiB at 4 KiB),
+/// so a transaction may hold as many blocks as with mke2fs's journal for a mid-sized file
+/// system (a quarter of the log).
+const LOGLESS_LOG_BLOCKS: u32 = 32768;
+
 pub(crate) struct Shared {
     /// [immutable] (this and the next six fields)
     pub dev: Arc<dyn BlockDevice>,
@@ -70,6 +75,9 @@ pub(crate) struct Shared {
     pub max_txn_credits: u32,
     /// Opened with [`Journal::open_read_only`]: no handles, no threads, nothing written.
     pub read_only: bool,
+    /// Attached with [`Journal::without_log`]: commits write their blocks home (`commit.rs`),
+    /// and nothing is ever written to the stand-in log or its superblock.
+    pub logless: bool,
     /// `j_state_lock`.
     pub state: TimedRwLock<State>,
     /// `j_list_lock`.
@@ -252,19 +260,51 @@ impl Journal {
 
     /// A journal with no log, for reading a file system that has none (ext2, ext4 without
     /// has_journal) read-only: metadata reads go through the buffer cache as with
-    /// [`Journal::open_read_only`], no handle can start and nothing is written. It stands in
-    /// for a clean log of JBD2's minimum size, which is never read or written (no thread
-    /// runs, and a read-only journal writes neither its superblock nor its log).
+    /// [`Journal::open_read_only`], no handle can start and nothing is written.
     pub fn without_log_read_only(
         dev: Arc<dyn BlockDevice>,
         block_size: u32,
         config: JournalConfig,
     ) -> Result<Journal> {
-        let len = ondisk::jbd2::JBD2_MIN_JOURNAL_BLOCKS;
+        Journal::attach_logless(dev, block_size, config, true)
+    }
+
+    /// A journal with no log, for writing a file system that has none (ext2, ext4 without
+    /// has_journal), as the kernel's ext4 does in no-journal mode. Handles, transactions and
+    /// their ordered data work as with a log, but a commit writes the transaction's blocks
+    /// straight home (in the [`crate::HomeOrder`] its handles asked for) and a flush makes it
+    /// durable: one transaction at a time, so a crash leaves every earlier commit whole and
+    /// some of the blocks of one more, which e2fsck repairs. There is no atomicity beyond
+    /// that, no fast commit and no revoke record. The stand-in log (the size of a mid-sized
+    /// JBD2 journal, bounding a transaction as one would) is never read or written.
+    pub fn without_log(
+        dev: Arc<dyn BlockDevice>,
+        block_size: u32,
+        mut config: JournalConfig,
+    ) -> Result<Journal> {
+        // One transaction in flight: its blocks go home and are flushed before the next
+        // commit writes any (so at most one commit is ever half on the device); commit
+        // records do not exist.
+        config.committing_max = 1;
+        config.flush_batch_max = 1;
+        config.commit_record = CommitRecord::Fua;
+        config.fsync_journal = false;
+        Journal::attach_logless(dev, block_size, config, false)
+    }
+
+    /// The stand-in log of a journal without one: a clean log at block 0, never touched.
+    fn attach_logless(
+        dev: Arc<dyn BlockDevice>,
+        block_size: u32,
+        config: JournalConfig,
+        read_only: bool,
+    ) -> Result<Journal> {
+        let len =
+            if read_only { ondisk::jbd2::JBD2_MIN_JOURNAL_BLOCKS } else { LOGLESS_LOG_BLOCKS };
         let location = JournalLocation::contiguous(block_size, 0, len)
             .map_err(|e| JournalError::Invalid(e.to_string()))?;
         let sb = JournalSuperblock::new(block_size, len, [0; 16], 0, 0);
-        Journal::attach_to(dev, location, sb, config, true)
+        Journal::attach_to(dev, location, sb, config, read_only, true)
     }
 
     fn attach(
@@ -274,7 +314,7 @@ impl Journal {
         read_only: bool,
     ) -> Result<Journal> {
         let sb = read_superblock(&*dev, &location)?;
-        Journal::attach_to(dev, location, sb, config, read_only)
+        Journal::attach_to(dev, location, sb, config, read_only, false)
     }
 
     /// [`Journal::attach`] with the journal superblock `sb` already read.
@@ -284,6 +324,7 @@ impl Journal {
         mut sb: JournalSuperblock,
         config: JournalConfig,
         read_only: bool,
+        logless: bool,
     ) -> Result<Journal> {
         config.validate().map_err(JournalError::Invalid)?;
         if config.commit_record == CommitRecord::Barrier && !read_only && !dev.has_cache_barrier() {
@@ -350,10 +391,11 @@ impl Journal {
             config,
             max_txn_credits,
             read_only,
+            logless,
             state: TimedRwLock::new(State::new(next_tid, log, read_only)),
             lists: ListLock::new(locks.clone()),
             checkpoint_mutex: TimedMutex::new(LockId::Checkpoint, ()),
-            superblock: SuperblockWriter::new(sb, !read_only),
+            superblock: SuperblockWriter::new(sb, !read_only, !logless),
             cache: BufferCache::new(locks.clone()),
             cooperative: Published::new(),
             counters: Counters::default(),
@@ -512,6 +554,11 @@ impl Journal {
     /// left half-changed is not made durable. Returns the sticky error.
     pub fn abort(&self, cause: String, errno: i32) -> JournalError {
         self.shared.abort(cause, errno)
+    }
+
+    /// Attached with [`Journal::without_log`] (or its read-only form): commits write home.
+    pub fn is_logless(&self) -> bool {
+        self.shared.logless
     }
 
     /// Whether the journal aborted (cheap: no lock).

@@ -65,3 +65,4 @@ pub use recovery::{
     recover, recover_with_fast_commits, recover_with_progress, scan_log, LogScan, RecoveryReport,
 };
 pub use stats::{JournalStats, LockWait, LockWaits};
+pub use transaction::HomeOrder;

@@ -145,14 +145,30 @@ pub(crate) struct SuperblockWriter {
     /// [atomic] The superblock naming the new log start is not written yet: the first commit
     /// writes it before its log blocks (JBD2's JBD2_FLUSHED; see `Journal::attach`).
     unwritten: AtomicBool,
+    /// [immutable] The superblock is on the device. A journal without a log
+    /// (`Journal::without_log`) keeps it in memory only: every write is skipped.
+    persistent: bool,
 }
 
 impl SuperblockWriter {
-    pub fn new(sb: JournalSuperblock, unwritten: bool) -> Self {
+    pub fn new(sb: JournalSuperblock, unwritten: bool, persistent: bool) -> Self {
         SuperblockWriter {
             sb: TimedMutex::new(LockId::Superblock, sb),
-            unwritten: AtomicBool::new(unwritten),
+            unwritten: AtomicBool::new(unwritten && persistent),
+            persistent,
         }
+    }
+
+    fn write(
+        &self,
+        dev: &dyn BlockDevice,
+        location: &JournalLocation,
+        sb: &JournalSuperblock,
+    ) -> Result<()> {
+        if !self.persistent {
+            return Ok(());
+        }
+        write_superblock(dev, location, sb)
     }
 
     /// The tid of the log's first transaction as the superblock names it, or `None` when it
@@ -184,7 +200,7 @@ impl SuperblockWriter {
         }
         change(&mut sb);
         self.unwritten.store(false, Ordering::Release);
-        write_superblock(dev, location, &sb).map(|()| true)
+        self.write(dev, location, &sb).map(|()| true)
     }
 
     /// Writes the superblock naming the log start if nothing has written it since attach: the
@@ -206,7 +222,7 @@ impl SuperblockWriter {
         if !self.unwritten.load(Ordering::Acquire) {
             return Ok(());
         }
-        write_superblock(dev, location, &sb)?;
+        self.write(dev, location, &sb)?;
         self.unwritten.store(false, Ordering::Release);
         Ok(())
     }
@@ -231,6 +247,6 @@ impl SuperblockWriter {
             on_disk.start = 0;
             on_disk.sequence = on_disk.sequence.prev();
         }
-        let _ = write_superblock(dev, location, &on_disk);
+        let _ = self.write(dev, location, &on_disk);
     }
 }

@@ -24,7 +24,7 @@ use crate::locks::{LockCounters, LockId, TimedMutex};
 use crate::ordered::OrderedData;
 use ondisk::Tid;
 use parking_lot::Mutex;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -163,6 +163,25 @@ pub(crate) struct Transaction {
     /// while the transaction is Running and no commit of it is requested, so once the commit
     /// stage has requested its own (under the write lock) it only falls.
     pub fc_writers: AtomicU32,
+    /// [its own lock, a leaf] Without a log only: blocks whose home write must come before
+    /// or after the transaction's other blocks ([`HomeOrder`]).
+    pub home_order: Mutex<HashMap<u64, HomeOrder>>,
+}
+
+/// Without a log ([`crate::Journal::without_log`]) a commit writes its blocks home, where a
+/// crash can leave any subset of them. The file system names the blocks whose order matters so
+/// that every such subset is one e2fsck repairs without losing what earlier commits made
+/// durable: a commit writes its `Early` blocks, flushes, writes the unmarked ones, flushes,
+/// then writes its `Late` ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HomeOrder {
+    /// New blocks nothing on the device points to yet (a directory block an htree split fills,
+    /// a new extent leaf): written before the blocks that will point to them.
+    Early,
+    /// Blocks that lose what another block of the transaction gains (the directory block an
+    /// entry moves out of): written after it, so a crash leaves the entry twice (e2fsck keeps
+    /// one) rather than nowhere.
+    Late,
 }
 
 impl Transaction {
@@ -179,6 +198,7 @@ impl Transaction {
             ordered: TxnList::new(lock_free_lists),
             conflicts: TxnList::new(lock_free_lists),
             revokes: TimedMutex::new(LockId::Revoke, HashSet::new()),
+            home_order: Mutex::new(HashMap::new()),
         }
     }
 

@@ -125,3 +125,56 @@ fn a_journal_without_a_log_reads_and_never_writes() {
     journal.shutdown().unwrap();
     assert!(dev.snapshot() == before, "the device was written");
 }
+
+/// A journal without a log that writes (ext2): a commit writes each block home once, Early
+/// blocks (Early winning over Late), then a flush, then the unmarked ones, a flush, then Late
+/// ones and the flush that makes it durable; the stand-in log at block 0 is never written, nor is any superblock.
+#[test]
+fn a_journal_without_a_log_writes_home_in_the_order_asked() {
+    use blockdev::recording::{RecordedOp, RecordingDevice};
+    use journal::HomeOrder;
+    const BS: u64 = 1024;
+    let dev = Arc::new(RecordingDevice::new(vec![0u8; 4096 * 1024]));
+    let journal =
+        journal::Journal::without_log(dev.clone(), BS as u32, JournalConfig::cjfs()).unwrap();
+    let mut handle = journal.start(8).unwrap();
+    for (block, byte) in [(100u64, 1u8), (200, 2), (300, 3), (400, 4)] {
+        let buffer = journal.read_buffer(block).unwrap();
+        handle.modify(&buffer, |b| b.fill(byte)).unwrap();
+    }
+    handle.order_home_write(300, HomeOrder::Late);
+    handle.order_home_write(200, HomeOrder::Early);
+    handle.order_home_write(400, HomeOrder::Late);
+    handle.order_home_write(400, HomeOrder::Early); // Early wins
+    let tid = handle.stop().unwrap();
+    journal.commit_and_wait(tid).unwrap();
+    // What the device saw: (block, or None for a flush).
+    let seen: Vec<Option<u64>> = dev
+        .ops()
+        .into_iter()
+        .filter_map(|op| match op {
+            RecordedOp::Write { offset, .. } => Some(Some(offset / BS)),
+            RecordedOp::Flush { .. } => Some(None),
+            _ => None,
+        })
+        .collect();
+    let early = &seen[..2];
+    assert!(early.contains(&Some(200)) && early.contains(&Some(400)), "{seen:?}");
+    assert_eq!(seen[2..], [None, Some(100), None, Some(300), None], "{seen:?}");
+    assert_eq!(journal.last_durable(), tid);
+    let image = dev.live_image();
+    assert!(image[300 * 1024..301 * 1024].iter().all(|&b| b == 3));
+    // A second transaction over one block: written home again at its commit; the shutdown
+    // writes nothing but a flush (no checkpoint copy, no journal superblock).
+    let mut handle = journal.start(1).unwrap();
+    handle.modify(&journal.read_buffer(100).unwrap(), |b| b.fill(9)).unwrap();
+    let tid = handle.stop().unwrap();
+    journal.commit_and_wait(tid).unwrap();
+    let before_shutdown = dev.ops_len();
+    journal.shutdown().unwrap();
+    let after: Vec<RecordedOp> = dev.ops().into_iter().skip(before_shutdown).collect();
+    assert!(after.iter().all(|op| matches!(op, RecordedOp::Flush { .. })), "{after:?}");
+    let image = dev.live_image();
+    assert!(image[100 * 1024..101 * 1024].iter().all(|&b| b == 9));
+    assert!(image[..64 * 1024].iter().all(|&b| b == 0), "the stand-in log was written");
+}
