@@ -1086,6 +1086,27 @@ fn on_ext3_files_behave_as_on_the_kernel() {
     same(&rename_over_open_outcomes);
 }
 
+/// The same on ext2 (no journal: quill's commits write home, the kernel's ext4 runs in its
+/// no-journal mode).
+#[test]
+fn on_ext2_files_behave_as_on_the_kernel() {
+    let test = "on_ext2_files_behave_as_on_the_kernel";
+    if !ready_here(test) {
+        return;
+    }
+    let ext2 = ["-t", "ext2"];
+    let same = |check: &dyn Fn(&Path) -> Vec<String>| {
+        same_on_kernel_and_quill_made_with(test, &ext2, "", "", check)
+    };
+    let seek = same(&|dir| {
+        seek_outcomes(dir).into_iter().filter(|line| !line.contains(" cached")).collect()
+    });
+    let refused_and_punched = ["fallocate 0x1 4096+65536: 95", "fallocate 0x3 4096+16384: 0"];
+    assert_has_lines(&seek, &refused_and_punched);
+    same(&writeback_outcomes);
+    same(&rename_over_open_outcomes);
+}
+
 #[test]
 fn rename_whiteout_leaves_the_whiteout_the_kernels_ext4_leaves() {
     let test = "rename_whiteout_leaves_the_whiteout_the_kernels_ext4_leaves";

@@ -176,6 +176,12 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
             self.data.inode.flags &= !ext4::INDEX_FL;
         }
     }
+
+    fn order_late(&mut self, lblk: u32) {
+        if let Ok(pblk) = self.map(lblk) {
+            self.io.order_late(pblk);
+        }
+    }
 }
 
 impl Filesystem {

@@ -80,6 +80,10 @@ pub trait DirIo {
     /// The inode's EXT4_INDEX_FL (0x1000).
     fn indexed(&self) -> bool;
     fn set_indexed(&mut self, on: bool);
+    /// Block `lblk` loses entries another block of the operation gains: without a journal it
+    /// is written after the others ([`crate::meta_io::MetaIo::order_late`]), so a crash
+    /// leaves a moved entry in both blocks rather than in neither.
+    fn order_late(&mut self, _lblk: u32) {}
 }
 
 /// What the file system and the directory's inode say about a directory.
@@ -229,6 +233,10 @@ pub fn remove_entry_at(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<
     let removed = dirent::remove_dir_entry(&mut data, dir.has_csum, name)
         .map_err(|err| dir.on_disk(found.lblk, err))?;
     assert_eq!(removed, Some(found.ino), "the entry just found is in its block");
+    // Without a journal the name goes last: a rename's new name, an unlinked inode's freeing
+    // land first, so a crash leaves the name twice, or naming a freed inode (which e2fsck
+    // clears), never a file without a name.
+    dir.io.order_late(found.lblk);
     dir.write_leaf(found.lblk, data)?;
     Ok((found.ino, found.lblk))
 }
@@ -852,6 +860,7 @@ impl<'a> Dir<'a> {
             entries: Vec::new(),
         };
         let first = self.append()?;
+        self.io.order_late(0);
         if recs.len() < 2 {
             // Nothing to split between (the room was fragmented): one compact leaf, then the
             // ordinary indexed insertion.
@@ -939,6 +948,7 @@ impl<'a> Dir<'a> {
     /// Moves the full root's entries into a new node and points the root at it alone.
     fn dx_grow_root(&mut self, path: Path) -> Result<()> {
         let node = self.append()?;
+        self.io.order_late(0);
         let mut root = path.root;
         root.entries = path.frames[0].entries.clone();
         self.write_node(node, &root.entries)?;
@@ -956,6 +966,7 @@ impl<'a> Dir<'a> {
         let split_hash = moved[0].hash;
         let node_lblk = node.lblk;
         let kept = node.entries.clone();
+        self.io.order_late(node_lblk);
         self.write_node(new_node, &moved)?;
         self.write_node(node_lblk, &kept)?;
         let at = path.frames[0].at;
@@ -1004,6 +1015,7 @@ impl<'a> Dir<'a> {
         );
         let (left, right, split_hash) = self.split_recs(recs);
         let new_leaf = self.append()?;
+        self.io.order_late(leaf);
         let mut left_block = self.pack_leaf(&left);
         let mut right_block = self.pack_leaf(&right);
         let (target, target_lblk) = if hash >= split_hash & !DX_HASH_CONTINUED {

@@ -789,6 +789,10 @@ fn settle(
         }
         // len <= max + 2 <= 2 * max, so both halves fit.
         let split = if at_end { max } else { len / 2 };
+        if let Some(moved_from) = path[level].node.block {
+            // Its upper half moves to the new node (see `MetaIo::order_late`).
+            io.order_late(moved_from);
+        }
         let node = &mut path[level].node;
         let right_entries = match &mut node.entries {
             ExtentEntries::Leaf(extents) => ExtentEntries::Leaf(extents.split_off(split)),

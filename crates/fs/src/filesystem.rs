@@ -36,7 +36,7 @@ use std::time::Duration;
 use blockdev::BlockDevice;
 
 use crate::clean_cache::CachedDevice;
-use journal::{Handle, Journal, JournalConfig};
+use journal::{Handle, HomeOrder, Journal, JournalConfig};
 use ondisk::ext4::{self, feature, Superblock};
 use parking_lot::Mutex;
 
@@ -176,6 +176,9 @@ pub struct Filesystem {
     pub(crate) errors_seen: AtomicBool,
     /// `sb` has an error record not yet journaled ([`Filesystem::save_error_state`]).
     pub(crate) error_unsaved: AtomicBool,
+    /// `s_state` as found at mount (ext4's `s_mount_state`), which a clean unmount writes
+    /// back: VALID_FS is cleared while a file system without a journal is mounted.
+    mount_state: u16,
     next_generation: AtomicU32,
 }
 
@@ -199,9 +202,15 @@ impl Filesystem {
         let image = Ext4Image::open(dev.clone())?;
         let sb = image.superblock().clone();
         check_features(&sb, options.read_only)?;
-        // A file system without a journal (ext2, ext4 -O ^has_journal) opens read-only only
-        // (check_features), with a journal that has no log.
+        // A file system without a journal (ext2, ext4 -O ^has_journal) gets a journal without
+        // a log: its commits write home (`Journal::without_log`).
         let location = if sb.has_journal() { Some(image.journal_location()?) } else { None };
+        if location.is_none() && !options.read_only && options.data == DataMode::Journal {
+            return Err(FsError::Invalid(
+                "data=journal needs a journal; this file system has none (has_journal is off)"
+                    .into(),
+            ));
+        }
         let needs_recovery = sb.needs_recovery();
         if needs_recovery && location.is_none() {
             return Err(FsError::corrupted(
@@ -218,7 +227,7 @@ impl Filesystem {
         } else {
             dev
         };
-        if !options.no_recovery && (!options.read_only || needs_recovery) {
+        if location.is_some() && !options.no_recovery && (!options.read_only || needs_recovery) {
             // JBD2's jbd2_journal_load, first half: replay the log, and then its fast commits,
             // if it needs it. The replay may put back a superblock older than an error
             // recorded since: keep the record.
@@ -239,31 +248,39 @@ impl Filesystem {
         let mut sb = image.superblock().clone();
         let groups = Groups::new(&sb, image.group_descs())?;
         drop(image);
+        // The state to restore at a clean unmount (ext4's s_mount_state).
+        let mount_state = sb.state;
         if !options.read_only {
-            // ext4_clear_journal_err: an aborted journal recorded its errno (quill's or the
-            // kernel's); the file system is marked as having errors, for e2fsck's full check,
-            // before the journal forgets it.
-            let location = location.as_ref().expect("a writable file system has a journal");
-            let recorded_errno = journal::superblock::read_superblock(&*dev, location)?.errno;
-            if recorded_errno != 0 {
-                sb.state |= ext4::STATE_ERROR_FS;
-            }
-            // As ext4 does while mounted: the journal may hold transactions (RECOVER). VALID_FS
-            // stays as it was: with a journal, ext4_setup_super leaves it on, since replay makes
-            // the file system consistent again. Clearing it would make every crash look like
-            // an unchecked file system (the kernel's "mounting unchecked fs", e2fsck -p's
-            // forced full check) until e2fsck ran.
-            sb.set_needs_recovery(true);
-            if sb.feature_compat & feature::COMPAT_ORPHAN_FILE != 0 {
-                // As ext4_setup_super: the orphan file may hold entries until unmount.
-                sb.feature_ro_compat |= feature::RO_COMPAT_ORPHAN_PRESENT;
-            }
-            sb.mnt_count = sb.mnt_count.wrapping_add(1);
-            sb.mtime = now().sec as u32;
-            dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
-            dev.flush()?;
-            if recorded_errno != 0 {
-                journal::superblock::clear_errno(&*dev, location)?;
+            match &location {
+                Some(location) => {
+                    // ext4_clear_journal_err: an aborted journal recorded its errno (quill's or
+                    // the kernel's); the file system is marked as having errors, for e2fsck's
+                    // full check, before the journal forgets it.
+                    let recorded_errno =
+                        journal::superblock::read_superblock(&*dev, location)?.errno;
+                    if recorded_errno != 0 {
+                        sb.state |= ext4::STATE_ERROR_FS;
+                    }
+                    // As ext4 does while mounted: the journal may hold transactions
+                    // (RECOVER). VALID_FS stays as it was: with a journal, ext4_setup_super
+                    // leaves it on, since replay makes the file system consistent again.
+                    // Clearing it would make every crash look like an unchecked file system
+                    // (the kernel's "mounting unchecked fs", e2fsck -p's forced full check)
+                    // until e2fsck ran.
+                    sb.set_needs_recovery(true);
+                    mark_mounted(&*dev, &mut sb)?;
+                    if recorded_errno != 0 {
+                        journal::superblock::clear_errno(&*dev, location)?;
+                    }
+                }
+                None => {
+                    // Without a journal nothing makes a crash consistent again but e2fsck: as
+                    // ext4_setup_super (and ext2) do, VALID_FS is cleared while mounted, so
+                    // a crash leaves a file system that every checker and mount sees as
+                    // unchecked; a clean unmount sets it back as it was.
+                    sb.state &= !ext4::STATE_VALID_FS;
+                    mark_mounted(&*dev, &mut sb)?;
+                }
             }
         }
         // The journal superblock naming a live log start is written by the first commit, so
@@ -281,7 +298,10 @@ impl Filesystem {
         let mut journal_config = options.journal.clone();
         journal_config.fsync_journal &= sb.feature_compat & feature::COMPAT_FAST_COMMIT != 0;
         let journal = match location {
-            None => Journal::without_log_read_only(dev.clone(), sb.block_size(), journal_config)?,
+            None if options.read_only => {
+                Journal::without_log_read_only(dev.clone(), sb.block_size(), journal_config)?
+            }
+            None => Journal::without_log(dev.clone(), sb.block_size(), journal_config)?,
             Some(location) if options.read_only => {
                 Journal::open_read_only(dev.clone(), location, journal_config)?
             }
@@ -305,6 +325,7 @@ impl Filesystem {
             dirty: DirtyInodes::default(),
             errors_seen: AtomicBool::new(false),
             error_unsaved: AtomicBool::new(false),
+            mount_state,
             next_generation: AtomicU32::new(now().nsec),
         };
         if !fs.options.read_only {
@@ -378,7 +399,7 @@ impl Filesystem {
         // mount to free; orphan_present must then stay set.
         let orphan_file_used =
             self.orphans.lock().file.as_ref().is_some_and(|f| !f.recorded().is_empty());
-        let Filesystem { dev, sb, groups, journal, .. } = self;
+        let Filesystem { dev, sb, groups, journal, mount_state, .. } = self;
         journal.shutdown()?;
         if read_only {
             return writeback;
@@ -400,7 +421,7 @@ impl Filesystem {
         }
         // ext4_put_super writes back the state found at mount (s_mount_state): a file system
         // mounted unchecked stays so until e2fsck, and errors are kept.
-        home.state = (home.state & !ext4::STATE_VALID_FS) | (sb.state & ext4::STATE_VALID_FS);
+        home.state = (home.state & !ext4::STATE_VALID_FS) | (mount_state & ext4::STATE_VALID_FS);
         if errors_seen {
             home.state |= ext4::STATE_ERROR_FS;
         }
@@ -574,13 +595,20 @@ pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
             feature::ro_compat_names(ro_compat)
         )));
     }
-    if !sb.has_journal() {
-        return Err(FsError::Unsupported(
-            "cannot write a file system without a journal (has_journal is off; open it \
-             read-only)"
-                .into(),
-        ));
+    Ok(())
+}
+
+/// Writes the superblock of a file system being mounted read-write (`sb`, with its state and
+/// needs_recovery as the mount wants them), with the mount count and time, and flushes.
+fn mark_mounted(dev: &dyn BlockDevice, sb: &mut Superblock) -> Result<()> {
+    if sb.feature_compat & feature::COMPAT_ORPHAN_FILE != 0 {
+        // As ext4_setup_super: the orphan file may hold entries until unmount.
+        sb.feature_ro_compat |= feature::RO_COMPAT_ORPHAN_PRESENT;
     }
+    sb.mnt_count = sb.mnt_count.wrapping_add(1);
+    sb.mtime = now().sec as u32;
+    dev.write_at(ext4::SUPERBLOCK_OFFSET, &sb.encode())?;
+    dev.flush()?;
     Ok(())
 }
 
@@ -667,6 +695,9 @@ impl MetaIo for Txn<'_> {
     fn write_meta(&mut self, block: u64, data: &[u8]) -> Result<()> {
         check_block(self.fs, block)?;
         let buffer = if self.fresh.contains(&block) {
+            // Nothing on the device points to it yet: without a journal it goes home before
+            // the blocks that will (`journal::HomeOrder`).
+            self.handle.order_home_write(block, HomeOrder::Early);
             self.fs.journal.new_buffer(block)
         } else {
             self.fs.journal.read_buffer(block)?
@@ -699,6 +730,10 @@ impl MetaIo for Txn<'_> {
         fs.groups.free_blocks(&fs.journal, &mut self.handle, start, count)?;
         self.blocks_delta -= count as i64;
         Ok(())
+    }
+
+    fn order_late(&mut self, block: u64) {
+        self.handle.order_home_write(block, HomeOrder::Late);
     }
 
     fn fast_commit_tid(&self) -> Option<ondisk::Tid> {

@@ -114,9 +114,10 @@ pub(crate) struct GroupState {
     pub desc: GroupDesc,
     /// Blocks freed by transactions that are not yet durable: group offset → (length, tid).
     pending_free: BTreeMap<u32, (u32, Tid)>,
-    /// Inodes freed by the running transaction (or a newer one): inode number → tid. A new
-    /// inode given one of these numbers was in use at the last commit, which a fast commit's
-    /// CREAT record would be replayed onto (`fsync_journal.rs`).
+    /// Inodes freed by the running transaction (or a newer one), or by one not yet durable:
+    /// inode number → tid. A new inode given one of these numbers was in use at the last
+    /// commit, which a fast commit's CREAT record would be replayed onto (`fsync_journal.rs`),
+    /// and without a journal, may be in use still after a crash.
     freed_inodes: BTreeMap<u32, Tid>,
     /// Whether this mount has verified the block (0) and inode (1) bitmap's checksum.
     verified: [bool; 2],
@@ -569,11 +570,17 @@ impl Groups {
         let first_ino = self.sb.first_ino;
         let base = group * geo.inodes_per_group;
         // With fast commits, a number the running transaction freed is taken last: a file
-        // given it could not be fast-committed (`Groups::inode_freed_in`).
+        // given it could not be fast-committed (`Groups::inode_freed_in`). Without a journal,
+        // so is a number any transaction not yet durable freed: its commit may be half on the
+        // device when a crash comes, the freed inode's names still there, and e2fsck must not
+        // find them naming the new file.
         let tid = handle.tid();
-        let avoid = |index: u32| {
-            journal.fast_commits_enabled()
-                && state.freed_inodes.get(&(base + index + 1)) == Some(&tid)
+        let durable = journal.last_durable();
+        let logless = journal.is_logless();
+        let avoid = |index: u32| match state.freed_inodes.get(&(base + index + 1)) {
+            Some(freed) if logless => freed.is_after(durable),
+            Some(freed) => journal.fast_commits_enabled() && *freed == tid,
+            None => false,
         };
         let found = bitmap.read(|bits| {
             let reserved_below = first_ino.saturating_sub(base + 1).min(geo.inodes_per_group);
@@ -681,9 +688,11 @@ impl Groups {
         self.free_inodes_hint[group as usize].store(desc.free_inodes, Ordering::Relaxed);
         self.counters.free_inodes.fetch_add(1, Ordering::AcqRel);
         // Frees of older transactions no longer matter: every later allocation is in `tid` or
-        // a newer one, and those transactions commit before any fast commit of it is written.
+        // a newer one, and those transactions commit before any fast commit of it is written;
+        // without a journal, once they are durable.
         let tid = handle.tid();
-        state.freed_inodes.retain(|_, freed| freed.is_at_or_after(tid));
+        let durable = journal.last_durable();
+        state.freed_inodes.retain(|_, freed| freed.is_at_or_after(tid) || freed.is_after(durable));
         state.freed_inodes.insert(ino, tid);
         Ok(())
     }

@@ -45,6 +45,13 @@ pub trait MetaIo {
         None
     }
 
+    /// Block `block`, written in this operation, loses something another block of the
+    /// operation gains (a directory entry moved out of it): on a file system without a journal,
+    /// where a crash can leave any of a commit's blocks unwritten, it is written after the
+    /// others (`journal::HomeOrder::Late`). Blocks allocated in the operation are written
+    /// before the others already. Nothing to do where the commit is atomic or absent.
+    fn order_late(&mut self, _block: u64) {}
+
     /// The running transaction this operation's writes join, when fast commits may have to
     /// say what they change (`fsync_journal.rs`); `None` elsewhere (replay, tests).
     fn fast_commit_tid(&self) -> Option<ondisk::Tid> {

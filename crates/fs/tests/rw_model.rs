@@ -2,7 +2,8 @@
 //! every operation's result is checked as it happens, the whole tree after every thread
 //! finishes and again after unmount and remount, and `e2fsck -fn` must find nothing. The
 //! operations include fallocate (allocate, KEEP_SIZE, punch hole); the configurations cover
-//! 1, 2, 4 and 64 KiB blocks, images without metadata_csum or 64bit, and data=journal.
+//! 1, 2, 4 and 64 KiB blocks, images without metadata_csum or 64bit, data=journal, ext3, and
+//! images without a journal (ext2, ext4 `^has_journal`).
 
 mod common;
 
@@ -472,6 +473,16 @@ fn ext3_configs() -> Vec<Config> {
     ]
 }
 
+/// Without a journal: ext2 (indirect-mapped, 1 KiB and 4 KiB) and ext4 made with
+/// `-O ^has_journal` (extent-mapped), committed by writing home.
+fn no_journal_configs() -> Vec<Config> {
+    vec![
+        Config { indirect: true, ..config("ext2-1k", vec!["-t", "ext2", "-b", "1024"], 1024) },
+        Config { indirect: true, ..config("ext2-4k", vec!["-t", "ext2", "-b", "4096"], 4096) },
+        config("ext4-no-journal-4k", vec!["-O", "^has_journal", "-b", "4096"], 4096),
+    ]
+}
+
 /// Runs 4 threads × `steps` random operations on a fresh image of `c`, checks every model
 /// after the threads finish and after remount, and `e2fsck -fn` after each unmount.
 fn run_model(c: &Config, seed: u64, steps: usize) {
@@ -548,6 +559,18 @@ fn random_operations_on_ext3_match_the_model() {
     }
     let seed = seed(test);
     for c in ext3_configs() {
+        run_model(&c, seed, 150);
+    }
+}
+
+#[test]
+fn random_operations_without_a_journal_match_the_model() {
+    let test = "random_operations_no_journal";
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return;
+    }
+    let seed = seed(test);
+    for c in no_journal_configs() {
         run_model(&c, seed, 150);
     }
 }
