@@ -45,6 +45,13 @@ pub struct CrashtestArgs {
     /// (otherwise a SKIP line).
     #[arg(long, value_name = "N", default_value_t = 0)]
     ext3_every: usize,
+    /// Every N-th workload runs on an ext2 image made by mkfs.ext2 (indirect-mapped, no
+    /// journal: quill's commits write home) instead (0: never). Its crash images are checked
+    /// as ext2 promises: `e2fsck -fy` repairs them, and every file an fsync, fdatasync or sync
+    /// made durable and nothing changed since is intact. Needs mkfs.ext2 (otherwise a SKIP
+    /// line).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    ext2_every: usize,
     /// Threads of a threaded workload.
     #[arg(long, default_value_t = 3)]
     threads: usize,
@@ -163,6 +170,12 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         match crashtest::run::ext3_available() {
             Err(reason) => println!("SKIP: ext3 images: {reason}"),
             Ok(()) => opts.ext3_every = args.ext3_every,
+        }
+    }
+    if args.ext2_every > 0 {
+        match crashtest::run::ext2_available() {
+            Err(reason) => println!("SKIP: ext2 images: {reason}"),
+            Ok(()) => opts.ext2_every = args.ext2_every,
         }
     }
     if args.kernel_mount_every > 0 {

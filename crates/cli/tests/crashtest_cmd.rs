@@ -106,32 +106,55 @@ fn a_thousand_crash_images_pass_every_check() {
     assert!(!scratch.path("out").exists(), "no reproducers without failures");
 }
 
-/// The explorer on ext3 images (`--ext3-every 2`: mkfs.ext3's files, directories and journal
-/// indirect-mapped), every check passed on every image, and the ext3 images counted apart.
-#[test]
-fn crash_images_of_ext3_pass_every_check() {
-    if !have("e2fsck", "crashtest ext3") || !have("mkfs.ext3", "crashtest ext3") {
-        return;
+/// The explorer with every second workload on an image of `kind` (`ext3` or `ext2`, made by
+/// mkfs.`kind`; `--<kind>-every 2`), threaded and mailbox workloads among them: the summary
+/// line, its crash images, and how many of them were on `kind` (at least a quarter). `None`
+/// (after a SKIP line) without mkfs.`kind` or e2fsck.
+fn explore_image_kind(kind: &str) -> Option<(String, u64, u64)> {
+    let test = format!("crashtest {kind}");
+    if !have("e2fsck", &test) || !have(&format!("mkfs.{kind}"), &test) {
+        return None;
     }
-    let scratch = Scratch::new("crashtest-ext3");
-    let args = ["--images", "800", "--ext3-every", "2", "--threaded-every", "3"];
-    let (out, seed, ok) =
-        explore(&scratch, "crashtest ext3", &[&args[..], &["--mailbox-every", "2"]].concat());
+    let scratch = Scratch::new(&format!("crashtest-{kind}"));
+    let every = format!("--{kind}-every");
+    let args = ["--images", "800", &every, "2", "--threaded-every", "3", "--mailbox-every", "2"];
+    let (out, seed, ok) = explore(&scratch, &test, &args);
     assert!(ok, "quill crashtest failed (seed {seed}):\n{out}");
-    assert!(!out.contains("SKIP: ext3"), "{out}");
+    assert!(!out.contains(&format!("SKIP: {kind}")), "{out}");
     let summary = summary_line(&out);
     let images = before(&summary, " crash images (");
+    let by_preset = &summary[summary.find("by preset: ").expect("images by preset")..];
+    let on_kind: u64 = by_preset
+        .split([',', ';', ')'])
+        .filter_map(|part| part.trim().split_once(&format!("@{kind} ")))
+        .map(|(_, n)| n.trim().parse::<u64>().unwrap())
+        .sum();
+    assert!(on_kind * 4 >= images, "{on_kind} of {images} on {kind}: {summary}");
+    assert_eq!(before(&summary, " failed"), 0, "{summary}");
+    Some((summary, images, on_kind))
+}
+
+/// The explorer on ext3 images (mkfs.ext3's files, directories and journal indirect-mapped):
+/// every check passed on every image, and the ext3 images counted apart.
+#[test]
+fn crash_images_of_ext3_pass_every_check() {
+    let Some((summary, images, _)) = explore_image_kind("ext3") else { return };
     for check in ["quill-recovers", "acknowledged", "unmount", "e2fsck-fn"] {
         assert_eq!(after(&summary, check), images, "{check} passed on every image: {summary}");
     }
-    assert_eq!(before(&summary, " failed"), 0, "{summary}");
-    let by_preset = &summary[summary.find("by preset: ").expect("images by preset")..];
-    let on_ext3: u64 = by_preset
-        .split([',', ';', ')'])
-        .filter_map(|part| part.trim().split_once("@ext3 "))
-        .map(|(_, n)| n.trim().parse::<u64>().unwrap())
-        .sum();
-    assert!(on_ext3 * 4 >= images, "{on_ext3} of {images} on ext3: {summary}");
+}
+
+/// The explorer on ext2 images (no journal, quill's commits write home): e2fsck repairs every
+/// crash image clean, quill reads the repaired tree, and every file an acknowledged
+/// persistence point made durable and nothing changed since is intact; the other images
+/// pass the journal's checks.
+#[test]
+fn crash_images_of_ext2_are_repaired_by_e2fsck_with_every_fsynced_file_intact() {
+    let Some((summary, images, on_ext2)) = explore_image_kind("ext2") else { return };
+    for check in ["e2fsck-fy-repairs", "quill-reads-repaired", "fsynced-intact"] {
+        assert_eq!(after(&summary, check), on_ext2, "{check} on every ext2 image: {summary}");
+    }
+    assert_eq!(after(&summary, "quill-recovers"), images - on_ext2, "{summary}");
 }
 
 /// Crash images of the workloads with fsync_journal (fast commits written by quill), every

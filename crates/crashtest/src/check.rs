@@ -836,6 +836,110 @@ pub fn have_e2fsck() -> bool {
     Command::new("e2fsck").arg("-V").output().is_ok_and(|o| o.status.success())
 }
 
+/// Without a journal (`image=ext2`) nothing makes a crash image consistent again but e2fsck:
+/// `e2fsck -fy` must repair it (exit 0 or 1: nothing left uncorrected) to an image `e2fsck -fn`
+/// then finds clean. The image at `path` is repaired in place.
+pub fn e2fsck_repairs_without_journal(path: &Path) -> Result<(), String> {
+    let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
+    if code > 1 {
+        return Err(format!("e2fsck -fy exits {code}:\n{}", head(&text)));
+    }
+    e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy repaired the crash image: {e}"))
+}
+
+/// The **fsynced-intact** check of an image without a journal, after e2fsck repaired it: every
+/// regular file some persistence point of its thread made durable (an acknowledged fsync of
+/// it, or fdatasync where its names are still those it was created with, an acknowledged
+/// sync, or the setup, which ended with an unmount) and that
+/// no operation started since changed (neither its bytes nor its names, the directories above
+/// them included) is in `tree` under each of its names with its bytes. What a crash costs
+/// there is everything else: operations not made durable may be half done, and e2fsck's
+/// repair may keep or drop them.
+pub fn check_fsynced_intact(
+    w: &Workload,
+    expected: &Expected,
+    marks: &[u64],
+    tree: &Tree,
+) -> Result<(), String> {
+    let threads = w.threads.len();
+    let mut started = vec![0usize; threads];
+    let mut returned = BTreeSet::new();
+    for &label in marks {
+        let (t, i, end) = decode_mark(label);
+        if t < threads && i < w.threads[t].len() {
+            if end {
+                returned.insert((t, i));
+            } else {
+                started[t] = started[t].max(i + 1);
+            }
+        }
+    }
+    for (t, states) in expected.states.iter().enumerate() {
+        let hi = started[t];
+        let names_of = |state: &Model, m: usize| -> Vec<String> {
+            state.names.iter().filter(|(_, &n)| n == m).map(|(p, _)| p.clone()).collect()
+        };
+        // (inode, the state its persistence point made durable, what made it durable)
+        let mut durable: Vec<(usize, usize, String)> =
+            (0..states[0].inodes.len()).map(|m| (m, 0, "the setup".to_string())).collect();
+        for &(_, i) in returned.range((t, 0)..(t + 1, 0)) {
+            match &w.threads[t][i] {
+                Op::Fsync(p) => {
+                    if let Some(&m) = states[i].names.get(p) {
+                        durable.push((m, i + 1, format!("op {i} ({})", w.threads[t][i])));
+                    }
+                }
+                Op::Fdatasync(p) => {
+                    // The data, and the names only as the file was created with them (as
+                    // ext4, fdatasync need not commit a rename or link since).
+                    let Some(&m) = states[i].names.get(p) else { continue };
+                    let created = states[i].inodes[m].created;
+                    if names_of(&states[i], m) == names_of(&states[created], m) {
+                        durable.push((m, i + 1, format!("op {i} ({})", w.threads[t][i])));
+                    }
+                }
+                Op::Sync => {
+                    let all = (0..states[i + 1].inodes.len())
+                        .map(|m| (m, i + 1, format!("op {i} (sync)")));
+                    durable.extend(all);
+                }
+                _ => {}
+            }
+        }
+        for (m, k, by) in durable {
+            let Some(inode) = states[k].inodes.get(m).filter(|n| n.kind == Kind::File) else {
+                continue;
+            };
+            let names = names_of(&states[k], m);
+            let unchanged = (k..=hi).all(|j| {
+                states[j].inodes.get(m).is_some_and(|n| n.data == inode.data)
+                    && names_of(&states[j], m) == names
+            });
+            if !unchanged || names.is_empty() {
+                continue;
+            }
+            for name in names {
+                let path = crate::model::join(&expected.roots[t], &name);
+                let what = match tree.get(&path) {
+                    None => "it is missing".to_string(),
+                    Some(node) if node.kind != 'f' => format!("it is a '{}'", node.kind),
+                    Some(node) if node.data != inode.data => format!(
+                        "its {} bytes differ from the {} made durable",
+                        node.data.len(),
+                        inode.data.len()
+                    ),
+                    Some(_) => continue,
+                };
+                return Err(format!(
+                    "/{path} was made durable by {by} and left unchanged by every operation \
+                     started since, but after e2fsck's repair {what}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,9 @@ use ondisk::ext4;
 use parking_lot::Mutex;
 
 use crate::check::{
-    check_acknowledged, e2fsck_clean, e2fsck_repairs, fast_commit_state, FastCommitState,
-    FsyncPromise, Unacknowledged::WholeVersions,
+    check_acknowledged, check_fsynced_intact, e2fsck_clean, e2fsck_repairs,
+    e2fsck_repairs_without_journal, fast_commit_state, FastCommitState, FsyncPromise,
+    Unacknowledged::WholeVersions,
 };
 use crate::run::{record, Recording};
 use crate::tree::{read_tree, tree_difference};
@@ -50,6 +51,10 @@ pub struct Options {
     /// Every n-th workload runs on an ext3 image (`image=ext3`; 0: none; needs mkfs.ext3, see
     /// [`crate::run::ext3_available`]).
     pub ext3_every: usize,
+    /// Every n-th workload runs on an ext2 image (`image=ext2`, no journal; 0: none; needs
+    /// mkfs.ext2, see [`crate::run::ext2_available`]). Where it falls on an ext3 workload,
+    /// ext2 wins.
+    pub ext2_every: usize,
 }
 
 impl Options {
@@ -77,6 +82,7 @@ impl Options {
             max_failures: 3,
             kernel_mount_every: 0,
             ext3_every: 0,
+            ext2_every: 0,
         }
     }
 }
@@ -146,8 +152,14 @@ pub fn workload(opts: &Options, k: usize) -> Workload {
     let seed = workload_seed(opts.seed, k);
     let (kind, config) = rotation(opts, k);
     let mut config = opts.configs[config].clone();
-    let ext3 = opts.ext3_every > 0 && k % opts.ext3_every == opts.ext3_every - 1;
-    if ext3 {
+    let every = |n: usize| n > 0 && k % n == n - 1;
+    let ext2 = every(opts.ext2_every);
+    let indirect = ext2 || every(opts.ext3_every);
+    if ext2 {
+        // No journal: data goes home like the metadata, in order (data=journal needs one).
+        config.image = "ext2".into();
+        config.data = "ordered".into();
+    } else if indirect {
         config.image = "ext3".into();
     }
     let mut w = match kind {
@@ -155,7 +167,7 @@ pub fn workload(opts: &Options, k: usize) -> Workload {
         WorkloadKind::Mailbox => mailbox(seed, config),
         WorkloadKind::Ace => ace(seed, config),
     };
-    if ext3 {
+    if indirect {
         // ext4_fallocate refuses to preallocate in an indirect-mapped file (EOPNOTSUPP), and
         // the vocabulary has no punch: a write of the same range takes each fallocate's place.
         for op in w.setup.iter_mut().chain(w.threads.iter_mut().flatten()) {
@@ -442,6 +454,9 @@ fn check_state_here(
     image: Vec<u8>,
     kernel: bool,
 ) -> Result<(), (&'static str, String)> {
+    if w.config.image == "ext2" {
+        return check_state_without_journal(w, rec, state, scratch, passed, image);
+    }
     let mut pass = |name: &'static str| *passed.entry(name).or_default() += 1;
     // The raw crash image goes to e2fsck later; write it now so quill can take the buffer.
     let raw = scratch.path("raw.img");
@@ -525,6 +540,34 @@ fn check_state_here(
             return Err(("same-tree", why));
         }
     }
+    Ok(())
+}
+
+/// The checks of a crash image without a journal (ext2): `e2fsck -fy` repairs it to an image
+/// `e2fsck -fn` finds clean (**e2fsck-fy-repairs**); quill reads the whole repaired tree
+/// (**quill-reads-repaired**); every file a persistence point made durable and nothing changed
+/// since is there, whole (**fsynced-intact**, `check::check_fsynced_intact`). That is what
+/// ext2 promises across a crash; the journal's stronger checks (each operation all or
+/// nothing, the acknowledged prefix) do not apply.
+fn check_state_without_journal(
+    w: &Workload,
+    rec: &Recording,
+    state: &CrashState,
+    scratch: &Scratch,
+    passed: &mut BTreeMap<&'static str, u64>,
+    image: Vec<u8>,
+) -> Result<(), (&'static str, String)> {
+    let mut pass = |name: &'static str| *passed.entry(name).or_default() += 1;
+    let raw = scratch.path("raw.img");
+    std::fs::write(&raw, &image).map_err(|e| ("e2fsck-fy-repairs", e.to_string()))?;
+    e2fsck_repairs_without_journal(&raw).map_err(|e| ("e2fsck-fy-repairs", e))?;
+    pass("e2fsck-fy-repairs");
+    let repaired = std::fs::read(&raw).map_err(|e| ("quill-reads-repaired", e.to_string()))?;
+    let tree = read_only_tree(repaired, &rec.mount).map_err(|e| ("quill-reads-repaired", e))?;
+    pass("quill-reads-repaired");
+    check_fsynced_intact(w, &rec.expected, &state.marks, &tree)
+        .map_err(|e| ("fsynced-intact", e))?;
+    pass("fsynced-intact");
     Ok(())
 }
 
@@ -625,7 +668,7 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
     totals.torn_superblock_skipped = skipped;
     for state in states {
         totals.images += 1;
-        // ext3 images count apart: `ijournal@ext3`.
+        // ext3 and ext2 images count apart: `ijournal@ext3`.
         let preset = match w.config.image.as_str() {
             "ext4" => w.config.preset.clone(),
             image => format!("{}@{image}", w.config.preset),

@@ -2,7 +2,8 @@
 //!
 //! The image is made by quill's mkfs (12 MiB, 4 KiB blocks, the smallest journal: 4 MiB), or,
 //! for `image=ext3`, by mkfs.ext3 with the same size, block size and journal (its files,
-//! directories and journal indirect-mapped); the setup runs and is unmounted cleanly, and that
+//! directories and journal indirect-mapped), or for `image=ext2` by mkfs.ext2 (indirect-mapped,
+//! no journal: quill's commits write home); the setup runs and is unmounted cleanly, and that
 //! image is where the recording starts. Every
 //! operation of thread `t` is bracketed by two marks, [`start_mark`] and [`end_mark`], so a
 //! crash state's marks say which operations had started and which had returned.
@@ -79,29 +80,35 @@ pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
     })
 }
 
-/// The freshly made image of kind `image` (`ext4` or `ext3`) every workload starts from.
+/// The freshly made image of kind `image` (`ext4`, `ext3` or `ext2`) every workload starts
+/// from.
 fn formatted_image(image: &str) -> Result<&'static [u8], String> {
-    match image {
-        "ext4" => Ok(formatted()),
-        "ext3" => {
-            static EXT3: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
-            EXT3.get_or_init(make_ext3).as_deref().map_err(Clone::clone)
-        }
-        other => Err(format!("image={other}: expected ext4 or ext3")),
-    }
+    static EXT3: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+    static EXT2: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+    let made = match image {
+        "ext4" => return Ok(formatted()),
+        "ext3" => EXT3.get_or_init(|| make_with_e2fsprogs("ext3")),
+        "ext2" => EXT2.get_or_init(|| make_with_e2fsprogs("ext2")),
+        other => return Err(format!("image={other}: expected ext4, ext3 or ext2")),
+    };
+    made.as_deref().map_err(Clone::clone)
 }
 
-/// An ext3 image made by mkfs.ext3, the same on every run (a fixed UUID, hash seed and time),
-/// so a reproducer replays the same I/O; or why there is none.
-fn make_ext3() -> Result<Vec<u8>, String> {
+/// An ext3 (4 MiB journal) or ext2 (no journal) image made by mkfs.ext3 or mkfs.ext2, the
+/// same on every run (a fixed UUID, hash seed and time), so a reproducer replays the same
+/// I/O; or why there is none.
+fn make_with_e2fsprogs(kind: &str) -> Result<Vec<u8>, String> {
     let path =
-        std::env::temp_dir().join(format!("quill-crashtest-ext3-{}.img", std::process::id()));
+        std::env::temp_dir().join(format!("quill-crashtest-{kind}-{}.img", std::process::id()));
     let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     file.set_len(IMAGE_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
     drop(file);
-    let out = std::process::Command::new("mkfs.ext3")
+    let tool = format!("mkfs.{kind}");
+    let journal: &[&str] = if kind == "ext3" { &["-J", "size=4"] } else { &[] };
+    let out = std::process::Command::new(&tool)
         .env("E2FSPROGS_FAKE_TIME", "1700000000")
-        .args(["-q", "-F", "-b", &BLOCK_SIZE.to_string(), "-J", "size=4"])
+        .args(["-q", "-F", "-b", &BLOCK_SIZE.to_string()])
+        .args(journal)
         .args(["-U", "7175696c-6c2d-6372-6173-68746573742d"])
         .args(["-E", "hash_seed=7175696c-6c2d-6372-6173-68746573742e,root_owner=0:0"])
         .arg(&path)
@@ -109,15 +116,20 @@ fn make_ext3() -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(&path);
     let _ = std::fs::remove_file(&path);
     match out {
-        Ok(o) if o.status.success() => bytes.map_err(|e| format!("reading the ext3 image: {e}")),
-        Ok(o) => Err(format!("mkfs.ext3 failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
-        Err(e) => Err(format!("mkfs.ext3: {e}")),
+        Ok(o) if o.status.success() => bytes.map_err(|e| format!("reading the {kind} image: {e}")),
+        Ok(o) => Err(format!("{tool} failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Err(format!("{tool}: {e}")),
     }
 }
 
 /// Whether ext3 images can be made here (mkfs.ext3 runs); `Err` says why not.
 pub fn ext3_available() -> Result<(), String> {
     formatted_image("ext3").map(drop)
+}
+
+/// Whether ext2 images can be made here (mkfs.ext2 runs); `Err` says why not.
+pub fn ext2_available() -> Result<(), String> {
+    formatted_image("ext2").map(drop)
 }
 
 /// The freshly made image every workload starts from.
