@@ -1,0 +1,152 @@
+//! The feature words mkfs sets, and `-O` lists that edit them.
+
+use super::*;
+
+/// The three feature words of an ext4 superblock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    pub compat: u32,
+    pub incompat: u32,
+    pub ro_compat: u32,
+}
+
+/// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
+/// because quill would either write it wrongly (extents off, meta_bg, inline data, ...) or not at
+/// all.
+pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 17] = [
+    ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
+    ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
+    ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
+    ("dir_index", Word::Compat, feature::COMPAT_DIR_INDEX),
+    ("fast_commit", Word::Compat, feature::COMPAT_FAST_COMMIT),
+    ("orphan_file", Word::Compat, feature::COMPAT_ORPHAN_FILE),
+    ("64bit", Word::Incompat, feature::INCOMPAT_64BIT),
+    ("flex_bg", Word::Incompat, feature::INCOMPAT_FLEX_BG),
+    ("metadata_csum_seed", Word::Incompat, feature::INCOMPAT_CSUM_SEED),
+    ("sparse_super", Word::RoCompat, feature::RO_COMPAT_SPARSE_SUPER),
+    ("large_file", Word::RoCompat, feature::RO_COMPAT_LARGE_FILE),
+    ("huge_file", Word::RoCompat, feature::RO_COMPAT_HUGE_FILE),
+    ("uninit_bg", Word::RoCompat, feature::RO_COMPAT_GDT_CSUM),
+    ("gdt_csum", Word::RoCompat, feature::RO_COMPAT_GDT_CSUM),
+    ("dir_nlink", Word::RoCompat, feature::RO_COMPAT_DIR_NLINK),
+    ("extra_isize", Word::RoCompat, feature::RO_COMPAT_EXTRA_ISIZE),
+    ("metadata_csum", Word::RoCompat, feature::RO_COMPAT_METADATA_CSUM),
+];
+
+/// Names dumpe2fs prints for the bits quill can set, in its order.
+pub(super) const FEATURE_NAMES: [(Word, u32, &str); 19] = [
+    (Word::Compat, feature::COMPAT_HAS_JOURNAL, "has_journal"),
+    (Word::Compat, feature::COMPAT_EXT_ATTR, "ext_attr"),
+    (Word::Compat, feature::COMPAT_RESIZE_INODE, "resize_inode"),
+    (Word::Compat, feature::COMPAT_DIR_INDEX, "dir_index"),
+    (Word::Compat, feature::COMPAT_FAST_COMMIT, "fast_commit"),
+    (Word::Compat, feature::COMPAT_ORPHAN_FILE, "orphan_file"),
+    (Word::Incompat, feature::INCOMPAT_FILETYPE, "filetype"),
+    (Word::Incompat, feature::INCOMPAT_EXTENTS, "extent"),
+    (Word::Incompat, feature::INCOMPAT_64BIT, "64bit"),
+    (Word::Incompat, feature::INCOMPAT_FLEX_BG, "flex_bg"),
+    (Word::Incompat, feature::INCOMPAT_CSUM_SEED, "metadata_csum_seed"),
+    (Word::RoCompat, feature::RO_COMPAT_SPARSE_SUPER, "sparse_super"),
+    (Word::RoCompat, feature::RO_COMPAT_LARGE_FILE, "large_file"),
+    (Word::RoCompat, feature::RO_COMPAT_HUGE_FILE, "huge_file"),
+    (Word::RoCompat, feature::RO_COMPAT_GDT_CSUM, "uninit_bg"),
+    (Word::RoCompat, feature::RO_COMPAT_DIR_NLINK, "dir_nlink"),
+    (Word::RoCompat, feature::RO_COMPAT_EXTRA_ISIZE, "extra_isize"),
+    (Word::RoCompat, feature::RO_COMPAT_METADATA_CSUM, "metadata_csum"),
+    (Word::RoCompat, feature::RO_COMPAT_ORPHAN_PRESENT, "orphan_present"),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Word {
+    Compat,
+    Incompat,
+    RoCompat,
+}
+
+impl Default for Features {
+    /// e2fsprogs 1.47.0's ext4 defaults as configured on Debian (`base_features` plus the ext4
+    /// `features` line of mke2fs.conf): has_journal ext_attr resize_inode dir_index filetype
+    /// extent 64bit flex_bg sparse_super large_file huge_file dir_nlink extra_isize
+    /// metadata_csum. Upstream's mke2fs.conf.in of 1.47.0 adds orphan_file and
+    /// metadata_csum_seed; Debian (and so mkfs.ext4 here) leaves them off, and so does quill.
+    fn default() -> Self {
+        Features {
+            compat: feature::COMPAT_HAS_JOURNAL
+                | feature::COMPAT_EXT_ATTR
+                | feature::COMPAT_RESIZE_INODE
+                | feature::COMPAT_DIR_INDEX,
+            incompat: feature::INCOMPAT_FILETYPE
+                | feature::INCOMPAT_EXTENTS
+                | feature::INCOMPAT_64BIT
+                | feature::INCOMPAT_FLEX_BG,
+            ro_compat: feature::RO_COMPAT_SPARSE_SUPER
+                | feature::RO_COMPAT_LARGE_FILE
+                | feature::RO_COMPAT_HUGE_FILE
+                | feature::RO_COMPAT_DIR_NLINK
+                | feature::RO_COMPAT_EXTRA_ISIZE
+                | feature::RO_COMPAT_METADATA_CSUM,
+        }
+    }
+}
+
+impl Features {
+    /// Applies a mkfs-style `-O` list: names separated by commas or spaces, `^name` to remove.
+    /// Refuses (naming it) any feature quill cannot format.
+    pub fn edit(&mut self, list: &str) -> Result<()> {
+        for item in list.split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
+            let (clear, name) = match item.strip_prefix('^') {
+                Some(name) => (true, name),
+                None => (false, item.strip_prefix('+').unwrap_or(item)),
+            };
+            let Some(&(_, word, bit)) = EDITABLE_FEATURES.iter().find(|(n, _, _)| *n == name)
+            else {
+                return Err(FsError::Unsupported(format!(
+                    "feature '{name}' cannot be set or cleared by quill mkfs (it accepts: {})",
+                    EDITABLE_FEATURES.map(|(n, _, _)| n).join(", ")
+                )));
+            };
+            let target = self.word_mut(word);
+            if clear {
+                *target &= !bit;
+            } else {
+                *target |= bit;
+            }
+        }
+        Ok(())
+    }
+
+    /// The features' e2fsprogs names, in dumpe2fs's order.
+    pub fn names(&self) -> Vec<&'static str> {
+        FEATURE_NAMES
+            .iter()
+            .filter(|(word, bit, _)| self.word(*word) & bit != 0)
+            .map(|(_, _, name)| *name)
+            .collect()
+    }
+
+    fn word(&self, word: Word) -> u32 {
+        match word {
+            Word::Compat => self.compat,
+            Word::Incompat => self.incompat,
+            Word::RoCompat => self.ro_compat,
+        }
+    }
+
+    fn word_mut(&mut self, word: Word) -> &mut u32 {
+        match word {
+            Word::Compat => &mut self.compat,
+            Word::Incompat => &mut self.incompat,
+            Word::RoCompat => &mut self.ro_compat,
+        }
+    }
+
+    pub(super) fn compat(&self, bit: u32) -> bool {
+        self.compat & bit != 0
+    }
+    pub(super) fn incompat(&self, bit: u32) -> bool {
+        self.incompat & bit != 0
+    }
+    pub(super) fn ro_compat(&self, bit: u32) -> bool {
+        self.ro_compat & bit != 0
+    }
+}

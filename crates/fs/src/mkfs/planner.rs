@@ -1,0 +1,545 @@
+//! mke2fs's in-memory file system: the used-block set, table placement, the allocator, and
+//! the files it creates (root, lost+found, resize inode, journal, orphan file), in its order.
+
+use super::*;
+
+/// The set of used blocks: disjoint, coalesced half-open runs keyed by start.
+#[derive(Debug, Default)]
+pub(super) struct UsedBlocks {
+    pub(super) runs: BTreeMap<u64, u64>,
+}
+
+impl UsedBlocks {
+    pub(super) fn insert(&mut self, start: u64, len: u64) {
+        assert!(len > 0, "empty run at {start}");
+        let mut new_start = start;
+        let mut new_end = start + len;
+        assert!(self.first_used_in(start, new_end).is_none(), "block run {start}+{len} is used");
+        if let Some((&s, &e)) = self.runs.range(..start).next_back() {
+            if e == start {
+                new_start = s;
+                self.runs.remove(&s);
+            }
+        }
+        if let Some(&e) = self.runs.get(&new_end) {
+            self.runs.remove(&new_end);
+            new_end = e;
+        }
+        self.runs.insert(new_start, new_end);
+    }
+
+    /// The first used block in `[start, end)`.
+    pub(super) fn first_used_in(&self, start: u64, end: u64) -> Option<u64> {
+        if let Some((_, &e)) = self.runs.range(..=start).next_back() {
+            if e > start {
+                return Some(start);
+            }
+        }
+        self.runs.range(start..end).next().map(|(&s, _)| s)
+    }
+
+    /// The first free block at or after `block` (the end of the run holding it, if any).
+    pub(super) fn next_free(&self, block: u64) -> u64 {
+        match self.runs.range(..=block).next_back() {
+            Some((_, &e)) if e > block => e,
+            _ => block,
+        }
+    }
+
+    /// The first free block in `[start, end]`, `ext2fs_find_first_zero_block_bitmap2`.
+    pub(super) fn first_free_in(&self, start: u64, end: u64) -> Option<u64> {
+        let b = self.next_free(start);
+        (b <= end).then_some(b)
+    }
+
+    /// Used runs overlapping `[start, end)`, clipped to it.
+    pub(super) fn overlapping(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let first = self.runs.range(..=start).next_back().map_or(start, |(&s, _)| s);
+        self.runs
+            .range(first..end)
+            .map(move |(&s, &e)| (s.max(start), e.min(end)))
+            .filter(|(s, e)| s < e)
+    }
+
+    pub(super) fn count_in(&self, start: u64, end: u64) -> u64 {
+        self.overlapping(start, end).map(|(s, e)| e - s).sum()
+    }
+}
+
+/// Per-group state mke2fs keeps in its descriptors while it allocates.
+#[derive(Debug, Clone, Default)]
+pub(super) struct GroupState {
+    pub(super) block_bitmap: u64,
+    pub(super) inode_bitmap: u64,
+    pub(super) inode_table: u64,
+    pub(super) block_uninit: bool,
+    pub(super) inode_uninit: bool,
+    pub(super) itable_unused: u32,
+    pub(super) used_dirs: u32,
+}
+
+/// mke2fs's in-memory file system while it lays out tables and creates the first files.
+pub(super) struct Planner {
+    pub(super) g: Geometry,
+    pub(super) used: UsedBlocks,
+    pub(super) groups: Vec<GroupState>,
+    /// Inodes in use (all are among the first few).
+    pub(super) inodes_used: Vec<u32>,
+    /// Blocks in use once the tables are placed (mke2fs's "overhead", before the journal).
+    pub(super) overhead_tables: u64,
+}
+
+/// An inode's data blocks as extents (logical start, physical start, length).
+#[derive(Debug, Clone, Default)]
+pub(super) struct ExtentMap {
+    pub(super) extents: Vec<(u32, u64, u32)>,
+    /// The extent-tree leaf block when the extents outgrow the inode's four slots.
+    pub(super) leaf: Option<u64>,
+}
+
+impl ExtentMap {
+    pub(super) fn blocks(&self) -> u64 {
+        self.extents.iter().map(|e| u64::from(e.2)).sum()
+    }
+
+    /// Appends a run, merging it into the last extent when physically contiguous.
+    pub(super) fn push(&mut self, physical: u64, len: u32) {
+        let logical = self.blocks() as u32;
+        if let Some(last) = self.extents.last_mut() {
+            if last.1 + u64::from(last.2) == physical && last.2 + len <= ext4::EXTENT_LEN_INIT_MAX {
+                last.2 += len;
+                return;
+            }
+        }
+        self.extents.push((logical, physical, len));
+    }
+}
+
+/// Where the files mke2fs creates ended up.
+pub(super) struct Files {
+    pub(super) root_block: u64,
+    pub(super) lost_found: ExtentMap,
+    pub(super) resize_dind: Option<u64>,
+    pub(super) journal: ExtentMap,
+    pub(super) orphan: Option<(u32, ExtentMap)>,
+    /// `s_overhead_clusters`.
+    pub(super) overhead: u64,
+}
+
+/// Extents hold at most this many inode-root entries.
+pub(super) const EXTENTS_IN_INODE: usize = 4;
+
+impl Planner {
+    pub(super) fn new(g: Geometry) -> Planner {
+        let mut used = UsedBlocks::default();
+        let mut groups = vec![GroupState::default(); g.groups as usize];
+        let mut reserved_inos = FIRST_INO;
+        for (i, state) in groups.iter_mut().enumerate() {
+            let group = i as u32;
+            if g.group_desc_csum() {
+                state.block_uninit = group != g.groups - 1;
+                state.inode_uninit = true;
+                let mut unused = g.inodes_per_group;
+                if unused > reserved_inos {
+                    unused -= reserved_inos;
+                    reserved_inos = 0;
+                } else {
+                    reserved_inos -= unused;
+                    unused = 0;
+                }
+                state.itable_unused = unused;
+            }
+            let n = g.super_and_gdt_blocks(group);
+            if n > 0 {
+                // A group's backup may run past the end of a tiny last group.
+                let start = g.group_first(group);
+                used.insert(start, n.min(g.blocks_count - start));
+            }
+        }
+        Planner { g, used, groups, inodes_used: Vec::new(), overhead_tables: 0 }
+    }
+
+    /// `ext2fs_allocate_tables`.
+    pub(super) fn allocate_tables(&mut self) {
+        for group in 0..self.g.groups {
+            if self.g.flex_size > 0 {
+                self.allocate_group_table_flex(group);
+            } else {
+                self.allocate_group_table_plain(group);
+            }
+        }
+        let fdb = self.g.first_data_block;
+        self.overhead_tables = self.used.count_in(fdb, self.g.blocks_count);
+    }
+
+    pub(super) fn allocate_group_table_plain(&mut self, group: u32) {
+        let first = self.g.group_first(group);
+        let last = self.g.group_last(group);
+        let ibpg = self.g.inode_blocks_per_group;
+        let bb = self.get_free_blocks(first, last, 1).expect("room for a block bitmap");
+        self.used.insert(bb, 1);
+        let ib = self.get_free_blocks(first, last, 1).expect("room for an inode bitmap");
+        self.used.insert(ib, 1);
+        let it = self.get_free_blocks(first, last, ibpg).expect("room for an inode table");
+        self.used.insert(it, ibpg);
+        let state = &mut self.groups[group as usize];
+        (state.block_bitmap, state.inode_bitmap, state.inode_table) = (bb, ib, it);
+    }
+
+    pub(super) fn allocate_group_table_flex(&mut self, group: u32) {
+        let flex = self.g.flex_size;
+        let group_first = self.g.group_first(group);
+        let last_grp = (group | (flex - 1)).min(self.g.groups - 1);
+        let rem_grps = u64::from(last_grp - group + 1);
+        let last_blk = self.g.group_last(last_grp);
+        let ibpg = self.g.inode_blocks_per_group;
+        let mut table_offset = u64::from(flex);
+        let prev = if !group.is_multiple_of(flex) {
+            self.groups[group as usize - 1].block_bitmap + 1
+        } else {
+            if last_grp == self.g.groups - 1 {
+                // The last flex group keeps its tables contiguous.
+                table_offset = u64::from(last_grp & (flex - 1));
+                table_offset = if table_offset == 0 { u64::from(flex) } else { table_offset + 1 };
+            }
+            0
+        };
+        let start = self.flexbg_offset(group, prev, rem_grps, 1);
+        let bb = self
+            .get_free_blocks(start, last_blk, 1)
+            .or_else(|| self.get_free_blocks(group_first, last_blk, 1))
+            .expect("room for a block bitmap");
+        self.claim_table(bb, 1);
+        self.groups[group as usize].block_bitmap = bb;
+
+        let prev = if !group.is_multiple_of(flex) {
+            self.groups[group as usize - 1].inode_bitmap + 1
+        } else {
+            bb + table_offset
+        };
+        let start = self.flexbg_offset(group, prev, rem_grps, 1);
+        let ib = self
+            .get_free_blocks(start, last_blk, 1)
+            .or_else(|| self.get_free_blocks(group_first, last_blk, 1))
+            .expect("room for an inode bitmap");
+        self.claim_table(ib, 1);
+        self.groups[group as usize].inode_bitmap = ib;
+
+        let prev = if !group.is_multiple_of(flex) {
+            self.groups[group as usize - 1].inode_table + ibpg
+        } else {
+            ib + table_offset
+        };
+        let start = self.flexbg_offset(group, prev, rem_grps, ibpg);
+        let it = self.get_free_blocks(start, last_blk, ibpg).expect("room for an inode table");
+        self.claim_table(it, ibpg);
+        self.groups[group as usize].inode_table = it;
+    }
+
+    /// Marks flex_bg table blocks used; the groups they land in lose BLOCK_UNINIT.
+    pub(super) fn claim_table(&mut self, start: u64, len: u64) {
+        self.used.insert(start, len);
+        self.touch_groups(start, len);
+    }
+
+    pub(super) fn touch_groups(&mut self, start: u64, len: u64) {
+        let first = self.g.group_of(start);
+        let last = self.g.group_of(start + len - 1);
+        for group in first..=last {
+            self.groups[group as usize].block_uninit = false;
+        }
+    }
+
+    /// `flexbg_offset`: where a flex group's run of one kind of table continues.
+    pub(super) fn flexbg_offset(
+        &self,
+        group: u32,
+        start_blk: u64,
+        rem_grp: u64,
+        elem_size: u64,
+    ) -> u64 {
+        let flex = self.g.flex_size;
+        let flexbg = group / flex;
+        let size = (rem_grp * elem_size).min(u64::from(self.g.blocks_per_group / 4));
+        if start_blk != 0 && start_blk < self.g.blocks_count {
+            if let Some(b) = self.get_free_blocks(start_blk, start_blk + size, elem_size) {
+                return b;
+            }
+        }
+        let start = self.g.group_first(flex * flexbg);
+        let last_grp = (group | (flex - 1)).min(self.g.groups - 1);
+        let last = self.g.group_last(last_grp);
+        self.get_free_blocks(start, last, size)
+            .or_else(|| self.get_free_blocks(start, last, elem_size))
+            .or_else(|| self.get_free_blocks(0, last, elem_size))
+            .unwrap_or(0)
+    }
+
+    /// `ext2fs_get_free_blocks2`: the first `num` free blocks starting at `b` in
+    /// `start..finish` (wrapping to the first data block when `finish <= start`).
+    pub(super) fn get_free_blocks(&self, start: u64, finish: u64, num: u64) -> Option<u64> {
+        let fdb = self.g.first_data_block;
+        let blocks = self.g.blocks_count;
+        let mut b = if start == 0 { fdb } else { start };
+        let finish = if finish == 0 { start } else { finish };
+        let mut wraps = 0;
+        loop {
+            if b + num > blocks {
+                if finish > start || wraps > 1 {
+                    return None;
+                }
+                wraps += 1;
+                b = fdb;
+            }
+            let Some(used) = self.used.first_used_in(b, b + num) else {
+                return Some(b);
+            };
+            // Skip every start position whose range still meets this used run.
+            let next = self.used.next_free(used).min(blocks.saturating_sub(num - 1).max(b + 1));
+            if b < finish && finish <= next {
+                return None;
+            }
+            b = next;
+        }
+    }
+
+    /// `ext2fs_new_block2` + `ext2fs_block_alloc_stats2`: the first free block at or after
+    /// `goal`, wrapping around.
+    pub(super) fn alloc_block(&mut self, goal: u64) -> Result<u64> {
+        let fdb = self.g.first_data_block;
+        let last = self.g.blocks_count - 1;
+        let goal = if goal == 0 || goal > last { fdb } else { goal };
+        let block = self
+            .used
+            .first_free_in(goal, last)
+            .or_else(|| if goal > fdb { self.used.first_free_in(fdb, goal - 1) } else { None })
+            .ok_or(FsError::NoSpace)?;
+        self.used.insert(block, 1);
+        self.touch_groups(block, 1);
+        Ok(block)
+    }
+
+    /// `ext2fs_new_range` with no flags: the free run at or after `goal` (wrapping), at most
+    /// `len` long, claimed.
+    pub(super) fn alloc_range(&mut self, goal: u64, len: u64) -> Result<(u64, u64)> {
+        let fdb = self.g.first_data_block;
+        let last = self.g.blocks_count - 1;
+        let goal = if goal == 0 || goal > last { fdb } else { goal };
+        let start = self
+            .used
+            .first_free_in(goal, last)
+            .or_else(|| self.used.first_free_in(fdb, last))
+            .ok_or(FsError::NoSpace)?;
+        let limit = (start + len - 1).min(last);
+        let end = self.used.first_used_in(start, limit + 1).unwrap_or(limit + 1);
+        self.used.insert(start, end - start);
+        self.touch_groups(start, end - start);
+        Ok((start, end - start))
+    }
+
+    /// `ext2fs_inode_alloc_stats2(ino, +1)`.
+    pub(super) fn use_inode(&mut self, ino: u32, is_dir: bool) {
+        let ipg = self.g.inodes_per_group;
+        let group = ((ino - 1) / ipg) as usize;
+        let state = &mut self.groups[group];
+        state.inode_uninit = false;
+        if is_dir {
+            state.used_dirs += 1;
+        }
+        if self.g.group_desc_csum() {
+            let group_base = group as u32 * ipg;
+            let first_unused = ipg - state.itable_unused + group_base + 1;
+            if ino >= first_unused {
+                state.itable_unused = group_base + ipg - ino;
+            }
+        }
+        assert!(!self.inodes_used.contains(&ino), "inode {ino} used twice");
+        self.inodes_used.push(ino);
+    }
+
+    /// The files mke2fs creates after the tables, in its order.
+    pub(super) fn create_files(&mut self) -> Result<Files> {
+        // create_root_dir: ext2fs_mkdir with the goal of the root's flex group.
+        let root_block = self.alloc_block(self.inode_goal(ROOT_INO))?;
+        self.use_inode(ROOT_INO, true);
+        // create_lost_and_found: the first free inode, one block, then grown block by block.
+        let lost_found_ino = FIRST_INO;
+        let mut lost_found = ExtentMap::default();
+        let first = self.alloc_block(self.inode_goal(lost_found_ino))?;
+        self.use_inode(lost_found_ino, true);
+        lost_found.push(first, 1);
+        let bs = self.g.block_size;
+        let mut lpf_size = 0u32;
+        for _ in 1..NDIR_BLOCKS {
+            lpf_size += bs;
+            if lpf_size >= LOST_FOUND_BYTES_MIN && lpf_size >= 2 * bs {
+                break;
+            }
+            let previous = lost_found.extents.last().map_or(0, |e| e.1 + u64::from(e.2) - 1);
+            let block = self.alloc_block(previous)?;
+            lost_found.push(block, 1);
+        }
+        if lost_found.extents.len() > EXTENTS_IN_INODE {
+            return Err(FsError::Unsupported("lost+found would need an extent tree".into()));
+        }
+        // reserve_inodes and create_bad_block_inode.
+        for ino in ROOT_INO + 1..FIRST_INO {
+            self.use_inode(ino, false);
+        }
+        self.use_inode(BAD_INO, false);
+        // ext2fs_create_resize_inode makes the inode even when no GDT block is reserved.
+        let resize_dind = if self.g.features.compat(feature::COMPAT_RESIZE_INODE) {
+            let g = &self.g;
+            let goal = g.first_data_block
+                + g.desc_blocks
+                + u64::from(g.reserved_gdt_blocks)
+                + 2
+                + g.inode_blocks_per_group;
+            Some(self.alloc_block(goal)?)
+        } else {
+            None
+        };
+        let mut overhead = self.overhead_tables + self.g.first_data_block;
+        let journal = if self.g.journal_blocks > 0 {
+            overhead += u64::from(self.g.journal_blocks);
+            self.create_journal()?
+        } else {
+            ExtentMap::default()
+        };
+        let orphan = if self.g.orphan_blocks > 0 { Some(self.create_orphan_file()?) } else { None };
+        Ok(Files { root_block, lost_found, resize_dind, journal, orphan, overhead })
+    }
+
+    /// `ext2fs_find_inode_goal` for an inode without blocks: its flex group's first block.
+    pub(super) fn inode_goal(&self, ino: u32) -> u64 {
+        let mut group = (ino - 1) / self.g.inodes_per_group;
+        if self.g.flex_size > 0 {
+            group &= !(self.g.flex_size - 1);
+        }
+        self.g.group_first(group)
+    }
+
+    /// `get_midpoint_journal_block`: the emptiest group around the middle of the disk.
+    pub(super) fn journal_goal(&self) -> u64 {
+        let g = &self.g;
+        let free = |group: u32| {
+            g.group_blocks(group) - {
+                let first = g.group_first(group);
+                self.used.count_in(first, first + g.group_blocks(group))
+            }
+        };
+        let mut group = g.group_of((g.blocks_count - g.first_data_block) / 2);
+        let log_flex = if g.flex_size > 0 { g.flex_size } else { 1 };
+        let start = if g.flex_size > 0 && group > log_flex {
+            group &= !(log_flex - 1);
+            while group < g.groups && free(group) == 0 {
+                group += 1;
+            }
+            if group == g.groups {
+                group = 0;
+            }
+            group
+        } else if group > 0 {
+            group - 1
+        } else {
+            group
+        };
+        let end = if group + 1 < g.groups { group + 1 } else { group };
+        let mut best = start;
+        for candidate in start + 1..=end {
+            if free(candidate) > free(best) {
+                best = candidate;
+            }
+        }
+        g.group_first(best)
+    }
+
+    /// `write_journal_inode` via `ext2fs_fallocate`: free runs from the goal on, each extent at
+    /// most 32768 blocks; the fifth extent moves the tree into a leaf block placed just before
+    /// the first extent if that block is free.
+    pub(super) fn create_journal(&mut self) -> Result<ExtentMap> {
+        let goal = self.journal_goal();
+        let mut map = ExtentMap::default();
+        let mut pblk = self.used.first_free_in(goal, self.g.blocks_count - 1).unwrap_or(goal);
+        let mut remaining = u64::from(self.g.journal_blocks);
+        let leaf_capacity =
+            (self.g.block_size as usize - ext4::EXTENT_HEADER_SIZE) / ext4::EXTENT_ENTRY_SIZE;
+        while remaining > 0 {
+            let want = remaining.min(u64::from(ext4::EXTENT_LEN_INIT_MAX));
+            let (start, len) = self.alloc_range(pblk, want)?;
+            map.push(start, len as u32);
+            if map.extents.len() > EXTENTS_IN_INODE && map.leaf.is_none() {
+                let first = map.extents[0].1;
+                map.leaf = Some(self.alloc_block(first - 1)?);
+            }
+            if map.extents.len() > leaf_capacity {
+                return Err(FsError::Unsupported(format!(
+                    "a journal of {} blocks would need more than one extent leaf",
+                    self.g.journal_blocks
+                )));
+            }
+            remaining -= len;
+            pblk = start + len;
+            if pblk >= self.g.blocks_count {
+                pblk = self.g.first_data_block;
+            }
+        }
+        Ok(map)
+    }
+
+    /// `ext2fs_create_orphan_file`: the first free inode, blocks allocated one at a time from
+    /// the first free block on.
+    pub(super) fn create_orphan_file(&mut self) -> Result<(u32, ExtentMap)> {
+        let ino = (FIRST_INO..=self.g.inodes_per_group * self.g.groups)
+            .find(|ino| !self.inodes_used.contains(ino))
+            .ok_or(FsError::NoSpace)?;
+        self.use_inode(ino, false);
+        let mut map = ExtentMap::default();
+        let mut last = 0u64;
+        for _ in 0..self.g.orphan_blocks {
+            last = self.alloc_block(last)?;
+            map.push(last, 1);
+        }
+        if map.extents.len() > EXTENTS_IN_INODE {
+            return Err(FsError::Unsupported("the orphan file would need an extent tree".into()));
+        }
+        Ok((ino, map))
+    }
+}
+
+impl ExtentMap {
+    /// `i_block`: the extents themselves, or one index to the leaf.
+    pub(super) fn inode_root(&self) -> [u8; ext4::INODE_BLOCK_SIZE] {
+        let mut root = [0u8; ext4::INODE_BLOCK_SIZE];
+        let max = EXTENTS_IN_INODE as u16;
+        match self.leaf {
+            None => {
+                assert!(self.extents.len() <= EXTENTS_IN_INODE, "extents overflow the inode");
+                put_extent_header(&mut root, self.extents.len() as u16, max, 0);
+                for (i, &(logical, start, len)) in self.extents.iter().enumerate() {
+                    put_extent(&mut root, i, logical, start, len);
+                }
+            }
+            Some(leaf) => {
+                put_extent_header(&mut root, 1, max, 1);
+                let at = ext4::EXTENT_HEADER_SIZE;
+                root[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+                root[at + 4..at + 8].copy_from_slice(&(leaf as u32).to_le_bytes());
+                root[at + 8..at + 10].copy_from_slice(&((leaf >> 32) as u16).to_le_bytes());
+                // ext2fs's split rewrites only the header and the first slot: the other slots
+                // keep the extents the root held before. Reproduced so the inode (and
+                // s_jnl_blocks) match mke2fs's byte for byte; readers ignore them.
+                for (slot, &(logical, start, len)) in
+                    self.extents.iter().enumerate().take(EXTENTS_IN_INODE).skip(1)
+                {
+                    put_extent(&mut root, slot, logical, start, len);
+                }
+            }
+        }
+        root
+    }
+}

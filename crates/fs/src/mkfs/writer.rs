@@ -1,0 +1,578 @@
+//! The planned image as writes: inodes, directory blocks, the resize inode, the journal,
+//! the orphan file, group metadata and superblocks, issued in order with the primary
+//! superblock last.
+
+use super::*;
+
+/// Writes queued by offset, coalesced and issued in order; zero ranges are streamed.
+#[derive(Default)]
+pub(super) struct WriteQueue {
+    pub(super) writes: BTreeMap<u64, Vec<u8>>,
+    pub(super) zero_ranges: Vec<(u64, u64)>,
+}
+
+impl WriteQueue {
+    pub(super) fn put(&mut self, offset: u64, data: Vec<u8>) {
+        debug_assert!(
+            self.writes
+                .range(..offset + data.len() as u64)
+                .next_back()
+                .is_none_or(|(&o, d)| { o + d.len() as u64 <= offset || o == offset }),
+            "overlapping metadata writes at byte {offset}"
+        );
+        let previous = self.writes.insert(offset, data);
+        assert!(previous.is_none(), "metadata written twice at byte {offset}");
+    }
+
+    pub(super) fn zero(&mut self, offset: u64, len: u64) {
+        if len > 0 {
+            self.zero_ranges.push((offset, len));
+        }
+    }
+
+    pub(super) fn bytes(&self) -> u64 {
+        self.writes.values().map(|d| d.len() as u64).sum::<u64>()
+            + self.zero_ranges.iter().map(|z| z.1).sum::<u64>()
+    }
+}
+
+/// The planned image: every block to write, and the superblock.
+pub(super) struct ImageWriter {
+    pub(super) queue: WriteQueue,
+    pub(super) sb: Superblock,
+    pub(super) block_size: u32,
+    pub(super) journal: Option<(JournalLocation, journal::superblock::FormatOptions)>,
+    /// Groups whose first block gets a backup superblock, written once `s_kbytes_written` is
+    /// final.
+    pub(super) backup_groups: Vec<u32>,
+    pub(super) first_data_block: u64,
+    pub(super) blocks_per_group: u32,
+    pub(super) report: MkfsReport,
+}
+
+impl ImageWriter {
+    pub(super) fn build(
+        opts: &MkfsOptions,
+        planner: &Planner,
+        files: &Files,
+    ) -> Result<ImageWriter> {
+        let g = &planner.g;
+        let now = opts.now.unwrap_or_else(|| {
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+        });
+        let uuid = opts.uuid.unwrap_or_else(random_uuid);
+        let hash_seed = opts.hash_seed.unwrap_or_else(random_uuid);
+        let layout = Layout::compute(planner, opts.device_zeroed);
+        let mut features = g.features;
+        let resize_size = resize_inode_size(g);
+        if resize_size >> 32 != 0 && g.features.compat(feature::COMPAT_RESIZE_INODE) {
+            features.ro_compat |= feature::RO_COMPAT_LARGE_FILE;
+        }
+        let journal_root = files.journal.inode_root();
+        let raw = SuperblockFields {
+            g,
+            features,
+            layout: &layout,
+            uuid,
+            hash_seed,
+            label: &opts.label,
+            now,
+            overhead: files.overhead,
+            journal_root: (g.journal_blocks > 0)
+                .then(|| (journal_root, u64::from(g.journal_blocks) * u64::from(g.block_size))),
+            orphan_ino: files.orphan.as_ref().map_or(0, |o| o.0),
+        }
+        .encode();
+        let sb = Superblock::parse(&raw)?;
+        let mut writer = ImageWriter {
+            queue: WriteQueue::default(),
+            sb,
+            block_size: g.block_size,
+            journal: None,
+            backup_groups: Vec::new(),
+            first_data_block: g.first_data_block,
+            blocks_per_group: g.blocks_per_group,
+            report: MkfsReport {
+                block_size: g.block_size,
+                blocks_count: g.blocks_count,
+                inodes_count: g.inodes_per_group * g.groups,
+                groups: g.groups,
+                blocks_per_group: g.blocks_per_group,
+                inodes_per_group: g.inodes_per_group,
+                reserved_gdt_blocks: g.reserved_gdt_blocks,
+                reserved_blocks: g.reserved_blocks,
+                free_blocks: layout.free_blocks,
+                free_inodes: layout.free_inodes,
+                journal_blocks: g.journal_blocks,
+                fast_commit_blocks: g.fast_commit_blocks,
+                backup_superblocks: backup_groups(g).iter().map(|&b| g.group_first(b)).collect(),
+                uuid,
+                features,
+                bytes_written: 0,
+            },
+        };
+        writer.plan_zeroing(planner, files, opts.device_zeroed);
+        writer.plan_group_metadata(planner, &layout);
+        writer.plan_inodes(planner, files, now);
+        writer.plan_directories(planner, files);
+        writer.plan_resize_inode(planner, files);
+        writer.plan_journal(planner, files, uuid)?;
+        writer.plan_orphan_file(planner, files);
+        // 1 (mke2fs starts the counter at 1 for ext4) plus what this run writes.
+        let backups = writer.backup_groups.len() as u64 * u64::from(g.block_size);
+        let total = writer.queue.bytes() + backups + u64::from(g.block_size.max(4096));
+        writer.sb.kbytes_written = 1 + (total >> 10);
+        writer.report.bytes_written = total;
+        Ok(writer)
+    }
+
+    /// Ranges mke2fs zeroes on a device it could not discard: the used part of the inode tables,
+    /// the journal, and the device's last 64 KiB. Block 0's boot sectors and the old superblock
+    /// are cleared in all cases.
+    pub(super) fn plan_zeroing(&mut self, planner: &Planner, files: &Files, device_zeroed: bool) {
+        let g = &planner.g;
+        let bs = u64::from(g.block_size);
+        if device_zeroed {
+            return;
+        }
+        // Zeroing runs before any metadata write, so ranges may cover blocks written later.
+        let isz = u64::from(g.inode_size);
+        for state in &planner.groups {
+            let used = u64::from(g.inodes_per_group - state.itable_unused);
+            self.queue.zero(state.inode_table * bs, (used * isz).div_ceil(bs) * bs);
+        }
+        for &(_, start, len) in &files.journal.extents {
+            // Journal block 0 gets the journal superblock; the rest of its block is zeroed with
+            // the first extent.
+            self.queue.zero(start * bs, u64::from(len) * bs);
+        }
+        let rsv = END_WIPE_BYTES.div_ceil(bs).max(1);
+        let blocks = g.blocks_count;
+        let mut start = blocks & !(rsv - 1);
+        if start > rsv {
+            start -= rsv;
+        }
+        if start > 0 {
+            self.queue.zero(start * bs, (blocks - start) * bs);
+        }
+    }
+
+    /// Superblock backups, descriptor tables and initialized bitmaps of every group.
+    pub(super) fn plan_group_metadata(&mut self, planner: &Planner, layout: &Layout) {
+        let g = &planner.g;
+        let bs = g.block_size as usize;
+        let desc_size = usize::from(g.desc_size);
+        let mut table = vec![0u8; g.desc_blocks as usize * bs];
+        for (group, desc) in layout.descs.iter().enumerate() {
+            let mut desc = *desc;
+            if self.sb.has_metadata_csum() {
+                let (blocks, inodes) = &layout.bitmaps[group];
+                if let Some(bm) = blocks {
+                    desc.block_bitmap_csum =
+                        bitmap_checksum(&self.sb, &bm[..g.bitmap_bytes_blocks()]);
+                }
+                if let Some(bm) = inodes {
+                    desc.inode_bitmap_csum =
+                        bitmap_checksum(&self.sb, &bm[..g.bitmap_bytes_inodes()]);
+                }
+            }
+            let raw = &mut table[group * desc_size..(group + 1) * desc_size];
+            desc.encode_into(raw, desc_size);
+            set_group_desc_checksum(&self.sb, group as u32, raw);
+        }
+        for group in 0..g.groups {
+            if !g.has_super(group) {
+                continue;
+            }
+            let first = g.group_first(group);
+            if group > 0 {
+                self.backup_groups.push(group);
+            }
+            self.queue.put((first + 1) * bs as u64, table.clone());
+        }
+        for (group, bitmaps) in layout.bitmaps.iter().enumerate() {
+            let state = &planner.groups[group];
+            if let Some(blocks) = &bitmaps.0 {
+                self.queue.put(state.block_bitmap * bs as u64, blocks.clone());
+            }
+            if let Some(inodes) = &bitmaps.1 {
+                self.queue.put(state.inode_bitmap * bs as u64, inodes.clone());
+            }
+        }
+    }
+
+    /// A backup superblock as `ext2fs_flush` writes it: its group number, and the state
+    /// cleared (e2fsck restores it from the primary when it uses a backup).
+    pub(super) fn backup_superblock(&self, group: u32) -> Vec<u8> {
+        let mut raw = self.sb.encode();
+        raw[sb_off::STATE..sb_off::STATE + 2].copy_from_slice(&0u16.to_le_bytes());
+        let group_nr = u16::try_from(group).unwrap_or(0);
+        raw[sb_off::BLOCK_GROUP_NR..sb_off::BLOCK_GROUP_NR + 2]
+            .copy_from_slice(&group_nr.to_le_bytes());
+        reseal_superblock(&self.sb, &mut raw);
+        let mut block = vec![0u8; self.block_size as usize];
+        block[..ext4::SUPERBLOCK_SIZE].copy_from_slice(&raw);
+        block
+    }
+
+    /// The used part of group 0's inode table (and of any other group holding reserved
+    /// inodes): every used inode, the reserved ones zeroed but checksummed.
+    pub(super) fn plan_inodes(&mut self, planner: &Planner, files: &Files, now: u64) {
+        let g = &planner.g;
+        let bs = u64::from(g.block_size);
+        let isz = usize::from(g.inode_size);
+        let mut records: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+        let time = Timestamp { sec: now as i64, nsec: 0 };
+        let new_inode = |mode: u16, links: u16, size: u64, blocks: u64| Inode {
+            mode,
+            links_count: links,
+            size,
+            blocks_raw: blocks * bs / 512,
+            atime: time,
+            ctime: time,
+            mtime: time,
+            crtime: time,
+            extra_isize: if isz > 128 { EXTRA_ISIZE } else { 0 },
+            ..Inode::default()
+        };
+        let extents_fl = ext4::EXTENTS_FL;
+        // Reserved inodes are written zeroed (with checksums) when metadata_csum is on.
+        if g.csum() {
+            for ino in 1..FIRST_INO {
+                records.insert(ino, vec![0u8; isz]);
+            }
+        }
+        let mut bad = Inode { atime: time, ctime: time, mtime: time, ..Inode::default() };
+        bad.extra_isize = 0;
+        records.insert(BAD_INO, encode_inode(&bad, isz));
+
+        let mut root = new_inode(ext4::MODE_DIR | 0o755, 3, bs, 1);
+        root.flags = extents_fl;
+        root.block = ExtentMap { extents: vec![(0, files.root_block, 1)], leaf: None }.inode_root();
+        records.insert(ROOT_INO, encode_inode(&root, isz));
+
+        let lf_blocks = files.lost_found.blocks();
+        let mut lost_found = new_inode(ext4::MODE_DIR | 0o700, 2, lf_blocks * bs, lf_blocks);
+        lost_found.flags = extents_fl;
+        lost_found.block = files.lost_found.inode_root();
+        records.insert(FIRST_INO, encode_inode(&lost_found, isz));
+
+        if let Some(dind) = files.resize_dind {
+            let backups = backup_groups(g).len() as u64;
+            let rsv = u64::from(g.reserved_gdt_blocks);
+            let blocks = 1 + rsv + rsv * backups;
+            let mut resize = new_inode(ext4::MODE_REGULAR | 0o600, 1, resize_inode_size(g), blocks);
+            resize.block[DIND_SLOT * 4..DIND_SLOT * 4 + 4]
+                .copy_from_slice(&(dind as u32).to_le_bytes());
+            records.insert(RESIZE_INO, encode_inode(&resize, isz));
+        }
+        if g.journal_blocks > 0 {
+            let blocks = files.journal.blocks() + u64::from(files.journal.leaf.is_some());
+            let size = u64::from(g.journal_blocks) * bs;
+            let mut journal = new_inode(ext4::MODE_REGULAR | 0o600, 1, size, blocks);
+            journal.flags = extents_fl;
+            journal.block = files.journal.inode_root();
+            records.insert(JOURNAL_INO, encode_inode(&journal, isz));
+        }
+        if let Some((ino, map)) = &files.orphan {
+            let mut orphan =
+                new_inode(ext4::MODE_REGULAR | 0o600, 1, map.blocks() * bs, map.blocks());
+            orphan.flags = extents_fl;
+            orphan.block = map.inode_root();
+            records.insert(*ino, encode_inode(&orphan, isz));
+        }
+        // Gather the records into whole inode-table blocks.
+        let mut blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for (ino, mut raw) in records {
+            set_inode_checksum(&self.sb, ino, &mut raw);
+            let group = (ino - 1) / g.inodes_per_group;
+            let index = u64::from((ino - 1) % g.inodes_per_group);
+            let byte = index * isz as u64;
+            let block = planner.groups[group as usize].inode_table + byte / bs;
+            let data = blocks.entry(block).or_insert_with(|| vec![0u8; bs as usize]);
+            let at = (byte % bs) as usize;
+            data[at..at + isz].copy_from_slice(&raw);
+        }
+        for (block, data) in blocks {
+            self.queue.put(block * bs, data);
+        }
+    }
+
+    /// The root directory block and lost+found's blocks.
+    pub(super) fn plan_directories(&mut self, planner: &Planner, files: &Files) {
+        let g = &planner.g;
+        let bs = g.block_size as usize;
+        let csum = g.csum();
+        let filetype = g.features.incompat(feature::INCOMPAT_FILETYPE);
+        let ft = if filetype { FT_DIR } else { 0 };
+        let tail = if csum { DIRENT_TAIL_SIZE } else { 0 };
+        let mut root = vec![0u8; bs];
+        put_dirent(&mut root, 0, ROOT_INO, 12, b".", ft, bs);
+        put_dirent(&mut root, 12, ROOT_INO, 12, b"..", ft, bs);
+        put_dirent(&mut root, 24, FIRST_INO, bs - 24 - tail, b"lost+found", ft, bs);
+        self.seal_dir_block(ROOT_INO, &mut root);
+        self.queue.put(files.root_block * bs as u64, root);
+
+        let mut logical = 0;
+        for &(_, start, len) in &files.lost_found.extents {
+            for block in start..start + u64::from(len) {
+                let mut data = vec![0u8; bs];
+                if logical == 0 {
+                    put_dirent(&mut data, 0, FIRST_INO, 12, b".", ft, bs);
+                    put_dirent(&mut data, 12, ROOT_INO, bs - 12 - tail, b"..", ft, bs);
+                } else {
+                    put_dirent(&mut data, 0, 0, bs - tail, b"", 0, bs);
+                }
+                self.seal_dir_block(FIRST_INO, &mut data);
+                self.queue.put(block * bs as u64, data);
+                logical += 1;
+            }
+        }
+    }
+
+    /// The checksum tail of a directory block (metadata_csum only).
+    pub(super) fn seal_dir_block(&self, ino: u32, block: &mut [u8]) {
+        if !self.sb.has_metadata_csum() {
+            return;
+        }
+        let at = block.len() - DIRENT_TAIL_SIZE;
+        block[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+        block[at + 4..at + 6].copy_from_slice(&(DIRENT_TAIL_SIZE as u16).to_le_bytes());
+        block[at + 6] = 0;
+        block[at + 7] = DIRENT_TAIL_FT;
+        let crc = crc32c_raw(inode_csum_seed(&self.sb, ino, 0), &block[..at]);
+        block[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// `ext2fs_create_resize_inode`: the double-indirect block maps the primary reserved GDT
+    /// blocks, and each primary reserved block lists its backups.
+    pub(super) fn plan_resize_inode(&mut self, planner: &Planner, files: &Files) {
+        let Some(dind) = files.resize_dind else {
+            return;
+        };
+        let g = &planner.g;
+        let bs = g.block_size as usize;
+        let apb = (bs / 4) as u64;
+        let backups = backup_groups(g);
+        let mut dind_block = vec![0u8; bs];
+        for r in 0..u64::from(g.reserved_gdt_blocks) {
+            let gdt_off = ((g.desc_blocks + r) % apb) as usize;
+            let gdt_blk = g.first_data_block + 1 + g.desc_blocks + r;
+            dind_block[gdt_off * 4..gdt_off * 4 + 4]
+                .copy_from_slice(&(gdt_blk as u32).to_le_bytes());
+            let mut list = vec![0u8; bs];
+            for (i, &group) in backups.iter().enumerate().take(apb as usize) {
+                let expect = gdt_blk + u64::from(group) * u64::from(g.blocks_per_group);
+                list[i * 4..i * 4 + 4].copy_from_slice(&(expect as u32).to_le_bytes());
+            }
+            self.queue.put(gdt_blk * bs as u64, list);
+        }
+        self.queue.put(dind * bs as u64, dind_block);
+    }
+
+    /// The journal's extent leaf (if any); its superblock is written by `journal::format`.
+    pub(super) fn plan_journal(
+        &mut self,
+        planner: &Planner,
+        files: &Files,
+        uuid: [u8; 16],
+    ) -> Result<()> {
+        let g = &planner.g;
+        if g.journal_blocks == 0 {
+            return Ok(());
+        }
+        let bs = g.block_size as usize;
+        if let Some(leaf) = files.journal.leaf {
+            let mut block = vec![0u8; bs];
+            let max = ((bs - ext4::EXTENT_HEADER_SIZE) / ext4::EXTENT_ENTRY_SIZE) as u16;
+            put_extent_header(&mut block, files.journal.extents.len() as u16, max, 0);
+            for (i, &(logical, start, len)) in files.journal.extents.iter().enumerate() {
+                put_extent(&mut block, i, logical, start, len);
+            }
+            let tail = ext4::EXTENT_HEADER_SIZE + usize::from(max) * ext4::EXTENT_ENTRY_SIZE;
+            if self.sb.has_metadata_csum() {
+                let seed = inode_csum_seed(&self.sb, JOURNAL_INO, 0);
+                let crc = crc32c_raw(seed, &block[..tail]);
+                block[tail..tail + 4].copy_from_slice(&crc.to_le_bytes());
+            }
+            self.queue.put(leaf * bs as u64, block);
+        }
+        let runs = files
+            .journal
+            .extents
+            .iter()
+            .map(|&(logical, start, len)| LocationExtent {
+                log_start: logical,
+                fs_block: start,
+                len,
+            })
+            .collect();
+        let location = JournalLocation::new(g.block_size, runs)
+            .map_err(|e| FsError::Invalid(format!("journal layout: {e}")))?;
+        let options = journal::superblock::FormatOptions {
+            checksum: if g.csum() { ChecksumVersion::V3 } else { ChecksumVersion::None },
+            is_64bit: g.features.incompat(feature::INCOMPAT_64BIT),
+            uuid,
+            // mke2fs records the area's size only; the kernel turns the journal's own
+            // fast-commit feature on when it mounts with fast commits (the log is empty then).
+            fast_commit_blocks: g.fast_commit_blocks,
+            fast_commit_feature: false,
+        };
+        self.journal = Some((location, options));
+        Ok(())
+    }
+
+    /// Orphan-file blocks: empty slots, the tail's magic and (metadata_csum) checksum.
+    pub(super) fn plan_orphan_file(&mut self, planner: &Planner, files: &Files) {
+        let Some((ino, map)) = &files.orphan else {
+            return;
+        };
+        let bs = planner.g.block_size as usize;
+        for &(_, start, len) in &map.extents {
+            for block in start..start + u64::from(len) {
+                let mut data = vec![0u8; bs];
+                let tail = bs - ORPHAN_TAIL_SIZE;
+                data[tail..tail + 4].copy_from_slice(&ORPHAN_BLOCK_MAGIC.to_le_bytes());
+                if self.sb.has_metadata_csum() {
+                    let mut crc = inode_csum_seed(&self.sb, *ino, 0);
+                    crc = crc32c_raw(crc, &block.to_le_bytes());
+                    crc = crc32c_raw(crc, &data[..tail]);
+                    data[tail + 4..].copy_from_slice(&crc.to_le_bytes());
+                }
+                self.queue.put(block * bs as u64, data);
+            }
+        }
+    }
+
+    /// Zeroes, then metadata, then (after a flush) the journal superblock and the primary
+    /// superblock.
+    pub(super) fn write(
+        mut self,
+        dev: &dyn BlockDevice,
+        progress: &mut dyn FnMut(MkfsProgress),
+    ) -> Result<MkfsReport> {
+        let total = self.report.bytes_written;
+        let mut done = 0u64;
+        let mut report = |n: u64, progress: &mut dyn FnMut(MkfsProgress)| {
+            done += n;
+            progress(MkfsProgress { bytes_done: done.min(total), bytes_total: total });
+        };
+        // Kill the old primary superblock first, so an interrupted run is not mistaken for a
+        // file system.
+        dev.write_at(ext4::SUPERBLOCK_OFFSET, &[0u8; ext4::SUPERBLOCK_SIZE])?;
+        let zeros = vec![0u8; ZERO_CHUNK_BYTES];
+        for &(offset, len) in &self.queue.zero_ranges {
+            let mut at = 0;
+            while at < len {
+                let n = (len - at).min(ZERO_CHUNK_BYTES as u64);
+                dev.write_at(offset + at, &zeros[..n as usize])?;
+                at += n;
+                report(n, progress);
+            }
+        }
+        let mut run_start = 0u64;
+        let mut run: Vec<u8> = Vec::new();
+        for (offset, data) in std::mem::take(&mut self.queue.writes) {
+            if !run.is_empty()
+                && (run_start + run.len() as u64 != offset || run.len() >= WRITE_BATCH_BYTES_MAX)
+            {
+                dev.write_at(run_start, &run)?;
+                report(run.len() as u64, progress);
+                run.clear();
+            }
+            if run.is_empty() {
+                run_start = offset;
+            }
+            run.extend_from_slice(&data);
+        }
+        if !run.is_empty() {
+            dev.write_at(run_start, &run)?;
+            report(run.len() as u64, progress);
+        }
+        for &group in &self.backup_groups {
+            let block = self.first_data_block + u64::from(group) * u64::from(self.blocks_per_group);
+            let data = self.backup_superblock(group);
+            dev.write_at(block * u64::from(self.block_size), &data)?;
+            report(data.len() as u64, progress);
+        }
+        if let Some((location, options)) = &self.journal {
+            journal::superblock::format(dev, location, *options)?;
+        }
+        dev.flush()?;
+        let head = self.primary_head(dev)?;
+        dev.write_at(0, &head)?;
+        report(head.len() as u64, progress);
+        dev.flush()?;
+        Ok(self.report)
+    }
+
+    /// Bytes 0..max(block, 4 KiB) as mke2fs leaves them for block sizes of 4 KiB and up (boot
+    /// sectors cleared unless they hold a BSD disklabel, the superblock, zeros), or bytes
+    /// 0..2048 for smaller blocks.
+    pub(super) fn primary_head(&self, dev: &dyn BlockDevice) -> Result<Vec<u8>> {
+        let len = if self.block_size >= 4096 { 4096 } else { 2048 };
+        let mut head = vec![0u8; len];
+        let mut sector = vec![0u8; 1024];
+        dev.read_at(0, &mut sector)?;
+        let magic = u32::from_le_bytes([sector[64], sector[65], sector[66], sector[67]]);
+        if magic == BSD_DISKMAGIC || magic.swap_bytes() == BSD_DISKMAGIC {
+            head[..1024].copy_from_slice(&sector);
+        }
+        let off = ext4::SUPERBLOCK_OFFSET as usize;
+        head[off..off + ext4::SUPERBLOCK_SIZE].copy_from_slice(&self.sb.encode());
+        Ok(head)
+    }
+}
+
+/// `(apb² + apb + 12) × block size`: the resize inode's nominal size.
+pub(super) fn resize_inode_size(g: &Geometry) -> u64 {
+    let apb = u64::from(g.block_size / 4);
+    (apb * apb + apb + NDIR_BLOCKS) * u64::from(g.block_size)
+}
+
+pub(super) fn encode_inode(inode: &Inode, isz: usize) -> Vec<u8> {
+    let mut raw = vec![0u8; isz];
+    inode.encode_into(&mut raw);
+    raw
+}
+
+/// One directory entry; `rec_len` of a whole 64 KiB block is stored as 0xFFFF
+/// (`ext2fs_set_rec_len`).
+pub(super) fn put_dirent(
+    block: &mut [u8],
+    at: usize,
+    ino: u32,
+    rec_len: usize,
+    name: &[u8],
+    ft: u8,
+    bs: usize,
+) {
+    let stored: u16 = if rec_len >= 65536 {
+        assert_eq!(rec_len, bs, "rec_len {rec_len} of a {bs}-byte block");
+        0xFFFF
+    } else {
+        rec_len as u16
+    };
+    block[at..at + 4].copy_from_slice(&ino.to_le_bytes());
+    block[at + 4..at + 6].copy_from_slice(&stored.to_le_bytes());
+    block[at + 6] = name.len() as u8;
+    block[at + 7] = ft;
+    block[at + 8..at + 8 + name.len()].copy_from_slice(name);
+}
+
+pub(super) fn put_extent_header(node: &mut [u8], entries: u16, max: u16, depth: u16) {
+    node[0..2].copy_from_slice(&ext4::EXTENT_MAGIC.to_le_bytes());
+    node[2..4].copy_from_slice(&entries.to_le_bytes());
+    node[4..6].copy_from_slice(&max.to_le_bytes());
+    node[6..8].copy_from_slice(&depth.to_le_bytes());
+    node[8..12].copy_from_slice(&0u32.to_le_bytes());
+}
+
+pub(super) fn put_extent(node: &mut [u8], slot: usize, logical: u32, start: u64, len: u32) {
+    let at = ext4::EXTENT_HEADER_SIZE + slot * ext4::EXTENT_ENTRY_SIZE;
+    assert!(len > 0 && len <= ext4::EXTENT_LEN_INIT_MAX, "extent of {len} blocks");
+    node[at..at + 4].copy_from_slice(&logical.to_le_bytes());
+    node[at + 4..at + 6].copy_from_slice(&(len as u16).to_le_bytes());
+    node[at + 6..at + 8].copy_from_slice(&((start >> 32) as u16).to_le_bytes());
+    node[at + 8..at + 12].copy_from_slice(&(start as u32).to_le_bytes());
+}
