@@ -43,9 +43,15 @@ fn usage(message: String) -> anyhow::Error {
 #[derive(clap::Args)]
 #[command(after_help = "Defaults are mkfs.ext4's (e2fsprogs 1.47.0), except the block size: \
 quill uses 4096 unless -b is given, where mkfs.ext4 uses 1024 below 512 MiB.\n\
-Default features: has_journal ext_attr resize_inode dir_index filetype extent 64bit flex_bg \
-sparse_super large_file huge_file dir_nlink extra_isize metadata_csum.")]
+Default features (-t ext4): has_journal ext_attr resize_inode dir_index filetype extent 64bit \
+flex_bg sparse_super large_file huge_file dir_nlink extra_isize metadata_csum. -t ext3: \
+has_journal ext_attr resize_inode dir_index filetype sparse_super large_file (files, \
+directories and the journal mapped by indirect blocks). -t ext2: the same without has_journal.")]
 pub struct MkfsArgs {
+    /// File-system type: ext2, ext3 or ext4, each with mkfs.ext4's feature set for it
+    /// (Debian's mke2fs.conf); -O edits it further [default: ext4]
+    #[arg(short = 't', value_name = "TYPE", default_value = "ext4")]
+    fs_type: String,
     /// Block size in bytes: 1024, 2048, 4096, 8192, 16384, 32768 or 65536 (a k suffix is
     /// allowed) [default: 4096]
     #[arg(short = 'b', value_name = "BLOCK_SIZE")]
@@ -65,8 +71,8 @@ pub struct MkfsArgs {
     journal: Option<String>,
     /// Features to add, or remove with ^, separated by commas (repeatable), e.g.
     /// ^metadata_csum,orphan_file. Accepted: has_journal ext_attr resize_inode dir_index
-    /// fast_commit orphan_file 64bit flex_bg metadata_csum_seed sparse_super large_file huge_file uninit_bg
-    /// (gdt_csum) dir_nlink extra_isize metadata_csum
+    /// fast_commit orphan_file extent 64bit flex_bg metadata_csum_seed sparse_super large_file
+    /// huge_file uninit_bg (gdt_csum) dir_nlink extra_isize metadata_csum
     #[arg(short = 'O', value_name = "FEATURES")]
     features: Vec<String>,
     /// Volume label, at most 16 bytes [default: none]
@@ -150,7 +156,7 @@ fn parse_options(args: &MkfsArgs) -> Result<Plan> {
         (options.journal_blocks, options.fast_commit_blocks) =
             parse_journal(text, options.block_size)?;
     }
-    let mut features = Features::default();
+    let mut features = Features::for_fs_type(&args.fs_type).map_err(|e| usage(e.to_string()))?;
     for list in &args.features {
         features.edit(list).map_err(|e| usage(e.to_string()))?;
     }

@@ -91,15 +91,56 @@ fn mkfs_passes_every_option_to_the_file_system() {
     assert!(features.contains("fast_commit"), "{features}");
 }
 
+/// `-t ext2` and `-t ext3`: mke2fs.conf's feature sets (no extents; a journal for ext3, mapped
+/// by indirect blocks like the root and lost+found), e2fsck-clean, and quill opens both
+/// read-write and writes a file the way the type wants it (indirect-mapped).
+#[test]
+fn mkfs_makes_ext2_and_ext3_images() {
+    let test = "mkfs_makes_ext2_and_ext3_images";
+    if !have("e2fsck", test) || !have("dumpe2fs", test) {
+        return;
+    }
+    let scratch = Scratch::new("mkfs-types");
+    for (fs_type, journal) in [("ext2", false), ("ext3", true)] {
+        let image = scratch.path(&format!("{fs_type}.img"));
+        let o = run(quill().args(["mkfs", "-q", "-t", fs_type]).arg(&image).arg("64M"));
+        assert!(o.status.success(), "{fs_type}: {}", text(&o));
+        assert_fsck_clean(&image);
+        let h = dumpe2fs_header(&image);
+        let features: Vec<&str> = h["Filesystem features"].split_whitespace().collect();
+        let mut want = vec!["ext_attr", "resize_inode", "dir_index", "filetype", "sparse_super"];
+        want.push("large_file");
+        if journal {
+            want.insert(0, "has_journal");
+        }
+        assert_eq!(features, want, "{fs_type}");
+        let open = || -> std::sync::Arc<dyn blockdev::BlockDevice> {
+            let options = blockdev::file::FileOptions::default();
+            std::sync::Arc::new(blockdev::file::FileDevice::open(&image, options).unwrap())
+        };
+        let fs = fs::Filesystem::open(open(), fs::MountOptions::default()).unwrap();
+        let ino = fs.create(fs::ROOT_INO, b"file", 0o644, 0, 0).unwrap().ino;
+        fs.write(ino, 0, &vec![7u8; 100_000]).unwrap();
+        fs.unmount().unwrap();
+        let inode = fs::Ext4Image::open(open()).unwrap().read_inode(ino).unwrap();
+        assert!(!inode.uses_extents(), "{fs_type}: a new file is indirect-mapped");
+        assert_eq!(inode.size, 100_000, "{fs_type}");
+        assert_fsck_clean(&image);
+    }
+}
+
 #[test]
 fn mkfs_help_describes_every_option() {
     let o = run(quill().args(["mkfs", "--help"]));
     assert!(o.status.success(), "{}", text(&o));
     let help = String::from_utf8_lossy(&o.stdout);
-    for option in ["-b", "-i", "-I", "-J", "-O", "-L", "-U", "-m", "-F", "-q", "IMAGE", "SIZE"] {
+    for option in
+        ["-t", "-b", "-i", "-I", "-J", "-O", "-L", "-U", "-m", "-F", "-q", "IMAGE", "SIZE"]
+    {
         assert!(help.contains(option), "--help does not mention {option}:\n{help}");
     }
     for words in [
+        "File-system type",
         "Block size",
         "Bytes per inode",
         "Inode size",
@@ -119,7 +160,8 @@ fn mkfs_rejects_bad_option_values_with_one_line_and_status_2() {
     let scratch = Scratch::new("mkfs-usage");
     let image = scratch.path("never.img");
     let img = image.to_str().unwrap();
-    let cases: [(&[&str], &str, &str); 12] = [
+    let cases: [(&[&str], &str, &str); 13] = [
+        (&["-t", "ext5", img, "64M"], "unknown type", "ext5"),
         (&["-b", "3000", img, "64M"], "block size 3000", "3000"),
         (&["-i", "10", img, "64M"], "bytes per inode 10", "10"),
         (&["-I", "100", img, "64M"], "inode size 100", "100"),

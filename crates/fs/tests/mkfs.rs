@@ -94,6 +94,8 @@ fn text(o: &Output) -> String {
 /// One configuration of the matrix.
 #[derive(Debug, Clone)]
 struct Case {
+    /// `-t`: ext2, ext3 or ext4 (mke2fs.conf's feature sets).
+    fs_type: &'static str,
     size: u64,
     block_size: u32,
     /// A `-O` list applied to both tools ("" for the defaults).
@@ -104,7 +106,13 @@ struct Case {
 
 impl Case {
     fn name(&self) -> String {
-        let mut name = format!("{}MiB-{}-{}", self.size / MIB, self.block_size, self.features);
+        let mut name = format!(
+            "{}-{}MiB-{}-{}",
+            self.fs_type,
+            self.size / MIB,
+            self.block_size,
+            self.features
+        );
         if let Some(arg) = self.journal_arg() {
             name += &format!("-J{arg}");
         }
@@ -124,7 +132,7 @@ impl Case {
     }
 
     fn options(&self) -> MkfsOptions {
-        let mut features = Features::default();
+        let mut features = Features::for_fs_type(self.fs_type).unwrap();
         features.edit(self.features).unwrap();
         MkfsOptions {
             block_size: self.block_size,
@@ -160,7 +168,7 @@ fn stock_mkfs(path: &Path, case: &Case) -> Output {
     std::fs::File::create(path).unwrap().set_len(case.size).unwrap();
     let mut cmd = Command::new("mkfs.ext4");
     cmd.env("E2FSPROGS_FAKE_TIME", FAKE_TIME.to_string())
-        .args(["-q", "-F", "-b", &case.block_size.to_string(), "-U", UUID])
+        .args(["-q", "-F", "-t", case.fs_type, "-b", &case.block_size.to_string(), "-U", UUID])
         .args(["-E", &format!("hash_seed={HASH_SEED},lazy_itable_init=1")]);
     if !case.features.is_empty() {
         cmd.args(["-O", case.features]);
@@ -329,11 +337,49 @@ fn cases(sizes: &[u64], block_sizes: &[u32], features: &[&'static str]) -> Vec<C
     for &size in sizes {
         for &block_size in block_sizes {
             for &features in features {
-                out.push(Case { size: size * MIB, block_size, features, journal: (None, None) });
+                out.push(Case {
+                    fs_type: "ext4",
+                    size: size * MIB,
+                    block_size,
+                    features,
+                    journal: (None, None),
+                });
             }
         }
     }
     out
+}
+
+/// `-t ext3` and `-t ext2` (mke2fs.conf's base features, with has_journal for ext3): root,
+/// lost+found and the journal mapped by indirect blocks, placed as mke2fs places them; with
+/// feature variants on top (`extent` turned on or off by `-O` too).
+#[test]
+fn ext2_and_ext3_images_are_byte_identical_to_mke2fs() {
+    let mut all = Vec::new();
+    for fs_type in ["ext2", "ext3"] {
+        for mut case in cases(&[8, 64, 300], &[1024, 2048, 4096, 65536], &["", "^resize_inode"]) {
+            case.fs_type = fs_type;
+            all.push(case);
+        }
+    }
+    // (mke2fs refuses the first: 64bit needs extent; so must quill.)
+    let variants = [
+        "^extent",
+        "^extent,^64bit",
+        "^extent,^flex_bg,^metadata_csum,^64bit",
+        "^extent,^has_journal,^64bit",
+    ];
+    all.extend(cases(&[64, 300], &[1024, 4096], &variants));
+    for mut case in cases(&[64], &[1024], &["extent,flex_bg"]) {
+        case.fs_type = "ext3";
+        all.push(case);
+    }
+    // A 100 MiB journal with 1 KiB blocks reaches its triple-indirect block (past 65,804).
+    for mut case in cases(&[300], &[1024], &[""]) {
+        (case.fs_type, case.journal) = ("ext3", (Some(100), None));
+        all.push(case);
+    }
+    check_matrix("ext2-ext3", &all);
 }
 
 #[test]
@@ -381,7 +427,7 @@ fn fast_commit_areas_sized_by_j_options_are_byte_identical_to_mkfs_ext4() {
         ("", (None, Some(400))),
     ] {
         for block_size in [1024, 4096] {
-            cases.push(Case { size: 300 * MIB, block_size, features, journal });
+            cases.push(Case { fs_type: "ext4", size: 300 * MIB, block_size, features, journal });
         }
     }
     check_matrix("fast-commit", &cases);
@@ -394,7 +440,13 @@ fn large_sparse_image_formats_in_seconds_and_checks_clean() {
     }
     let scratch = Scratch::new("large");
     let path = scratch.path("large.img");
-    let case = Case { size: 64 << 30, block_size: 4096, features: "", journal: (None, None) };
+    let case = Case {
+        fs_type: "ext4",
+        size: 64 << 30,
+        block_size: 4096,
+        features: "",
+        journal: (None, None),
+    };
     let started = std::time::Instant::now();
     let dev = FileDevice::create(&path, case.size).unwrap();
     let mut calls = 0;
@@ -443,7 +495,13 @@ fn a_journal_with_more_than_four_extents_gets_the_same_extent_leaf_as_mkfs_ext4(
         return;
     }
     let scratch = Scratch::new("leaf");
-    let case = Case { size: 160 << 30, block_size: 4096, features: "", journal: (None, None) };
+    let case = Case {
+        fs_type: "ext4",
+        size: 160 << 30,
+        block_size: 4096,
+        features: "",
+        journal: (None, None),
+    };
     let (ours, theirs) = (scratch.path("leaf.quill"), scratch.path("leaf.stock"));
     let report = quill_mkfs(&ours, &case).unwrap();
     assert_eq!(report.journal_blocks, 262_144);
@@ -472,7 +530,9 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
     std::fs::write(&path, &garbage).unwrap();
     std::fs::File::options().write(true).open(&path).unwrap().set_len(size).unwrap();
     let dev = FileDevice::open(&path, FileOptions::default()).unwrap();
-    let mut opts = Case { size, block_size: 1024, features: "", journal: (None, None) }.options();
+    let mut opts =
+        Case { fs_type: "ext4", size, block_size: 1024, features: "", journal: (None, None) }
+            .options();
     opts.device_zeroed = false;
     mkfs(&dev, &opts).unwrap();
     assert_e2fsck_clean(&path, "not zeroed");
@@ -484,10 +544,16 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
 #[test]
 fn every_feature_outside_the_supported_list_is_refused_by_name() {
     let mut features = Features::default();
-    for name in ["inline_data", "bigalloc", "meta_bg", "^extent", "casefold", "quota"] {
+    for name in ["inline_data", "bigalloc", "meta_bg", "^large_dir", "casefold", "quota"] {
         let err = features.edit(name).unwrap_err().to_string();
         assert!(err.contains(name.trim_start_matches('^')), "{name}: {err}");
     }
+    // Editable, but only without 64bit (mke2fs's rule), and named where refused.
+    features.edit("^extent").unwrap();
+    let dev = MemDevice::new(64 * MIB);
+    let opts = MkfsOptions { features, device_zeroed: true, ..MkfsOptions::default() };
+    let err = mkfs(&dev, &opts).unwrap_err().to_string();
+    assert!(err.contains("64bit") && err.contains("extent"), "{err}");
     assert_eq!(
         Features::default().names().join(" "),
         "has_journal ext_attr resize_inode dir_index filetype extent 64bit flex_bg \
@@ -498,8 +564,14 @@ fn every_feature_outside_the_supported_list_is_refused_by_name() {
 #[test]
 fn bad_options_are_refused_before_anything_is_written() {
     let dev = MemDevice::new(64 * MIB);
-    let base =
-        Case { size: 64 * MIB, block_size: 4096, features: "", journal: (None, None) }.options();
+    let base = Case {
+        fs_type: "ext4",
+        size: 64 * MIB,
+        block_size: 4096,
+        features: "",
+        journal: (None, None),
+    }
+    .options();
     let bad: [(&str, MkfsOptions); 7] = [
         ("block size 3000", MkfsOptions { block_size: 3000, ..base.clone() }),
         ("inode size 100", MkfsOptions { inode_size: 100, ..base.clone() }),
@@ -542,7 +614,13 @@ fn the_kernel_mounts_a_quill_image_writes_to_it_and_leaves_it_clean() {
     let scratch = Scratch::new("kernel");
     for block_size in [1024u32, 4096] {
         let path = scratch.path(&format!("kernel-{block_size}.img"));
-        let case = Case { size: 64 * MIB, block_size, features: "", journal: (None, None) };
+        let case = Case {
+            fs_type: "ext4",
+            size: 64 * MIB,
+            block_size,
+            features: "",
+            journal: (None, None),
+        };
         quill_mkfs(&path, &case).unwrap();
         let mnt = scratch.path(&format!("mnt-{block_size}"));
         std::fs::create_dir_all(&mnt).unwrap();

@@ -11,15 +11,17 @@ pub struct Features {
 }
 
 /// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
-/// because quill would either write it wrongly (extents off, meta_bg, inline data, ...) or not at
+/// because quill would either write it wrongly (meta_bg, inline data, bigalloc, ...) or not at
 /// all.
-pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 17] = [
+pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 19] = [
     ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
     ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
     ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
     ("dir_index", Word::Compat, feature::COMPAT_DIR_INDEX),
     ("fast_commit", Word::Compat, feature::COMPAT_FAST_COMMIT),
     ("orphan_file", Word::Compat, feature::COMPAT_ORPHAN_FILE),
+    ("extent", Word::Incompat, feature::INCOMPAT_EXTENTS),
+    ("extents", Word::Incompat, feature::INCOMPAT_EXTENTS),
     ("64bit", Word::Incompat, feature::INCOMPAT_64BIT),
     ("flex_bg", Word::Incompat, feature::INCOMPAT_FLEX_BG),
     ("metadata_csum_seed", Word::Incompat, feature::INCOMPAT_CSUM_SEED),
@@ -90,6 +92,27 @@ impl Default for Features {
 }
 
 impl Features {
+    /// The features mke2fs gives a file system of type `fs_type` (`-t`) under Debian's
+    /// mke2fs.conf: `base_features` (sparse_super large_file filetype resize_inode dir_index
+    /// ext_attr), plus has_journal for ext3, plus the ext4 line for ext4 ([`Features::default`]).
+    pub fn for_fs_type(fs_type: &str) -> Result<Features> {
+        let base = Features {
+            compat: feature::COMPAT_EXT_ATTR
+                | feature::COMPAT_RESIZE_INODE
+                | feature::COMPAT_DIR_INDEX,
+            incompat: feature::INCOMPAT_FILETYPE,
+            ro_compat: feature::RO_COMPAT_SPARSE_SUPER | feature::RO_COMPAT_LARGE_FILE,
+        };
+        match fs_type {
+            "ext2" => Ok(base),
+            "ext3" => Ok(Features { compat: base.compat | feature::COMPAT_HAS_JOURNAL, ..base }),
+            "ext4" => Ok(Features::default()),
+            other => Err(FsError::Invalid(format!(
+                "file system type '{other}' is not ext2, ext3 or ext4"
+            ))),
+        }
+    }
+
     /// Applies a mkfs-style `-O` list: names separated by commas or spaces, `^name` to remove.
     /// Refuses (naming it) any feature quill cannot format.
     pub fn edit(&mut self, list: &str) -> Result<()> {

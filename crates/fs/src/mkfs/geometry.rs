@@ -95,6 +95,16 @@ impl Geometry {
         if f.compat(feature::COMPAT_ORPHAN_FILE) && !f.compat(feature::COMPAT_HAS_JOURNAL) {
             return Err(invalid("the orphan_file feature requires has_journal".into()));
         }
+        if f.incompat(feature::INCOMPAT_64BIT) && !f.incompat(feature::INCOMPAT_EXTENTS) {
+            // mke2fs: "Extents MUST be enabled for a 64-bit filesystem."
+            return Err(invalid("the 64bit feature requires extent".into()));
+        }
+        if f.compat(feature::COMPAT_ORPHAN_FILE) && !f.incompat(feature::INCOMPAT_EXTENTS) {
+            return Err(FsError::Unsupported(
+                "quill mkfs makes the orphan file extent-mapped only: orphan_file needs extent"
+                    .into(),
+            ));
+        }
         if blocks > u64::from(u32::MAX) {
             if !f.incompat(feature::INCOMPAT_64BIT) {
                 return Err(invalid(format!(

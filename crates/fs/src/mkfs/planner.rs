@@ -93,17 +93,56 @@ pub(super) struct Planner {
     pub(super) overhead_tables: u64,
 }
 
-/// An inode's data blocks as extents (logical start, physical start, length).
+/// A file's blocks as mke2fs maps them: its data as runs (logical start, physical start,
+/// length), and how the inode finds them: extents (with a leaf block when the runs outgrow the
+/// inode's four slots), or, without the extent feature, indirect blocks.
 #[derive(Debug, Clone, Default)]
-pub(super) struct ExtentMap {
+pub(super) struct FileBlocks {
     pub(super) extents: Vec<(u32, u64, u32)>,
     /// The extent-tree leaf block when the extents outgrow the inode's four slots.
     pub(super) leaf: Option<u64>,
+    /// Without the extent feature: the block map.
+    pub(super) indirect: Option<Indirect>,
 }
 
-impl ExtentMap {
+/// An indirect block map (ext2/ext3): `i_block` holds 12 direct pointers, then the single-,
+/// double- and triple-indirect blocks'; each indirect block holds `block size / 4` pointers.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Indirect {
+    pub(super) slots: [u32; ext4::INODE_BLOCK_SIZE / 4],
+    /// Every indirect block with its pointers.
+    pub(super) blocks: BTreeMap<u64, Vec<u32>>,
+}
+
+/// Where a pointer lives: an `i_block` slot, or an entry of an indirect block.
+#[derive(Debug, Clone, Copy)]
+enum Pointer {
+    Slot(usize),
+    Entry(u64, usize),
+}
+
+impl FileBlocks {
+    /// An empty map, indirect when `extents` is off.
+    pub(super) fn new(extents: bool) -> FileBlocks {
+        FileBlocks { indirect: (!extents).then(Indirect::default), ..FileBlocks::default() }
+    }
+
     pub(super) fn blocks(&self) -> u64 {
         self.extents.iter().map(|e| u64::from(e.2)).sum()
+    }
+
+    /// Blocks the map itself takes: the extent leaf, or the indirect blocks.
+    pub(super) fn map_blocks(&self) -> u64 {
+        u64::from(self.leaf.is_some()) + self.indirect.as_ref().map_or(0, |i| i.blocks.len() as u64)
+    }
+
+    /// The inode flags the map needs (EXTENTS_FL for an extent map).
+    pub(super) fn inode_flags(&self) -> u32 {
+        if self.indirect.is_some() {
+            0
+        } else {
+            ext4::EXTENTS_FL
+        }
     }
 
     /// Appends a run, merging it into the last extent when physically contiguous.
@@ -119,13 +158,54 @@ impl ExtentMap {
     }
 }
 
+impl Indirect {
+    /// The chain of indices from `i_block` down to logical block `logical`'s pointer: the slot,
+    /// then an index into each indirect block below it.
+    fn path(logical: u64, per_block: u64) -> Vec<usize> {
+        const DIRECT: u64 = NDIR_BLOCKS;
+        if logical < DIRECT {
+            return vec![logical as usize];
+        }
+        let mut rest = logical - DIRECT;
+        let mut span = per_block;
+        for level in 1..=3usize {
+            if rest < span {
+                let mut path = vec![DIRECT as usize + level - 1];
+                for depth in (0..level as u32).rev() {
+                    path.push((rest / per_block.pow(depth) % per_block) as usize);
+                }
+                return path;
+            }
+            rest -= span;
+            span *= per_block;
+        }
+        panic!("logical block {logical} beyond the triple-indirect range");
+    }
+
+    fn get(&self, at: Pointer) -> u32 {
+        match at {
+            Pointer::Slot(slot) => self.slots[slot],
+            Pointer::Entry(block, index) => self.blocks[&block][index],
+        }
+    }
+
+    fn set(&mut self, at: Pointer, value: u32) {
+        match at {
+            Pointer::Slot(slot) => self.slots[slot] = value,
+            Pointer::Entry(block, index) => {
+                self.blocks.get_mut(&block).expect("an indirect block")[index] = value
+            }
+        }
+    }
+}
+
 /// Where the files mke2fs creates ended up.
 pub(super) struct Files {
-    pub(super) root_block: u64,
-    pub(super) lost_found: ExtentMap,
+    pub(super) root: FileBlocks,
+    pub(super) lost_found: FileBlocks,
     pub(super) resize_dind: Option<u64>,
-    pub(super) journal: ExtentMap,
-    pub(super) orphan: Option<(u32, ExtentMap)>,
+    pub(super) journal: FileBlocks,
+    pub(super) orphan: Option<(u32, FileBlocks)>,
     /// `s_overhead_clusters`.
     pub(super) overhead: u64,
 }
@@ -364,14 +444,15 @@ impl Planner {
     /// The files mke2fs creates after the tables, in its order.
     pub(super) fn create_files(&mut self) -> Result<Files> {
         // create_root_dir: ext2fs_mkdir with the goal of the root's flex group.
-        let root_block = self.alloc_block(self.inode_goal(ROOT_INO))?;
+        let extents = self.g.features.incompat(feature::INCOMPAT_EXTENTS);
+        let mut root = FileBlocks::new(extents);
+        self.map_next(&mut root, self.inode_goal(ROOT_INO))?;
         self.use_inode(ROOT_INO, true);
         // create_lost_and_found: the first free inode, one block, then grown block by block.
         let lost_found_ino = FIRST_INO;
-        let mut lost_found = ExtentMap::default();
-        let first = self.alloc_block(self.inode_goal(lost_found_ino))?;
+        let mut lost_found = FileBlocks::new(extents);
+        let mut last = self.map_next(&mut lost_found, self.inode_goal(lost_found_ino))?;
         self.use_inode(lost_found_ino, true);
-        lost_found.push(first, 1);
         let bs = self.g.block_size;
         let mut lpf_size = 0u32;
         for _ in 1..NDIR_BLOCKS {
@@ -379,9 +460,7 @@ impl Planner {
             if lpf_size >= LOST_FOUND_BYTES_MIN && lpf_size >= 2 * bs {
                 break;
             }
-            let previous = lost_found.extents.last().map_or(0, |e| e.1 + u64::from(e.2) - 1);
-            let block = self.alloc_block(previous)?;
-            lost_found.push(block, 1);
+            last = self.map_next(&mut lost_found, last)?;
         }
         if lost_found.extents.len() > EXTENTS_IN_INODE {
             return Err(FsError::Unsupported("lost+found would need an extent tree".into()));
@@ -408,10 +487,10 @@ impl Planner {
             overhead += u64::from(self.g.journal_blocks);
             self.create_journal()?
         } else {
-            ExtentMap::default()
+            FileBlocks::default()
         };
         let orphan = if self.g.orphan_blocks > 0 { Some(self.create_orphan_file()?) } else { None };
-        Ok(Files { root_block, lost_found, resize_dind, journal, orphan, overhead })
+        Ok(Files { root, lost_found, resize_dind, journal, orphan, overhead })
     }
 
     /// `ext2fs_find_inode_goal` for an inode without blocks: its flex group's first block.
@@ -461,9 +540,12 @@ impl Planner {
     /// `write_journal_inode` via `ext2fs_fallocate`: free runs from the goal on, each extent at
     /// most 32768 blocks; the fifth extent moves the tree into a leaf block placed just before
     /// the first extent if that block is free.
-    pub(super) fn create_journal(&mut self) -> Result<ExtentMap> {
+    pub(super) fn create_journal(&mut self) -> Result<FileBlocks> {
+        if !self.g.features.incompat(feature::INCOMPAT_EXTENTS) {
+            return self.create_indirect_journal();
+        }
         let goal = self.journal_goal();
-        let mut map = ExtentMap::default();
+        let mut map = FileBlocks::default();
         let mut pblk = self.used.first_free_in(goal, self.g.blocks_count - 1).unwrap_or(goal);
         let mut remaining = u64::from(self.g.journal_blocks);
         let leaf_capacity =
@@ -491,14 +573,58 @@ impl Planner {
         Ok(map)
     }
 
+    /// The journal without the extent feature (ext3): `ext2fs_fallocate` of a block-mapped
+    /// inode maps one block at a time through `ext2fs_bmap2`, from the inode's goal (its
+    /// group's first block; the midpoint goal is for extent-mapped journals only), each
+    /// indirect block just before the first block it maps.
+    fn create_indirect_journal(&mut self) -> Result<FileBlocks> {
+        let mut map = FileBlocks::new(false);
+        let mut last = self.inode_goal(JOURNAL_INO);
+        for _ in 0..self.g.journal_blocks {
+            last = self.map_next(&mut map, last)?;
+        }
+        Ok(map)
+    }
+
+    /// `ext2fs_bmap2` with BMAP_ALLOC for `file`'s next logical block: with an indirect map,
+    /// first the indirect blocks its pointer still lacks, each the first free block from the
+    /// last one allocated on (`ext2fs_alloc_block` with the previous pointer as its goal, which
+    /// in a run allocated in order is the same block), then the data block; with an extent
+    /// map, the data block alone. `goal`: the block the data should follow.
+    fn map_next(&mut self, file: &mut FileBlocks, goal: u64) -> Result<u64> {
+        let Some(indirect) = file.indirect.as_mut() else {
+            let block = self.alloc_block(goal)?;
+            file.push(block, 1);
+            return Ok(block);
+        };
+        let per_block = u64::from(self.g.block_size / 4);
+        let path = Indirect::path(file.extents.iter().map(|e| u64::from(e.2)).sum(), per_block);
+        let mut goal = goal;
+        let mut at = Pointer::Slot(path[0]);
+        for &index in &path[1..] {
+            let mut block = u64::from(indirect.get(at));
+            if block == 0 {
+                block = self.alloc_block(goal)?;
+                indirect.blocks.insert(block, vec![0; per_block as usize]);
+                indirect.set(at, block as u32);
+            }
+            goal = block;
+            at = Pointer::Entry(block, index);
+        }
+        let data = self.alloc_block(goal)?;
+        indirect.set(at, data as u32);
+        file.push(data, 1);
+        Ok(data)
+    }
+
     /// `ext2fs_create_orphan_file`: the first free inode, blocks allocated one at a time from
     /// the first free block on.
-    pub(super) fn create_orphan_file(&mut self) -> Result<(u32, ExtentMap)> {
+    pub(super) fn create_orphan_file(&mut self) -> Result<(u32, FileBlocks)> {
         let ino = (FIRST_INO..=self.g.inodes_per_group * self.g.groups)
             .find(|ino| !self.inodes_used.contains(ino))
             .ok_or(FsError::NoSpace)?;
         self.use_inode(ino, false);
-        let mut map = ExtentMap::default();
+        let mut map = FileBlocks::default();
         let mut last = 0u64;
         for _ in 0..self.g.orphan_blocks {
             last = self.alloc_block(last)?;
@@ -511,10 +637,16 @@ impl Planner {
     }
 }
 
-impl ExtentMap {
-    /// `i_block`: the extents themselves, or one index to the leaf.
+impl FileBlocks {
+    /// `i_block`: the extents themselves, one index to the leaf, or the block map's pointers.
     pub(super) fn inode_root(&self) -> [u8; ext4::INODE_BLOCK_SIZE] {
         let mut root = [0u8; ext4::INODE_BLOCK_SIZE];
+        if let Some(indirect) = &self.indirect {
+            for (slot, pointer) in indirect.slots.iter().enumerate() {
+                root[slot * 4..slot * 4 + 4].copy_from_slice(&pointer.to_le_bytes());
+            }
+            return root;
+        }
         let max = EXTENTS_IN_INODE as u16;
         match self.leaf {
             None => {

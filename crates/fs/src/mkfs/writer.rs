@@ -235,7 +235,6 @@ impl ImageWriter {
             extra_isize: if isz > 128 { EXTRA_ISIZE } else { 0 },
             ..Inode::default()
         };
-        let extents_fl = ext4::EXTENTS_FL;
         // Reserved inodes are written zeroed (with checksums) when metadata_csum is on.
         if g.csum() {
             for ino in 1..FIRST_INO {
@@ -247,13 +246,14 @@ impl ImageWriter {
         records.insert(BAD_INO, encode_inode(&bad, isz));
 
         let mut root = new_inode(ext4::MODE_DIR | 0o755, 3, bs, 1);
-        root.flags = extents_fl;
-        root.block = ExtentMap { extents: vec![(0, files.root_block, 1)], leaf: None }.inode_root();
+        root.flags = files.root.inode_flags();
+        root.block = files.root.inode_root();
         records.insert(ROOT_INO, encode_inode(&root, isz));
 
         let lf_blocks = files.lost_found.blocks();
-        let mut lost_found = new_inode(ext4::MODE_DIR | 0o700, 2, lf_blocks * bs, lf_blocks);
-        lost_found.flags = extents_fl;
+        let lf_all = lf_blocks + files.lost_found.map_blocks();
+        let mut lost_found = new_inode(ext4::MODE_DIR | 0o700, 2, lf_blocks * bs, lf_all);
+        lost_found.flags = files.lost_found.inode_flags();
         lost_found.block = files.lost_found.inode_root();
         records.insert(FIRST_INO, encode_inode(&lost_found, isz));
 
@@ -267,17 +267,17 @@ impl ImageWriter {
             records.insert(RESIZE_INO, encode_inode(&resize, isz));
         }
         if g.journal_blocks > 0 {
-            let blocks = files.journal.blocks() + u64::from(files.journal.leaf.is_some());
+            let blocks = files.journal.blocks() + files.journal.map_blocks();
             let size = u64::from(g.journal_blocks) * bs;
             let mut journal = new_inode(ext4::MODE_REGULAR | 0o600, 1, size, blocks);
-            journal.flags = extents_fl;
+            journal.flags = files.journal.inode_flags();
             journal.block = files.journal.inode_root();
             records.insert(JOURNAL_INO, encode_inode(&journal, isz));
         }
         if let Some((ino, map)) = &files.orphan {
             let mut orphan =
                 new_inode(ext4::MODE_REGULAR | 0o600, 1, map.blocks() * bs, map.blocks());
-            orphan.flags = extents_fl;
+            orphan.flags = map.inode_flags();
             orphan.block = map.inode_root();
             records.insert(*ino, encode_inode(&orphan, isz));
         }
@@ -302,6 +302,8 @@ impl ImageWriter {
     pub(super) fn plan_directories(&mut self, planner: &Planner, files: &Files) {
         let g = &planner.g;
         let bs = g.block_size as usize;
+        self.put_indirect_blocks(&files.root, bs);
+        self.put_indirect_blocks(&files.lost_found, bs);
         let csum = g.csum();
         let filetype = g.features.incompat(feature::INCOMPAT_FILETYPE);
         let ft = if filetype { FT_DIR } else { 0 };
@@ -311,7 +313,7 @@ impl ImageWriter {
         put_dirent(&mut root, 12, ROOT_INO, 12, b"..", ft, bs);
         put_dirent(&mut root, 24, FIRST_INO, bs - 24 - tail, b"lost+found", ft, bs);
         self.seal_dir_block(ROOT_INO, &mut root);
-        self.queue.put(files.root_block * bs as u64, root);
+        self.queue.put(files.root.extents[0].1 * bs as u64, root);
 
         let mut logical = 0;
         for &(_, start, len) in &files.lost_found.extents {
@@ -370,6 +372,17 @@ impl ImageWriter {
         self.queue.put(dind * bs as u64, dind_block);
     }
 
+    /// The indirect blocks of a block-mapped file (none for an extent map): their pointers,
+    /// little-endian.
+    fn put_indirect_blocks(&mut self, map: &FileBlocks, bs: usize) {
+        let Some(indirect) = &map.indirect else { return };
+        for (&block, pointers) in &indirect.blocks {
+            let bytes: Vec<u8> = pointers.iter().flat_map(|p| p.to_le_bytes()).collect();
+            debug_assert_eq!(bytes.len(), bs);
+            self.queue.put(block * bs as u64, bytes);
+        }
+    }
+
     /// The journal's extent leaf (if any); its superblock is written by `journal::format`.
     pub(super) fn plan_journal(
         &mut self,
@@ -382,6 +395,7 @@ impl ImageWriter {
             return Ok(());
         }
         let bs = g.block_size as usize;
+        self.put_indirect_blocks(&files.journal, bs);
         if let Some(leaf) = files.journal.leaf {
             let mut block = vec![0u8; bs];
             let max = ((bs - ext4::EXTENT_HEADER_SIZE) / ext4::EXTENT_ENTRY_SIZE) as u16;
