@@ -43,9 +43,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use blockdev::BlockDevice;
 use journal::{JournalLocation, LocationExtent};
 use ondisk::crc::crc32c_raw;
+use ondisk::ext4::dir::{self as dirent, FT_DIR};
 use ondisk::ext4::{
     self, bitmap_checksum, feature, inode_csum_seed, set_group_desc_checksum, set_inode_checksum,
-    GroupDesc, Inode, Superblock, Timestamp,
+    Extent, ExtentEntries, ExtentHeader, ExtentIndex, GroupDesc, Inode, Superblock, Timestamp,
 };
 use ondisk::jbd2::ChecksumVersion;
 
@@ -99,10 +100,6 @@ const HASH_HALF_MD4: u8 = 1;
 const JNL_BACKUP_BLOCKS: u8 = 1;
 /// Extra inode fields mke2fs reserves (`sizeof(ext2_inode_large) - 128`).
 const EXTRA_ISIZE: u16 = 32;
-/// Directory entry file types and the checksum tail's fake entry.
-const FT_DIR: u8 = 2;
-const DIRENT_TAIL_SIZE: usize = 12;
-const DIRENT_TAIL_FT: u8 = 0xDE;
 /// `EXT4_ORPHAN_BLOCK_MAGIC` and the size of an orphan block's tail.
 const ORPHAN_BLOCK_MAGIC: u32 = 0x0B10_CA04;
 const ORPHAN_TAIL_SIZE: usize = 8;

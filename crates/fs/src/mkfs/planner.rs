@@ -136,6 +136,14 @@ impl FileBlocks {
         u64::from(self.leaf.is_some()) + self.indirect.as_ref().map_or(0, |i| i.blocks.len() as u64)
     }
 
+    /// The data runs as (initialized) extents.
+    pub(super) fn as_extents(&self) -> Vec<Extent> {
+        self.extents
+            .iter()
+            .map(|&(logical, start, len)| Extent { logical, len, start, unwritten: false })
+            .collect()
+    }
+
     /// The inode flags the map needs (EXTENTS_FL for an extent map).
     pub(super) fn inode_flags(&self) -> u32 {
         if self.indirect.is_some() {
@@ -647,29 +655,29 @@ impl FileBlocks {
             }
             return root;
         }
+        let extents = self.as_extents();
+        let in_inode = extents.len().min(EXTENTS_IN_INODE);
         let max = EXTENTS_IN_INODE as u16;
+        let leaf_header =
+            |entries: usize| ExtentHeader { entries: entries as u16, max, depth: 0, generation: 0 };
         match self.leaf {
             None => {
-                assert!(self.extents.len() <= EXTENTS_IN_INODE, "extents overflow the inode");
-                put_extent_header(&mut root, self.extents.len() as u16, max, 0);
-                for (i, &(logical, start, len)) in self.extents.iter().enumerate() {
-                    put_extent(&mut root, i, logical, start, len);
-                }
+                assert!(extents.len() <= EXTENTS_IN_INODE, "extents overflow the inode");
+                let entries = ExtentEntries::Leaf(extents);
+                leaf_header(entries.len()).encode_node(&entries, &mut root);
             }
             Some(leaf) => {
-                put_extent_header(&mut root, 1, max, 1);
-                let at = ext4::EXTENT_HEADER_SIZE;
-                root[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
-                root[at + 4..at + 8].copy_from_slice(&(leaf as u32).to_le_bytes());
-                root[at + 8..at + 10].copy_from_slice(&((leaf >> 32) as u16).to_le_bytes());
                 // ext2fs's split rewrites only the header and the first slot: the other slots
                 // keep the extents the root held before. Reproduced so the inode (and
                 // s_jnl_blocks) match mke2fs's byte for byte; readers ignore them.
-                for (slot, &(logical, start, len)) in
-                    self.extents.iter().enumerate().take(EXTENTS_IN_INODE).skip(1)
-                {
-                    put_extent(&mut root, slot, logical, start, len);
-                }
+                let before = ExtentEntries::Leaf(extents[..in_inode].to_vec());
+                leaf_header(in_inode).encode_node(&before, &mut root);
+                let index = ExtentEntries::Index(vec![ExtentIndex { logical: 0, leaf }]);
+                let mut node = [0u8; ext4::INODE_BLOCK_SIZE];
+                ExtentHeader { entries: 1, max, depth: 1, generation: 0 }
+                    .encode_node(&index, &mut node);
+                let first_slot = ext4::EXTENT_HEADER_SIZE + ext4::EXTENT_ENTRY_SIZE;
+                root[..first_slot].copy_from_slice(&node[..first_slot]);
             }
         }
         root

@@ -305,13 +305,12 @@ impl ImageWriter {
         self.put_indirect_blocks(&files.root, bs);
         self.put_indirect_blocks(&files.lost_found, bs);
         let csum = g.csum();
-        let filetype = g.features.incompat(feature::INCOMPAT_FILETYPE);
-        let ft = if filetype { FT_DIR } else { 0 };
-        let tail = if csum { DIRENT_TAIL_SIZE } else { 0 };
+        // filetype is always on (quill mkfs cannot clear it): entries carry FT_DIR.
+        debug_assert!(g.features.incompat(feature::INCOMPAT_FILETYPE));
         let mut root = vec![0u8; bs];
-        put_dirent(&mut root, 0, ROOT_INO, 12, b".", ft, bs);
-        put_dirent(&mut root, 12, ROOT_INO, 12, b"..", ft, bs);
-        put_dirent(&mut root, 24, FIRST_INO, bs - 24 - tail, b"lost+found", ft, bs);
+        dirent::init_first_dir_block(&mut root, csum, ROOT_INO, ROOT_INO);
+        let added = dirent::insert_dir_entry(&mut root, csum, b"lost+found", FIRST_INO, FT_DIR);
+        assert!(matches!(added, Ok(true)), "lost+found fits the root's first block");
         self.seal_dir_block(ROOT_INO, &mut root);
         self.queue.put(files.root.extents[0].1 * bs as u64, root);
 
@@ -320,10 +319,9 @@ impl ImageWriter {
             for block in start..start + u64::from(len) {
                 let mut data = vec![0u8; bs];
                 if logical == 0 {
-                    put_dirent(&mut data, 0, FIRST_INO, 12, b".", ft, bs);
-                    put_dirent(&mut data, 12, ROOT_INO, bs - 12 - tail, b"..", ft, bs);
+                    dirent::init_first_dir_block(&mut data, csum, FIRST_INO, ROOT_INO);
                 } else {
-                    put_dirent(&mut data, 0, 0, bs - tail, b"", 0, bs);
+                    dirent::init_empty_dir_block(&mut data, csum);
                 }
                 self.seal_dir_block(FIRST_INO, &mut data);
                 self.queue.put(block * bs as u64, data);
@@ -332,18 +330,11 @@ impl ImageWriter {
         }
     }
 
-    /// The checksum tail of a directory block (metadata_csum only).
+    /// The checksum in the tail of a directory block (metadata_csum only; the tail is there).
     pub(super) fn seal_dir_block(&self, ino: u32, block: &mut [u8]) {
-        if !self.sb.has_metadata_csum() {
-            return;
+        if self.sb.has_metadata_csum() {
+            dirent::set_dir_block_checksum(inode_csum_seed(&self.sb, ino, 0), block);
         }
-        let at = block.len() - DIRENT_TAIL_SIZE;
-        block[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
-        block[at + 4..at + 6].copy_from_slice(&(DIRENT_TAIL_SIZE as u16).to_le_bytes());
-        block[at + 6] = 0;
-        block[at + 7] = DIRENT_TAIL_FT;
-        let crc = crc32c_raw(inode_csum_seed(&self.sb, ino, 0), &block[..at]);
-        block[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// `ext2fs_create_resize_inode`: the double-indirect block maps the primary reserved GDT
@@ -398,16 +389,16 @@ impl ImageWriter {
         self.put_indirect_blocks(&files.journal, bs);
         if let Some(leaf) = files.journal.leaf {
             let mut block = vec![0u8; bs];
-            let max = ((bs - ext4::EXTENT_HEADER_SIZE) / ext4::EXTENT_ENTRY_SIZE) as u16;
-            put_extent_header(&mut block, files.journal.extents.len() as u16, max, 0);
-            for (i, &(logical, start, len)) in files.journal.extents.iter().enumerate() {
-                put_extent(&mut block, i, logical, start, len);
-            }
-            let tail = ext4::EXTENT_HEADER_SIZE + usize::from(max) * ext4::EXTENT_ENTRY_SIZE;
+            let entries = ExtentEntries::Leaf(files.journal.as_extents());
+            let header = ExtentHeader {
+                entries: entries.len() as u16,
+                max: ExtentHeader::slots_for(bs),
+                depth: 0,
+                generation: 0,
+            };
+            header.encode_node(&entries, &mut block);
             if self.sb.has_metadata_csum() {
-                let seed = inode_csum_seed(&self.sb, JOURNAL_INO, 0);
-                let crc = crc32c_raw(seed, &block[..tail]);
-                block[tail..tail + 4].copy_from_slice(&crc.to_le_bytes());
+                header.seal_block(inode_csum_seed(&self.sb, JOURNAL_INO, 0), &mut block);
             }
             self.queue.put(leaf * bs as u64, block);
         }
@@ -548,45 +539,4 @@ pub(super) fn encode_inode(inode: &Inode, isz: usize) -> Vec<u8> {
     let mut raw = vec![0u8; isz];
     inode.encode_into(&mut raw);
     raw
-}
-
-/// One directory entry; `rec_len` of a whole 64 KiB block is stored as 0xFFFF
-/// (`ext2fs_set_rec_len`).
-pub(super) fn put_dirent(
-    block: &mut [u8],
-    at: usize,
-    ino: u32,
-    rec_len: usize,
-    name: &[u8],
-    ft: u8,
-    bs: usize,
-) {
-    let stored: u16 = if rec_len >= 65536 {
-        assert_eq!(rec_len, bs, "rec_len {rec_len} of a {bs}-byte block");
-        0xFFFF
-    } else {
-        rec_len as u16
-    };
-    block[at..at + 4].copy_from_slice(&ino.to_le_bytes());
-    block[at + 4..at + 6].copy_from_slice(&stored.to_le_bytes());
-    block[at + 6] = name.len() as u8;
-    block[at + 7] = ft;
-    block[at + 8..at + 8 + name.len()].copy_from_slice(name);
-}
-
-pub(super) fn put_extent_header(node: &mut [u8], entries: u16, max: u16, depth: u16) {
-    node[0..2].copy_from_slice(&ext4::EXTENT_MAGIC.to_le_bytes());
-    node[2..4].copy_from_slice(&entries.to_le_bytes());
-    node[4..6].copy_from_slice(&max.to_le_bytes());
-    node[6..8].copy_from_slice(&depth.to_le_bytes());
-    node[8..12].copy_from_slice(&0u32.to_le_bytes());
-}
-
-pub(super) fn put_extent(node: &mut [u8], slot: usize, logical: u32, start: u64, len: u32) {
-    let at = ext4::EXTENT_HEADER_SIZE + slot * ext4::EXTENT_ENTRY_SIZE;
-    assert!(len > 0 && len <= ext4::EXTENT_LEN_INIT_MAX, "extent of {len} blocks");
-    node[at..at + 4].copy_from_slice(&logical.to_le_bytes());
-    node[at + 4..at + 6].copy_from_slice(&(len as u16).to_le_bytes());
-    node[at + 6..at + 8].copy_from_slice(&((start >> 32) as u16).to_le_bytes());
-    node[at + 8..at + 12].copy_from_slice(&(start as u32).to_le_bytes());
 }
