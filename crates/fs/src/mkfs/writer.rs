@@ -204,12 +204,10 @@ impl ImageWriter {
     /// A backup superblock as `ext2fs_flush` writes it: its group number, and the state
     /// cleared (e2fsck restores it from the primary when it uses a backup).
     pub(super) fn backup_superblock(&self, group: u32) -> Vec<u8> {
-        let mut raw = self.sb.encode();
-        raw[sb_off::STATE..sb_off::STATE + 2].copy_from_slice(&0u16.to_le_bytes());
-        let group_nr = u16::try_from(group).unwrap_or(0);
-        raw[sb_off::BLOCK_GROUP_NR..sb_off::BLOCK_GROUP_NR + 2]
-            .copy_from_slice(&group_nr.to_le_bytes());
-        reseal_superblock(&self.sb, &mut raw);
+        let mut backup = self.sb.clone();
+        backup.state = 0;
+        backup.block_group_nr = u16::try_from(group).unwrap_or(0);
+        let raw = backup.encode();
         let mut block = vec![0u8; self.block_size as usize];
         block[..ext4::SUPERBLOCK_SIZE].copy_from_slice(&raw);
         block

@@ -95,6 +95,15 @@ mod off {
     pub const BACKUP_BGS: usize = 0x24C;
     pub const CHECKSUM_SEED: usize = 0x270;
     pub const CHECKSUM: usize = 0x3FC;
+    pub const CLUSTERS_PER_GROUP: usize = 0x24;
+    pub const MAX_MNT_COUNT: usize = 0x36;
+    pub const LASTCHECK: usize = 0x40;
+    pub const BLOCK_GROUP_NR: usize = 0x5A;
+    pub const DEFAULT_MOUNT_OPTS: usize = 0x100;
+    pub const MKFS_TIME: usize = 0x108;
+    pub const WANT_EXTRA_ISIZE: usize = 0x15E;
+    pub const LOG_GROUPS_PER_FLEX: usize = 0x174;
+    pub const OVERHEAD_CLUSTERS: usize = 0x248;
     // The error record (EXT4_S_ERR_START..EXT4_S_ERR_END, plus the high time bytes and the
     // error codes kernels from 5.10 on keep past s_checksum_seed).
     pub const ERROR_COUNT: usize = 0x194;
@@ -311,6 +320,24 @@ pub struct Superblock {
     pub orphan_file_inum: u32,
     /// `s_reserved_gdt_blocks`: descriptor blocks reserved after the table for online resize.
     pub reserved_gdt_blocks: u16,
+    /// `s_log_cluster_size` and `s_clusters_per_group` (the block size and blocks per group
+    /// without bigalloc).
+    pub log_cluster_size: u32,
+    pub clusters_per_group: u32,
+    /// `s_max_mnt_count` (as stored; -1 disables the mount-count check) and `s_lastcheck`.
+    pub max_mnt_count: u16,
+    pub lastcheck: u32,
+    /// `s_block_group_nr`: the group a backup copy lives in (0 in the primary).
+    pub block_group_nr: u16,
+    /// `s_default_mount_opts` (EXT4_DEFM_*), `s_mkfs_time`.
+    pub default_mount_opts: u32,
+    pub mkfs_time: u32,
+    /// `s_want_extra_isize`: the extra inode space new inodes should get.
+    pub want_extra_isize: u16,
+    /// `s_log_groups_per_flex` (flex_bg).
+    pub log_groups_per_flex: u8,
+    /// `s_overhead_clusters`: blocks of metadata, as mke2fs counts them (0: unknown).
+    pub overhead_clusters: u32,
     /// `s_error_count`: errors recorded since the last e2fsck (which zeroes it).
     pub error_count: u32,
     /// `s_first_error_*`: the first error since the last e2fsck.
@@ -321,6 +348,13 @@ pub struct Superblock {
 }
 
 impl Superblock {
+    /// A superblock with every field zero (every byte of its encoding zero but the magic), for
+    /// mkfs to fill in before it encodes: unvalidated until [`Superblock::parse`] reads its
+    /// encoding back.
+    pub fn blank() -> Self {
+        Self::decode([0u8; SUPERBLOCK_SIZE])
+    }
+
     /// Decodes and validates the first [`SUPERBLOCK_SIZE`] bytes of `bytes`.
     pub fn parse(bytes: &[u8]) -> Result<Self, OnDiskError> {
         let raw: [u8; SUPERBLOCK_SIZE] = bytes
@@ -422,6 +456,16 @@ impl Superblock {
                 | (u64::from(le32(b, off::KBYTES_WRITTEN + 4)) << 32),
             orphan_file_inum: le32(b, off::ORPHAN_FILE_INUM),
             reserved_gdt_blocks: le16(b, off::RESERVED_GDT_BLOCKS),
+            log_cluster_size: le32(b, off::LOG_CLUSTER_SIZE),
+            clusters_per_group: le32(b, off::CLUSTERS_PER_GROUP),
+            max_mnt_count: le16(b, off::MAX_MNT_COUNT),
+            lastcheck: le32(b, off::LASTCHECK),
+            block_group_nr: le16(b, off::BLOCK_GROUP_NR),
+            default_mount_opts: le32(b, off::DEFAULT_MOUNT_OPTS),
+            mkfs_time: le32(b, off::MKFS_TIME),
+            want_extra_isize: le16(b, off::WANT_EXTRA_ISIZE),
+            log_groups_per_flex: b[off::LOG_GROUPS_PER_FLEX],
+            overhead_clusters: le32(b, off::OVERHEAD_CLUSTERS),
             error_count: le32(b, off::ERROR_COUNT),
             first_error: FIRST_ERROR.decode(b),
             last_error: LAST_ERROR.decode(b),
@@ -724,6 +768,16 @@ impl Superblock {
         put_le32(b, off::KBYTES_WRITTEN + 4, (self.kbytes_written >> 32) as u32);
         put_le32(b, off::ORPHAN_FILE_INUM, self.orphan_file_inum);
         put_le16(b, off::RESERVED_GDT_BLOCKS, self.reserved_gdt_blocks);
+        put_le32(b, off::LOG_CLUSTER_SIZE, self.log_cluster_size);
+        put_le32(b, off::CLUSTERS_PER_GROUP, self.clusters_per_group);
+        put_le16(b, off::MAX_MNT_COUNT, self.max_mnt_count);
+        put_le32(b, off::LASTCHECK, self.lastcheck);
+        put_le16(b, off::BLOCK_GROUP_NR, self.block_group_nr);
+        put_le32(b, off::DEFAULT_MOUNT_OPTS, self.default_mount_opts);
+        put_le32(b, off::MKFS_TIME, self.mkfs_time);
+        put_le16(b, off::WANT_EXTRA_ISIZE, self.want_extra_isize);
+        b[off::LOG_GROUPS_PER_FLEX] = self.log_groups_per_flex;
+        put_le32(b, off::OVERHEAD_CLUSTERS, self.overhead_clusters);
         put_le32(b, off::ERROR_COUNT, self.error_count);
         FIRST_ERROR.encode(b, &self.first_error);
         LAST_ERROR.encode(b, &self.last_error);
