@@ -74,6 +74,10 @@ pub enum FsError {
     /// EROFS: the file system is read-only (opened so, or turned so by an error).
     #[error("read-only file system")]
     ReadOnly,
+
+    /// Multiple mount protection: another host (or e2fsck) has the file system (EBUSY).
+    #[error("the file system is in use elsewhere (multiple mount protection): {0}")]
+    InUse(String),
     /// EFBIG: the file would exceed the largest size ext4 can map.
     #[error("file too large")]
     FileTooLarge,
@@ -143,6 +147,7 @@ impl FsError {
             FsError::Range => errno::ERANGE,
             FsError::TooManyLinks => errno::EMLINK,
             FsError::ReadOnly => errno::EROFS,
+            FsError::InUse(_) => errno::EBUSY,
             FsError::FileTooLarge => errno::EFBIG,
             FsError::NoSuchOffset => errno::ENXIO,
             FsError::NotPermitted(_) => errno::EPERM,
@@ -160,6 +165,7 @@ pub mod errno {
     pub const ENXIO: i32 = 6;
     pub const EEXIST: i32 = 17;
     pub const ENOTDIR: i32 = 20;
+    pub const EBUSY: i32 = 16;
     pub const EISDIR: i32 = 21;
     pub const EINVAL: i32 = 22;
     pub const EFBIG: i32 = 27;

@@ -140,7 +140,8 @@ const INCOMPAT_WRITABLE: u32 = feature::INCOMPAT_FILETYPE
     | feature::INCOMPAT_EXTENTS
     | feature::INCOMPAT_64BIT
     | feature::INCOMPAT_FLEX_BG
-    | feature::INCOMPAT_CSUM_SEED;
+    | feature::INCOMPAT_CSUM_SEED
+    | feature::INCOMPAT_MMP;
 
 /// RO_COMPAT features quill writes correctly.
 const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
@@ -179,6 +180,8 @@ pub struct Filesystem {
     /// `s_state` as found at mount (ext4's `s_mount_state`), which a clean unmount writes
     /// back: VALID_FS is cleared while a file system without a journal is mounted.
     mount_state: u16,
+    /// The MMP block this read-write mount holds (the mmp feature; `mmp.rs`).
+    mmp: Option<crate::mmp::Mmp>,
     next_generation: AtomicU32,
 }
 
@@ -202,6 +205,13 @@ impl Filesystem {
         let image = Ext4Image::open(dev.clone())?;
         let sb = image.superblock().clone();
         check_features(&sb, options.read_only)?;
+        // Multiple mount protection comes before anything is written, replay included (as
+        // ext4_fill_super takes it before loading the journal); read-only opens skip it.
+        let mmp = if !options.read_only && sb.feature_incompat & feature::INCOMPAT_MMP != 0 {
+            Some(crate::mmp::Mmp::take(dev.clone(), &sb, &std::thread::sleep)?)
+        } else {
+            None
+        };
         // A file system without a journal (ext2, ext4 -O ^has_journal) gets a journal without
         // a log: its commits write home (`Journal::without_log`).
         let location = if sb.has_journal() { Some(image.journal_location()?) } else { None };
@@ -326,6 +336,7 @@ impl Filesystem {
             errors_seen: AtomicBool::new(false),
             error_unsaved: AtomicBool::new(false),
             mount_state,
+            mmp,
             next_generation: AtomicU32::new(now().nsec),
         };
         if !fs.options.read_only {
@@ -366,7 +377,7 @@ impl Filesystem {
     /// committed any more, so every later change must fail, as ext4's "Detected aborted
     /// journal" makes it read-only at the next handle start.
     pub fn is_read_only(&self) -> bool {
-        self.read_only.load(Ordering::Acquire) || self.journal.is_aborted()
+        self.read_only.load(Ordering::Acquire) || self.journal.is_aborted() || self.mmp_lost()
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -374,6 +385,17 @@ impl Filesystem {
             return Err(FsError::ReadOnly);
         }
         Ok(())
+    }
+
+    /// Another host took the MMP block: nothing more may be written. The journal aborts (the
+    /// running transaction never commits), as ext4's kmmpd calls `ext4_error(sb, "abort")`.
+    fn mmp_lost(&self) -> bool {
+        let Some(why) = self.mmp.as_ref().and_then(|m| m.lost()) else { return false };
+        if !self.journal.is_aborted() {
+            self.journal
+                .abort(format!("multiple mount protection: {why}"), crate::error::errno::EIO);
+        }
+        true
     }
 
     /// Clean unmount: commits and checkpoints everything, writes the superblock with the free
@@ -399,7 +421,7 @@ impl Filesystem {
         // mount to free; orphan_present must then stay set.
         let orphan_file_used =
             self.orphans.lock().file.as_ref().is_some_and(|f| !f.recorded().is_empty());
-        let Filesystem { dev, sb, groups, journal, mount_state, .. } = self;
+        let Filesystem { dev, sb, groups, journal, mount_state, mmp, .. } = self;
         journal.shutdown()?;
         if read_only {
             return writeback;
@@ -431,6 +453,10 @@ impl Filesystem {
         home.wtime = now().sec as u32;
         dev.write_at(ext4::SUPERBLOCK_OFFSET, &home.encode())?;
         dev.flush()?;
+        // Last: another host may take the file system once the MMP block says clean.
+        if let Some(mmp) = mmp {
+            mmp.release()?;
+        }
         // A writeback failure is still reported, after everything else was kept.
         writeback
     }
@@ -438,6 +464,9 @@ impl Filesystem {
     /// Leaves the device as a crash would (tests): nothing more is committed or written.
     pub fn crash(self) {
         self.journal.abandon();
+        if let Some(mmp) = self.mmp {
+            mmp.abandon();
+        }
     }
 
     pub fn options(&self) -> &MountOptions {

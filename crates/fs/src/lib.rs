@@ -48,6 +48,7 @@ mod fsync_journal;
 mod groups;
 mod inode_flags;
 mod inodes;
+mod mmp;
 mod ops;
 mod orphan;
 mod page_cache;

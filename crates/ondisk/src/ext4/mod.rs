@@ -26,6 +26,7 @@ mod group_desc;
 pub mod htree;
 pub mod iflags;
 mod inode;
+pub mod mmp;
 mod superblock;
 pub mod xattr;
 

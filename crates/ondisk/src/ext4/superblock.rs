@@ -104,6 +104,8 @@ mod off {
     pub const WANT_EXTRA_ISIZE: usize = 0x15E;
     pub const LOG_GROUPS_PER_FLEX: usize = 0x174;
     pub const OVERHEAD_CLUSTERS: usize = 0x248;
+    pub const MMP_UPDATE_INTERVAL: usize = 0x166;
+    pub const MMP_BLOCK: usize = 0x168;
     // The error record (EXT4_S_ERR_START..EXT4_S_ERR_END, plus the high time bytes and the
     // error codes kernels from 5.10 on keep past s_checksum_seed).
     pub const ERROR_COUNT: usize = 0x194;
@@ -338,6 +340,9 @@ pub struct Superblock {
     pub log_groups_per_flex: u8,
     /// `s_overhead_clusters`: blocks of metadata, as mke2fs counts them (0: unknown).
     pub overhead_clusters: u32,
+    /// `s_mmp_update_interval` (seconds) and `s_mmp_block` (the mmp feature).
+    pub mmp_update_interval: u16,
+    pub mmp_block: u64,
     /// `s_error_count`: errors recorded since the last e2fsck (which zeroes it).
     pub error_count: u32,
     /// `s_first_error_*`: the first error since the last e2fsck.
@@ -466,6 +471,9 @@ impl Superblock {
             want_extra_isize: le16(b, off::WANT_EXTRA_ISIZE),
             log_groups_per_flex: b[off::LOG_GROUPS_PER_FLEX],
             overhead_clusters: le32(b, off::OVERHEAD_CLUSTERS),
+            mmp_update_interval: le16(b, off::MMP_UPDATE_INTERVAL),
+            mmp_block: u64::from(le32(b, off::MMP_BLOCK))
+                | (u64::from(le32(b, off::MMP_BLOCK + 4)) << 32),
             error_count: le32(b, off::ERROR_COUNT),
             first_error: FIRST_ERROR.decode(b),
             last_error: LAST_ERROR.decode(b),
@@ -778,6 +786,9 @@ impl Superblock {
         put_le16(b, off::WANT_EXTRA_ISIZE, self.want_extra_isize);
         b[off::LOG_GROUPS_PER_FLEX] = self.log_groups_per_flex;
         put_le32(b, off::OVERHEAD_CLUSTERS, self.overhead_clusters);
+        put_le16(b, off::MMP_UPDATE_INTERVAL, self.mmp_update_interval);
+        put_le32(b, off::MMP_BLOCK, self.mmp_block as u32);
+        put_le32(b, off::MMP_BLOCK + 4, (self.mmp_block >> 32) as u32);
         put_le32(b, off::ERROR_COUNT, self.error_count);
         FIRST_ERROR.encode(b, &self.first_error);
         LAST_ERROR.encode(b, &self.last_error);
