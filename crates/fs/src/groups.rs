@@ -180,9 +180,6 @@ pub(crate) struct Groups {
     pub geo: Geometry,
     /// The superblock as opened: checksum seed, uuid and features for descriptor checksums.
     sb: Superblock,
-    /// Superblock backup + descriptor table + reserved descriptor blocks at the start of a
-    /// group that has a superblock backup.
-    base_meta_blocks: u32,
     pub layouts: Vec<GroupLayout>,
     slots: Vec<Mutex<GroupState>>,
     /// Unlocked copies of each group's free counts, for choosing a group without locking all.
@@ -208,7 +205,6 @@ pub(crate) struct Groups {
 impl Groups {
     pub fn new(sb: &Superblock, descs: &[GroupDesc]) -> Result<Self> {
         let geo = Geometry::new(sb);
-        let base_meta_blocks = 1 + sb.group_desc_blocks() + u32::from(sb.reserved_gdt_blocks);
         let counters = Arc::new(Counters::default());
         let mut free_blocks = 0i64;
         let mut free_inodes = 0i64;
@@ -221,7 +217,7 @@ impl Groups {
         counters.free_blocks.store(free_blocks, Ordering::Release);
         counters.free_inodes.store(free_inodes, Ordering::Release);
         counters.used_dirs.store(used_dirs, Ordering::Release);
-        let system_zone = system_zone(sb, descs, &geo, base_meta_blocks);
+        let system_zone = system_zone(sb, descs, &geo);
         Ok(Groups {
             system_zone,
             layouts: descs
@@ -247,7 +243,6 @@ impl Groups {
                 .collect(),
             geo,
             sb: sb.clone(),
-            base_meta_blocks,
             counters,
             metadata_pool: (sb.blocks_count / 50).min(4096) as i64,
             uninit_cleared: AtomicU64::new(0),
@@ -828,9 +823,7 @@ impl Groups {
                 }
             }
         };
-        if self.sb.group_has_superblock(group) {
-            mark(first, u64::from(self.base_meta_blocks));
-        }
+        mark(first, u64::from(self.sb.group_base_meta_blocks(group)));
         for layout in &self.layouts {
             mark(layout.block_bitmap, 1);
             mark(layout.inode_bitmap, 1);
@@ -950,12 +943,7 @@ const INODE_LINKS_OFFSET: usize = 0x1A;
 /// The system zone of a file system: every group's superblock backup with its descriptor and
 /// reserved descriptor blocks, block and inode bitmaps and inode table, as sorted, merged
 /// `[start, end)` ranges (clamped to the file system).
-fn system_zone(
-    sb: &Superblock,
-    descs: &[GroupDesc],
-    geo: &Geometry,
-    base_meta_blocks: u32,
-) -> Vec<(u64, u64)> {
+fn system_zone(sb: &Superblock, descs: &[GroupDesc], geo: &Geometry) -> Vec<(u64, u64)> {
     let mut ranges = Vec::with_capacity(descs.len() * 3 + 1);
     let mut add = |start: u64, len: u64| {
         let end = start.saturating_add(len).min(geo.blocks_count);
@@ -967,9 +955,7 @@ fn system_zone(
     add(0, u64::from(geo.first_data_block));
     for (group, desc) in descs.iter().enumerate() {
         let group = group as u32;
-        if sb.group_has_superblock(group) {
-            add(geo.group_first_block(group), u64::from(base_meta_blocks));
-        }
+        add(geo.group_first_block(group), u64::from(sb.group_base_meta_blocks(group)));
         add(desc.block_bitmap, 1);
         add(desc.inode_bitmap, 1);
         add(desc.inode_table, u64::from(geo.itable_blocks));

@@ -483,6 +483,18 @@ fn no_journal_configs() -> Vec<Config> {
     ]
 }
 
+/// Features beyond the defaults that quill writes: meta_bg (1 KiB blocks over 300 MiB: three
+/// meta groups, so descriptors live in groups 0/1/15, 16/17/31 and 32/33) and mmp.
+fn feature_configs() -> Vec<Config> {
+    vec![
+        Config {
+            size: "300M",
+            ..config("meta_bg-1k", vec!["-O", "meta_bg,^resize_inode", "-b", "1024"], 1024)
+        },
+        config("mmp-4k", vec!["-O", "mmp", "-b", "4096"], 4096),
+    ]
+}
+
 /// Runs 4 threads × `steps` random operations on a fresh image of `c`, checks every model
 /// after the threads finish and after remount, and `e2fsck -fn` after each unmount.
 fn run_model(c: &Config, seed: u64, steps: usize) {
@@ -576,6 +588,18 @@ fn random_operations_without_a_journal_match_the_model() {
 }
 
 #[test]
+fn random_operations_with_meta_bg_and_mmp_match_the_model() {
+    let test = "random_operations_features";
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return;
+    }
+    let seed = seed(test);
+    for c in feature_configs() {
+        run_model(&c, seed, 150);
+    }
+}
+
+#[test]
 fn a_directory_of_thousands_of_names_becomes_an_htree_that_e2fsck_accepts() {
     if !have("mkfs.ext4", "htree") || !have("e2fsck", "htree") {
         return;
@@ -616,10 +640,27 @@ fn filling_the_disk_from_several_threads_gives_enospc_and_deleting_frees_the_spa
     if !have("mkfs.ext4", "enospc") || !have("e2fsck", "enospc") {
         return;
     }
-    let scratch = Scratch::new("enospc");
+    fill_then_free("enospc", "16M", &["-b", "4096"]);
+}
+
+/// The same on meta_bg (three meta groups of descriptors): every group's blocks, those of
+/// groups whose bitmap was never built included, are allocated and freed.
+#[test]
+fn filling_a_meta_bg_file_system_gives_enospc_and_deleting_frees_the_space() {
+    if !have("mkfs.ext4", "enospc_meta_bg") || !have("e2fsck", "enospc_meta_bg") {
+        return;
+    }
+    fill_then_free("enospc-meta-bg", "300M", &["-O", "meta_bg,^resize_inode", "-b", "1024"]);
+}
+
+/// Four threads write until ENOSPC on a fresh image of `size` made with `mkfs_options`; the
+/// disk is then full, writes back, frees everything on unlink, and checks clean.
+fn fill_then_free(name: &str, size: &str, mkfs_options: &[&str]) {
+    let scratch = Scratch::new(name);
     let image = scratch.path("fs.img");
-    mkfs(&image, "16M", &["-b", "4096"]);
+    mkfs(&image, size, mkfs_options);
     let fs = Arc::new(open(&image));
+    let fs_bytes = fs.statfs().blocks * u64::from(fs.block_size());
     let chunk = vec![0xA5u8; 256 * 1024];
     // The files exist first: a cached writer can fill the disk before another thread's
     // create, which would then (rightly) get ENOSPC itself.
@@ -648,7 +689,7 @@ fn filling_the_disk_from_several_threads_gives_enospc_and_deleting_frees_the_spa
             .collect();
         workers.into_iter().map(|w| w.join().expect("worker")).sum()
     });
-    assert!(written > 8 << 20, "only {written} bytes fit on a 16 MiB file system");
+    assert!(written > fs_bytes / 2, "only {written} bytes fit on {fs_bytes}");
     // Full: nothing available to users; what is free is at most the 2% metadata pool kept
     // for writeback (as ext4's s_resv_clusters) plus a little.
     let statfs = fs.statfs();

@@ -686,6 +686,27 @@ impl Superblock {
         is_power_of(group, 3) || is_power_of(group, 5) || is_power_of(group, 7)
     }
 
+    /// Blocks at the start of `group` that hold a superblock copy and descriptor blocks
+    /// (with the reserved GDT blocks after them): `ext4_num_base_meta_blocks`. Without meta_bg
+    /// (or below `first_meta_bg`'s groups) a group with a superblock copy holds the whole
+    /// table and the reserved blocks; with meta_bg, a meta group's descriptor block sits in
+    /// its first, second and last group.
+    pub fn group_base_meta_blocks(&self, group: u32) -> u32 {
+        let has_super = u32::from(self.group_has_superblock(group));
+        let per_block = (self.block_size() as usize / self.desc_size()) as u32;
+        let meta_bg = self.feature_incompat & feature::INCOMPAT_META_BG != 0;
+        if !meta_bg || u64::from(group) < u64::from(self.first_meta_bg) * u64::from(per_block) {
+            if has_super == 0 {
+                return 0;
+            }
+            let table = if meta_bg { self.first_meta_bg } else { self.group_desc_blocks() };
+            return has_super + table + u32::from(self.reserved_gdt_blocks);
+        }
+        let first = group - group % per_block;
+        let holds_copy = group == first || group == first + 1 || group == first + per_block - 1;
+        has_super + u32::from(holds_copy)
+    }
+
     /// Number of blocks the group descriptor table occupies.
     pub fn group_desc_blocks(&self) -> u32 {
         let per_block = self.block_size() as usize / self.desc_size();
