@@ -81,6 +81,7 @@ pub(crate) fn dir_ctx(fs: &Filesystem, ino: u32, data: &InodeData) -> DirCtx {
         ino,
         csum_seed: fs.inode_csum_seed(ino, data.inode.generation),
         dir_index: sb.feature_compat & ext4::feature::COMPAT_DIR_INDEX != 0,
+        largedir: sb.feature_incompat & ext4::feature::INCOMPAT_LARGEDIR != 0,
         hash_version: sb.effective_hash_version(),
         hash_seed: sb.hash_seed,
     }

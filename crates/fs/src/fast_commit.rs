@@ -710,6 +710,7 @@ impl Replay {
             ino: dir_ino,
             csum_seed: ectx.csum_seed,
             dir_index: self.sb.feature_compat & ext4::feature::COMPAT_DIR_INDEX != 0,
+            largedir: self.sb.feature_incompat & ext4::feature::INCOMPAT_LARGEDIR != 0,
             hash_version: self.sb.effective_hash_version(),
             hash_seed: self.sb.hash_seed,
         };

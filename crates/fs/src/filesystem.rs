@@ -142,7 +142,8 @@ const INCOMPAT_WRITABLE: u32 = feature::INCOMPAT_FILETYPE
     | feature::INCOMPAT_FLEX_BG
     | feature::INCOMPAT_CSUM_SEED
     | feature::INCOMPAT_MMP
-    | feature::INCOMPAT_META_BG;
+    | feature::INCOMPAT_META_BG
+    | feature::INCOMPAT_LARGEDIR;
 
 /// RO_COMPAT features quill writes correctly.
 const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER

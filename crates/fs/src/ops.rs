@@ -212,6 +212,18 @@ impl Filesystem {
             .ok_or_else(|| FsError::corrupted(0, format!("directory {dir} has no `..` entry")))
     }
 
+    /// `NoSpace` when directory `dir_ino` (locked; `data` its record) cannot take `name`:
+    /// its hashed index is full where the name goes (`dir::check_room`). Checked before an
+    /// operation changes anything, as ext4 fails such an add before it commits a change.
+    pub(crate) fn dir_check_room(
+        &self,
+        dir_ino: u32,
+        data: &mut InodeData,
+        name: &[u8],
+    ) -> Result<()> {
+        self.with_dir_read(dir_ino, data, |access, ctx| dir::check_room(access, ctx, name))
+    }
+
     pub(crate) fn dir_lookup_locked(
         &self,
         dir_ino: u32,
@@ -575,6 +587,7 @@ impl Filesystem {
         if self.dir_lookup_locked(parent, pdata, name)?.is_some() {
             return Err(FsError::Exists);
         }
+        self.dir_check_room(parent, pdata, name)?;
         if is_dir && pdata.inode.links_count >= LINK_MAX && !self.has_dir_nlink() {
             return Err(FsError::TooManyLinks);
         }
@@ -844,6 +857,7 @@ impl Filesystem {
         if self.dir_lookup_locked(new_parent, pdata, new_name)?.is_some() {
             return Err(FsError::Exists);
         }
+        self.dir_check_room(new_parent, pdata, new_name)?;
         let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
         let (dirsync, tid) = (inode_flags::dirsync(&pdata.inode), txn.handle.tid());
         let result = (|| {

@@ -110,6 +110,9 @@ impl Filesystem {
         if flags.noreplace && dst.is_some() {
             return Err(FsError::Exists);
         }
+        if dst.is_none() {
+            self.dir_check_room(new_parent, parents.new_dir(), new_name)?;
+        }
         if dst.is_some_and(|(d, _)| d == src) {
             // Both names are links to one inode: POSIX says do nothing.
             return Ok(());

@@ -206,6 +206,7 @@ impl<'a> ImageDir<'a> {
                 .has_metadata_csum()
                 .then(|| ext4::inode_csum_seed(sb, ino, inode.generation)),
             dir_index: sb.feature_compat & feature::COMPAT_DIR_INDEX != 0,
+            largedir: sb.feature_incompat & feature::INCOMPAT_LARGEDIR != 0,
             hash_version: sb.effective_hash_version(),
             hash_seed: sb.hash_seed,
         };

@@ -40,12 +40,28 @@ impl<'a> Dir<'a> {
         }
         let root =
             htree::parse_dx_root(&data, self.has_csum).map_err(|err| self.on_disk(0, err))?;
+        if root.indirect_levels > self.levels_max() {
+            // As dx_probe: deeper than the feature allows is damage ("htree depth exceeds").
+            let reason = format!("{} indirect index levels without largedir", root.indirect_levels);
+            return Err(self.corrupted(0, reason));
+        }
         self.check_index_entries(0, &root.entries, &[])?;
         let version = effective_version(root.hash_version, self.ctx.hash_version);
         Ok((root, version))
     }
 
-    pub(super) fn read_node(&mut self, lblk: u32, root: &DxRoot) -> Result<Vec<DxEntry>> {
+    /// Index levels below the root the directory may have: 1, or 2 with largedir.
+    pub(super) fn levels_max(&self) -> u8 {
+        if self.ctx.largedir {
+            htree::DX_INDIRECT_LEVELS_MAX_LARGEDIR
+        } else {
+            htree::DX_INDIRECT_LEVELS_MAX
+        }
+    }
+
+    /// Index node `lblk`, below the index blocks of `above` (the root's frame first): none of
+    /// its entries may name one of those blocks' children (an index node at a shallower level).
+    pub(super) fn read_node(&mut self, lblk: u32, above: &[Frame]) -> Result<Vec<DxEntry>> {
         let data = self.read_raw(lblk)?;
         if let Some(seed) = self.ctx.csum_seed {
             if !htree::dx_checksum_ok(seed, &data) {
@@ -54,8 +70,9 @@ impl<'a> Dir<'a> {
         }
         let entries =
             htree::parse_dx_node(&data, self.has_csum).map_err(|err| self.on_disk(lblk, err))?;
-        // The node's children are leaves: none may be one of the root's nodes.
-        self.check_index_entries(lblk, &entries, &root.entries)?;
+        let index_nodes: Vec<DxEntry> =
+            above.iter().flat_map(|frame| frame.entries.iter().copied()).collect();
+        self.check_index_entries(lblk, &entries, &index_nodes)?;
         Ok(entries)
     }
 
@@ -87,9 +104,10 @@ impl<'a> Dir<'a> {
         };
         let at = search(&root.entries);
         let mut frames = vec![Frame { lblk: 0, entries: root.entries.clone(), at }];
-        if root.indirect_levels > 0 {
-            let lblk = root.entries[at].block;
-            let entries = self.read_node(lblk, &root)?;
+        for _ in 0..root.indirect_levels {
+            let parent = frames.last().expect("the root's frame");
+            let lblk = parent.entries[parent.at].block;
+            let entries = self.read_node(lblk, &frames)?;
             let at = search(&entries);
             frames.push(Frame { lblk, entries, at });
         }
@@ -120,7 +138,7 @@ impl<'a> Dir<'a> {
         for below in level + 1..path.frames.len() {
             let parent = &path.frames[below - 1];
             let lblk = parent.entries[parent.at].block;
-            let entries = self.read_node(lblk, &path.root)?;
+            let entries = self.read_node(lblk, &path.frames[..below])?;
             path.frames[below] = Frame { lblk, entries, at: 0 };
         }
         Ok(Some(start))
@@ -162,13 +180,18 @@ impl<'a> Dir<'a> {
             }
             let bottom = path.frames.len() - 1;
             if path.frames[bottom].entries.len() >= self.index_limit(bottom) {
-                if bottom == 0 {
-                    self.dx_grow_root(path)?;
-                } else if path.frames[0].entries.len() >= self.index_limit(0) {
-                    // Both levels are full: ext4 without largedir says "directory index full".
-                    return Err(FsError::NoSpace);
-                } else {
-                    self.dx_split_node(path)?;
+                // The deepest index block on the path with room takes the split of the full
+                // one below it; when every one is full the root grows a level, unless the
+                // index is as deep as it may be: ext4's "directory index full".
+                let room = (0..bottom)
+                    .rev()
+                    .find(|&level| path.frames[level].entries.len() < self.index_limit(level));
+                match room {
+                    Some(parent) => self.dx_split_node(path, parent + 1)?,
+                    None if path.root.indirect_levels < self.levels_max() => {
+                        self.dx_grow_root(path)?
+                    }
+                    None => return Err(FsError::NoSpace),
                 }
                 continue;
             }
@@ -179,6 +202,22 @@ impl<'a> Dir<'a> {
         Err(FsError::NoSpace)
     }
 
+    /// Whether [`Dir::dx_add`] can place `name`: its leaf has room, or some index block on
+    /// the way to it does (the full ones below it split), or the root can grow a level.
+    pub(super) fn dx_room(&mut self, name: &[u8]) -> Result<bool> {
+        let (root, version) = self.read_root()?;
+        let (hash, _) = self.hash(name, version)?;
+        let path = self.descend(root, version, Some(hash))?;
+        let leaf = path.leaf();
+        let mut data = self.read_leaf(leaf)?;
+        let fits = dirent::insert_dir_entry(&mut data, self.has_csum, name, 1, 0)
+            .map_err(|err| self.on_disk(leaf, err))?;
+        let room = |level: usize| path.frames[level].entries.len() < self.index_limit(level);
+        Ok(fits
+            || (0..path.frames.len()).any(room)
+            || path.root.indirect_levels < self.levels_max())
+    }
+
     pub(super) fn index_limit(&self, level: usize) -> usize {
         if level == 0 {
             htree::dx_root_limit(self.block_size, self.has_csum)
@@ -187,6 +226,8 @@ impl<'a> Dir<'a> {
         }
     }
 
+    /// Moves the full root's entries into a new node and points the root at it alone: the
+    /// index gets one level deeper.
     pub(super) fn dx_grow_root(&mut self, path: Path) -> Result<()> {
         let node = self.append()?;
         self.io.order_late(0);
@@ -194,13 +235,16 @@ impl<'a> Dir<'a> {
         root.entries = path.frames[0].entries.clone();
         self.write_node(node, &root.entries)?;
         root.entries = vec![DxEntry { hash: 0, block: node }];
-        root.indirect_levels = 1;
+        root.indirect_levels += 1;
         self.write_root(&root)
     }
 
-    pub(super) fn dx_split_node(&mut self, mut path: Path) -> Result<()> {
+    /// Moves the upper half of the full node at `level` of the path into a new node, indexed
+    /// from the node above it (which has room).
+    pub(super) fn dx_split_node(&mut self, mut path: Path, level: usize) -> Result<()> {
+        assert!(level >= 1, "the root is grown, not split");
         let new_node = self.append()?;
-        let node = &mut path.frames[1];
+        let node = &mut path.frames[level];
         let keep = node.entries.len() / 2;
         let moved = node.entries.split_off(keep);
         let split_hash = moved[0].hash;
@@ -209,9 +253,9 @@ impl<'a> Dir<'a> {
         self.io.order_late(node_lblk);
         self.write_node(new_node, &moved)?;
         self.write_node(node_lblk, &kept)?;
-        let at = path.frames[0].at;
-        path.frames[0].entries.insert(at + 1, DxEntry { hash: split_hash, block: new_node });
-        self.write_frame(&mut path, 0)
+        let parent = &mut path.frames[level - 1];
+        parent.entries.insert(parent.at + 1, DxEntry { hash: split_hash, block: new_node });
+        self.write_frame(&mut path, level - 1)
     }
 
     pub(super) fn dx_split_leaf(

@@ -16,9 +16,11 @@
 //! | htree                           | the leaf the hash selects; a full leaf is split |
 //! |                                 | at a hash boundary (collision bit set when the  |
 //! |                                 | split hash continues); a full index node is     |
-//! |                                 | split, a full root grows to one indirect level; |
-//! |                                 | with both levels full: `NoSpace` (ext4 without  |
-//! |                                 | largedir: "directory index full")               |
+//! |                                 | split into its parent; when every index block   |
+//! |                                 | on the path is full the root grows a level (one |
+//! |                                 | level of nodes, two with largedir); at that     |
+//! |                                 | depth: `NoSpace` ("directory index full"), which|
+//! |                                 | [`check_room`] tells before anything changes    |
 //!
 //! Removing never merges blocks and never shrinks a directory, as in ext4.
 //!
@@ -108,6 +110,9 @@ pub struct DirCtx {
     pub csum_seed: Option<u32>,
     /// The dir_index feature.
     pub dir_index: bool,
+    /// The largedir feature: the index may have two levels of nodes below the root (without
+    /// it, one).
+    pub largedir: bool,
     /// The effective hash version, 0..=5: `s_def_hash_version`, +3 when the superblock's
     /// `s_flags` has EXT2_FLAGS_UNSIGNED_HASH. Existing indexes keep their own version; the
     /// +3 still applies to them.
@@ -174,6 +179,23 @@ pub fn lookup(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<Option<(u
     }
     check_name(name)?;
     Ok(dir.find(name)?.map(|found| (found.ino, found.file_type)))
+}
+
+/// Whether `name` (not present) can be added, reading only: `NoSpace` when its leaf is full and
+/// so is every index block above it, at the deepest index the directory may have (ext4's
+/// "directory index full"), which [`add_entry`] would find only after it had split blocks.
+/// Callers check this before they change anything.
+pub fn check_room(io: &mut dyn DirIo, ctx: &DirCtx, name: &[u8]) -> Result<()> {
+    check_name(name)?;
+    let mut dir = Dir::open(io, ctx)?;
+    if !dir.indexed() {
+        return Ok(());
+    }
+    if dir.dx_room(name)? {
+        Ok(())
+    } else {
+        Err(FsError::NoSpace)
+    }
 }
 
 /// Adds `name` → `ino`. `Exists` when the name is present, `NameTooLong` beyond 255 bytes,

@@ -61,6 +61,7 @@ fn ctx(csum: bool, dir_index: bool, hash_version: u8) -> DirCtx {
         ino: DIR_INO,
         csum_seed: csum.then_some(0x5EED_C0DE),
         dir_index,
+        largedir: false,
         hash_version,
         hash_seed: [0x3e0a_5f9c, 0x8e4b_d271, 0x132d_f4a6, 0x975b_8ec0],
     }
@@ -147,10 +148,15 @@ fn fsck(io: &MemDir, ctx: &DirCtx) -> Model {
             })
             .collect()
     };
-    for (child, lo, hi) in ranges(&root.entries, 0, u32::MAX) {
+    // (child, its hash range, index levels still below it), depth first.
+    let mut todo: Vec<(u32, u32, u32, u8)> = ranges(&root.entries, 0, u32::MAX)
+        .into_iter()
+        .map(|(child, lo, hi)| (child, lo, hi, root.indirect_levels))
+        .collect();
+    while let Some((child, lo, hi, levels_below)) = todo.pop() {
         references[child as usize] += 1;
         let block = &io.blocks[child as usize];
-        if root.indirect_levels == 0 {
+        if levels_below == 0 {
             add(&mut names, child as usize, block, lo, hi, version);
             continue;
         }
@@ -158,9 +164,8 @@ fn fsck(io: &MemDir, ctx: &DirCtx) -> Model {
         if let Some(seed) = ctx.csum_seed {
             assert!(htree::dx_checksum_ok(seed, block), "node {child} checksum");
         }
-        for (leaf, lo, hi) in ranges(&entries, lo, hi) {
-            references[leaf as usize] += 1;
-            add(&mut names, leaf as usize, &io.blocks[leaf as usize], lo, hi, version);
+        for (below, lo, hi) in ranges(&entries, lo, hi) {
+            todo.push((below, lo, hi, levels_below - 1));
         }
     }
     assert!(references.iter().all(|&n| n == 1), "block references {references:?}");
@@ -395,9 +400,18 @@ fn index_grows_to_two_levels_and_reports_no_space_when_both_are_full() {
     };
     let mut n = 0;
     let err = loop {
+        // check_room (what the file system asks before it changes anything) answers as the
+        // add then does: a full index is never found half way through an add.
+        let room = check_room(&mut io, &ctx, &name(n));
         match add_entry(&mut io, &ctx, &name(n), 100 + n, FT_REG_FILE) {
-            Ok(()) => n += 1,
-            Err(err) => break err,
+            Ok(()) => {
+                assert!(room.is_ok(), "name {n}: check_room said {room:?}, the add worked");
+                n += 1;
+            }
+            Err(err) => {
+                assert!(matches!(room, Err(FsError::NoSpace)), "name {n}: {room:?}, add: {err}");
+                break err;
+            }
         }
         assert!(n < 100_000, "the index never filled up");
     };
@@ -412,6 +426,49 @@ fn index_grows_to_two_levels_and_reports_no_space_when_both_are_full() {
     assert_eq!(remove_entry(&mut io, &ctx, &name(5)).unwrap(), 105);
     add_entry(&mut io, &ctx, &name(5), 5, FT_REG_FILE).unwrap();
     assert!(!is_empty(&mut io, &ctx).unwrap());
+}
+
+/// With largedir the full two-level index grows a third level (root, two levels of nodes)
+/// instead of reporting no space; every name stays findable, listed once and in its leaf's
+/// hash range, and removal and re-insertion work at that depth.
+#[test]
+fn with_largedir_the_index_grows_to_three_levels() {
+    let ctx = DirCtx { largedir: true, ..ctx(true, true, htree::DX_HASH_HALF_MD4) };
+    let mut io = new_dir(1024, &ctx);
+    let name = |n: u32| {
+        let mut name = format!("{n:08}-").into_bytes();
+        name.resize(255, b'q');
+        name
+    };
+    let mut n = 0;
+    let levels = |io: &MemDir| {
+        io.indexed.then(|| htree::parse_dx_root(&io.blocks[0], true).unwrap().indirect_levels)
+    };
+    while levels(&io) < Some(2) {
+        add_entry(&mut io, &ctx, &name(n), 100 + n, FT_REG_FILE).unwrap();
+        n += 1;
+        assert!(n < 200_000, "the index never grew a third level");
+    }
+    // Well past the growth, so nodes of the new level split too.
+    for _ in 0..20_000 {
+        add_entry(&mut io, &ctx, &name(n), 100 + n, FT_REG_FILE).unwrap();
+        n += 1;
+    }
+    assert_eq!(levels(&io), Some(2));
+    assert_eq!(fsck(&io, &ctx).len(), n as usize);
+    for i in (0..n).step_by(101) {
+        assert_eq!(lookup(&mut io, &ctx, &name(i)).unwrap(), Some((100 + i, FT_REG_FILE)));
+    }
+    let mut rng = Rng::new(7);
+    assert_eq!(list_all(&mut io, &ctx, &mut rng).len(), n as usize + 2, "readdir, dots included");
+    assert_eq!(remove_entry(&mut io, &ctx, &name(5)).unwrap(), 105);
+    assert_eq!(lookup(&mut io, &ctx, &name(5)).unwrap(), None);
+    add_entry(&mut io, &ctx, &name(5), 5, FT_REG_FILE).unwrap();
+    assert_eq!(fsck(&io, &ctx).len(), n as usize);
+    // Without largedir a third level is damage, not a directory to use.
+    let plain = DirCtx { largedir: false, ..ctx };
+    let err = lookup(&mut io, &plain, &name(7)).unwrap_err();
+    assert!(matches!(err, FsError::Corrupted { .. }), "{err}");
 }
 
 #[test]

@@ -24,8 +24,9 @@
 //!
 //! Invariants kept here:
 //! - Parsers validate everything one block can say about itself, as `dx_probe` and e2fsck
-//!   pass 2 do: the fake records, `info_length` 8, a hash version of 0..=2, at most one indirect
-//!   level (quill does not implement largedir), `limit` equal to the computed limit,
+//!   pass 2 do: the fake records, `info_length` 8, a hash version of 0..=2, at most two indirect
+//!   levels (two only with largedir: the `fs` layer checks the feature), `limit` equal to the
+//!   computed limit,
 //!   `1 <= count <= limit`, hashes in order and no entry pointing at block 0. Whether block
 //!   numbers lie inside the directory is the `fs` layer's check.
 //! - Encoders write whole blocks from the parsed form, so what they write parses back to it.
@@ -57,9 +58,11 @@ pub const HTREE_EOF_32BIT: u32 = 0x7fff_ffff;
 pub const DX_HASH_CONTINUED: u32 = 1;
 /// The bits of an index entry's block number that are a block number (`dx_get_block`).
 pub const DX_BLOCK_MASK: u32 = 0x0fff_ffff;
-/// Deepest index quill reads and builds: a root and one level of nodes, the limit without the
-/// largedir feature (`ext4_dir_htree_level`).
+/// Deepest index without the largedir feature: a root and one level of nodes
+/// (`ext4_dir_htree_level`).
 pub const DX_INDIRECT_LEVELS_MAX: u8 = 1;
+/// Deepest index with largedir: a root and two levels of nodes.
+pub const DX_INDIRECT_LEVELS_MAX_LARGEDIR: u8 = 2;
 
 pub const DX_ENTRY_SIZE: usize = 8;
 pub const DX_TAIL_SIZE: usize = 8;
@@ -305,13 +308,8 @@ pub fn parse_dx_root(block: &[u8], has_csum: bool) -> Result<DxRoot, OnDiskError
         other => return Err(root_corrupted(format!("unknown hash version {other}"))),
     }
     let indirect_levels = block[off::INFO_INDIRECT_LEVELS];
-    if indirect_levels > DX_INDIRECT_LEVELS_MAX {
-        // Up to 2 is legal with largedir, which quill does not implement; beyond is garbage.
-        return Err(if indirect_levels <= 2 {
-            OnDiskError::unsupported("htree root", "3-level index (largedir)")
-        } else {
-            root_corrupted(format!("{indirect_levels} indirect levels"))
-        });
+    if indirect_levels > DX_INDIRECT_LEVELS_MAX_LARGEDIR {
+        return Err(root_corrupted(format!("{indirect_levels} indirect levels")));
     }
     let flags = block[off::INFO_UNUSED_FLAGS];
     if flags & 1 != 0 {
@@ -430,7 +428,11 @@ pub fn encode_dx_root(block: &mut [u8], root: &DxRoot, has_csum: bool) {
         "{size}-byte htree root"
     );
     assert!(root.hash_version <= DX_HASH_TEA, "on-disk hash version {}", root.hash_version);
-    assert!(root.indirect_levels <= DX_INDIRECT_LEVELS_MAX, "{} levels", root.indirect_levels);
+    assert!(
+        root.indirect_levels <= DX_INDIRECT_LEVELS_MAX_LARGEDIR,
+        "{} levels",
+        root.indirect_levels
+    );
     block.fill(0);
     put_record(block, 0, root.dot_inode, 12, root.dot_file_type, b".");
     put_record(block, 12, root.dotdot_inode, size - 12, root.dotdot_file_type, b"..");
@@ -635,7 +637,9 @@ mod tests {
         assert!(parse_dx_root(&block, false).is_err(), "entry pointing at the root");
         let mut largedir = sample_root(false, 0, &[e(0, 1)]);
         largedir[30] = 2;
-        assert!(matches!(parse_dx_root(&largedir, false), Err(OnDiskError::Unsupported { .. })));
+        assert_eq!(parse_dx_root(&largedir, false).unwrap().indirect_levels, 2, "largedir's depth");
+        largedir[30] = 3;
+        assert!(matches!(parse_dx_root(&largedir, false), Err(OnDiskError::Corrupted { .. })));
     }
 
     #[test]
