@@ -10,7 +10,7 @@
 //! - one [`insert`] into an indirect map stays within one array of data pointers
 //!   ([`run_room`]), so that its metadata writes are bounded as an extent insert's are
 //!   ([`worst_case_blocks_touched`]);
-//! - [`extents`] of an indirect map are split at the arrays' edges, so a removal of a few of
+//! - The runs ([`runs_in`]) of an indirect map are split at the arrays' edges, so a removal of a few of
 //!   them touches a few indirect blocks.
 
 use ondisk::ext4::{self, Extent};
@@ -155,7 +155,7 @@ pub fn worst_case_blocks_touched(inode: &ext4::Inode) -> u32 {
     }
 }
 
-/// Credits one mapped run (of [`extents`]) takes in a removal: the map blocks it rewrites or
+/// Credits one mapped run (of [`runs_in`]) takes in a removal: the map blocks it rewrites or
 /// frees (revoked) and the bitmap and group descriptor its blocks return to. An indirect run
 /// lies in one array of data pointers, under a double- and a triple-indirect block.
 pub fn removal_credits(inode: &ext4::Inode) -> u32 {

@@ -59,7 +59,7 @@
 //!
 //! ## Files
 //! This module holds the API and the types; `block.rs` one directory's blocks during an
-//! operation ([`Dir`]), `linear.rs` linear directories and their conversion to an htree, `dx.rs`
+//! operation (`Dir`), `linear.rs` linear directories and their conversion to an htree, `dx.rs`
 //! the hashed index, `readdir.rs` readdir in hash order, `tests.rs` the model-based tests.
 
 use std::collections::HashSet;

@@ -9,8 +9,8 @@
 //! hash seed and clock the image is byte-identical to mke2fs's except for the fields listed under
 //! "Deliberate differences". The tests compare whole images to prove it.
 //!
-//! Invariants kept while planning (see [`Planner`]):
-//! - every block is either free or in exactly one used run of [`UsedBlocks`]; group free counts,
+//! Invariants kept while planning (see `Planner`):
+//! - every block is either free or in exactly one used run of `UsedBlocks`; group free counts,
 //!   bitmaps and the superblock's counts are all derived from that one set, so they cannot
 //!   disagree;
 //! - a group keeps `BLOCK_UNINIT` only while no block was allocated in it after the initial
