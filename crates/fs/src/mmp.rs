@@ -82,7 +82,7 @@ impl Mmp {
             block_size,
             csum_seed,
             update_interval: Duration::from_secs(u64::from(sb.mmp_update_interval.max(1))),
-            state: Mutex::new(State { block: placeholder(), stop: false }),
+            state: Mutex::new(State { block: MmpBlock::clean(0), stop: false }),
             wake: Condvar::new(),
             lost: Mutex::new(None),
             lost_flag: AtomicBool::new(false),
@@ -266,7 +266,7 @@ fn unix_now() -> u64 {
 }
 
 /// This host's name, as the kernel's `init_utsname()->nodename`.
-fn hostname() -> Vec<u8> {
+pub(crate) fn hostname() -> Vec<u8> {
     std::fs::read("/proc/sys/kernel/hostname")
         .map(|mut name| {
             while name.last().is_some_and(|b| b.is_ascii_whitespace()) {
@@ -275,11 +275,4 @@ fn hostname() -> Vec<u8> {
             name
         })
         .unwrap_or_else(|_| b"quill".to_vec())
-}
-
-/// A block to hold until the real one is read (never written).
-fn placeholder() -> MmpBlock {
-    let mut raw = [0u8; ondisk::ext4::mmp::MMP_SIZE];
-    raw[..4].copy_from_slice(&ondisk::ext4::mmp::MMP_MAGIC.to_le_bytes());
-    MmpBlock::parse(&raw, None).expect("a block with the magic parses")
 }

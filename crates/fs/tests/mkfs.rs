@@ -247,9 +247,21 @@ fn allowed_regions(image: &Path, report: &MkfsReport) -> Vec<(u64, u64, &'static
     for at in superblocks {
         regions.extend(SUPERBLOCK_DIFFERENCES.iter().map(|&(o, l, w)| (at + o, l, w)));
     }
+    let dev: Arc<dyn BlockDevice> =
+        Arc::new(FileDevice::open(image, FileOptions::read_only()).unwrap());
+    let mmp_block = Ext4Image::open(dev.clone()).unwrap().superblock().mmp_block;
+    if mmp_block != 0 {
+        // ext2fs_mmp_reset records the host's and the device's names, ext2fs_mmp_stop the
+        // real time (and so its checksum differs).
+        let at = mmp_block * bs;
+        regions.extend([
+            (at + 0x8, 8, "mmp_time"),
+            (at + 0x10, 64, "mmp_nodename"),
+            (at + 0x50, 32, "mmp_bdevname"),
+            (at + 0x3FC, 4, "mmp_checksum"),
+        ]);
+    }
     if report.journal_blocks > 0 {
-        let dev: Arc<dyn BlockDevice> =
-            Arc::new(FileDevice::open(image, FileOptions::read_only()).unwrap());
         let location = Ext4Image::open(dev).unwrap().journal_location().unwrap();
         let at = location.device_offset(0).unwrap();
         regions.extend(JOURNAL_SB_DIFFERENCES.iter().map(|&(o, l, w)| (at + o, l, w)));
@@ -408,6 +420,9 @@ fn feature_variants_are_byte_identical_to_mkfs_ext4() {
         "fast_commit",
         "fast_commit,^metadata_csum",
         "fast_commit,^has_journal",
+        "large_dir",
+        "mmp",
+        "mmp,^metadata_csum,orphan_file",
     ];
     check_matrix("features", &cases(&[64, 300], &[1024, 4096], &features));
 }
@@ -544,7 +559,7 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
 #[test]
 fn every_feature_outside_the_supported_list_is_refused_by_name() {
     let mut features = Features::default();
-    for name in ["inline_data", "bigalloc", "meta_bg", "^large_dir", "casefold", "quota"] {
+    for name in ["inline_data", "bigalloc", "meta_bg", "^ea_inode", "casefold", "quota"] {
         let err = features.edit(name).unwrap_err().to_string();
         assert!(err.contains(name.trim_start_matches('^')), "{name}: {err}");
     }

@@ -13,7 +13,7 @@ pub struct Features {
 /// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
 /// because quill would either write it wrongly (meta_bg, inline data, bigalloc, ...) or not at
 /// all.
-pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 19] = [
+pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 21] = [
     ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
     ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
     ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
@@ -23,8 +23,10 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 19] = [
     ("extent", Word::Incompat, feature::INCOMPAT_EXTENTS),
     ("extents", Word::Incompat, feature::INCOMPAT_EXTENTS),
     ("64bit", Word::Incompat, feature::INCOMPAT_64BIT),
+    ("mmp", Word::Incompat, feature::INCOMPAT_MMP),
     ("flex_bg", Word::Incompat, feature::INCOMPAT_FLEX_BG),
     ("metadata_csum_seed", Word::Incompat, feature::INCOMPAT_CSUM_SEED),
+    ("large_dir", Word::Incompat, feature::INCOMPAT_LARGEDIR),
     ("sparse_super", Word::RoCompat, feature::RO_COMPAT_SPARSE_SUPER),
     ("large_file", Word::RoCompat, feature::RO_COMPAT_LARGE_FILE),
     ("huge_file", Word::RoCompat, feature::RO_COMPAT_HUGE_FILE),
@@ -36,7 +38,7 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 19] = [
 ];
 
 /// Names dumpe2fs prints for the bits quill can set, in its order.
-pub(super) const FEATURE_NAMES: [(Word, u32, &str); 19] = [
+pub(super) const FEATURE_NAMES: [(Word, u32, &str); 21] = [
     (Word::Compat, feature::COMPAT_HAS_JOURNAL, "has_journal"),
     (Word::Compat, feature::COMPAT_EXT_ATTR, "ext_attr"),
     (Word::Compat, feature::COMPAT_RESIZE_INODE, "resize_inode"),
@@ -46,8 +48,10 @@ pub(super) const FEATURE_NAMES: [(Word, u32, &str); 19] = [
     (Word::Incompat, feature::INCOMPAT_FILETYPE, "filetype"),
     (Word::Incompat, feature::INCOMPAT_EXTENTS, "extent"),
     (Word::Incompat, feature::INCOMPAT_64BIT, "64bit"),
+    (Word::Incompat, feature::INCOMPAT_MMP, "mmp"),
     (Word::Incompat, feature::INCOMPAT_FLEX_BG, "flex_bg"),
     (Word::Incompat, feature::INCOMPAT_CSUM_SEED, "metadata_csum_seed"),
+    (Word::Incompat, feature::INCOMPAT_LARGEDIR, "large_dir"),
     (Word::RoCompat, feature::RO_COMPAT_SPARSE_SUPER, "sparse_super"),
     (Word::RoCompat, feature::RO_COMPAT_LARGE_FILE, "large_file"),
     (Word::RoCompat, feature::RO_COMPAT_HUGE_FILE, "huge_file"),

@@ -119,6 +119,7 @@ pub(super) struct SuperblockFields<'a> {
     /// The journal inode's `i_block` and size, copied into `s_jnl_blocks`.
     pub(super) journal_root: Option<([u8; ext4::INODE_BLOCK_SIZE], u64)>,
     pub(super) orphan_ino: u32,
+    pub(super) mmp_block: Option<u64>,
 }
 
 impl SuperblockFields<'_> {
@@ -192,6 +193,10 @@ impl SuperblockFields<'_> {
             sb.checksum_seed = crc32c_raw(!0, &self.uuid);
         }
         sb.orphan_file_inum = self.orphan_ino;
+        if let Some(block) = self.mmp_block {
+            sb.mmp_block = block;
+            sb.mmp_update_interval = MMP_UPDATE_INTERVAL;
+        }
         sb.encode()
     }
 }

@@ -40,10 +40,12 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::mmp::hostname;
 use blockdev::BlockDevice;
 use journal::{JournalLocation, LocationExtent};
 use ondisk::crc::crc32c_raw;
 use ondisk::ext4::dir::{self as dirent, FT_DIR};
+use ondisk::ext4::mmp::{MmpBlock, MMP_CHECK_INTERVAL_MIN, MMP_SIZE};
 use ondisk::ext4::{
     self, bitmap_checksum, feature, inode_csum_seed, set_group_desc_checksum, set_inode_checksum,
     Extent, ExtentEntries, ExtentHeader, ExtentIndex, GroupDesc, Inode, Superblock, Timestamp,
@@ -96,6 +98,8 @@ const FLAGS_SIGNED_HASH: u32 = 0x1;
 const FLAGS_UNSIGNED_HASH: u32 = 0x2;
 /// `s_def_hash_version`: half_md4.
 const HASH_HALF_MD4: u8 = 1;
+/// `EXT4_MMP_UPDATE_INTERVAL`: `s_mmp_update_interval` mke2fs sets (seconds).
+const MMP_UPDATE_INTERVAL: u16 = 5;
 /// `s_jnl_backup_type`: `s_jnl_blocks` holds a copy of the journal inode's `i_block`.
 const JNL_BACKUP_BLOCKS: u8 = 1;
 /// Extra inode fields mke2fs reserves (`sizeof(ext2_inode_large) - 128`).

@@ -214,6 +214,8 @@ pub(super) struct Files {
     pub(super) resize_dind: Option<u64>,
     pub(super) journal: FileBlocks,
     pub(super) orphan: Option<(u32, FileBlocks)>,
+    /// The MMP block (mmp feature).
+    pub(super) mmp_block: Option<u64>,
     /// `s_overhead_clusters`.
     pub(super) overhead: u64,
 }
@@ -497,8 +499,14 @@ impl Planner {
         } else {
             FileBlocks::default()
         };
+        // ext2fs_mmp_init: the first free block from the start.
+        let mmp_block = if self.g.features.incompat(feature::INCOMPAT_MMP) {
+            Some(self.alloc_block(0)?)
+        } else {
+            None
+        };
         let orphan = if self.g.orphan_blocks > 0 { Some(self.create_orphan_file()?) } else { None };
-        Ok(Files { root, lost_found, resize_dind, journal, orphan, overhead })
+        Ok(Files { root, lost_found, resize_dind, journal, orphan, mmp_block, overhead })
     }
 
     /// `ext2fs_find_inode_goal` for an inode without blocks: its flex group's first block.

@@ -81,6 +81,7 @@ impl ImageWriter {
             journal_root: (g.journal_blocks > 0)
                 .then(|| (journal_root, u64::from(g.journal_blocks) * u64::from(g.block_size))),
             orphan_ino: files.orphan.as_ref().map_or(0, |o| o.0),
+            mmp_block: files.mmp_block,
         }
         .encode();
         let sb = Superblock::parse(&raw)?;
@@ -118,6 +119,7 @@ impl ImageWriter {
         writer.plan_resize_inode(planner, files);
         writer.plan_journal(planner, files, uuid)?;
         writer.plan_orphan_file(planner, files);
+        writer.plan_mmp(files);
         // 1 (mke2fs starts the counter at 1 for ext4) plus what this run writes.
         let backups = writer.backup_groups.len() as u64 * u64::from(g.block_size);
         let total = writer.queue.bytes() + backups + u64::from(g.block_size.max(4096));
@@ -359,6 +361,23 @@ impl ImageWriter {
             self.queue.put(gdt_blk * bs as u64, list);
         }
         self.queue.put(dind * bs as u64, dind_block);
+    }
+
+    /// The MMP block as `ext2fs_mmp_reset` writes it and `ext2fs_mmp_stop` leaves it: clean,
+    /// this host's name, the check interval, the time, the rest of the block zero.
+    pub(super) fn plan_mmp(&mut self, files: &Files) {
+        let Some(block) = files.mmp_block else { return };
+        let bs = self.block_size as usize;
+        let mut mmp = MmpBlock::clean(MMP_UPDATE_INTERVAL.max(MMP_CHECK_INTERVAL_MIN));
+        mmp.set_nodename(&hostname());
+        mmp.set_bdevname(b"quill");
+        // ext2fs_mmp_stop stamps it when mke2fs closes the file system, from the real clock
+        // (E2FSPROGS_FAKE_TIME does not reach it).
+        mmp.time = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let seed = self.sb.has_metadata_csum().then(|| self.sb.csum_seed());
+        let mut data = vec![0u8; bs];
+        data[..MMP_SIZE].copy_from_slice(&mmp.encode(seed));
+        self.queue.put(block * bs as u64, data);
     }
 
     /// The indirect blocks of a block-mapped file (none for an extent map): their pointers,

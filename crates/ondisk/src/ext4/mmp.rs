@@ -65,6 +65,15 @@ impl std::fmt::Debug for MmpBlock {
 }
 
 impl MmpBlock {
+    /// A released block (`ext2fs_mmp_reset`): the magic, `MMP_SEQ_CLEAN`, no time, no names.
+    pub fn clean(check_interval: u16) -> MmpBlock {
+        let mut raw = [0u8; MMP_SIZE];
+        put_le32(&mut raw, 0, MMP_MAGIC);
+        put_le32(&mut raw, 4, MMP_SEQ_CLEAN);
+        put_le16(&mut raw, CHECK_INTERVAL, check_interval);
+        MmpBlock::parse(&raw, None).expect("a block with the magic parses")
+    }
+
     /// Decodes the start of an MMP block. `csum_seed`: the file system's checksum seed with
     /// metadata_csum (the checksum is then checked), `None` without.
     pub fn parse(bytes: &[u8], csum_seed: Option<u32>) -> Result<MmpBlock> {
