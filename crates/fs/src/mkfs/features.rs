@@ -13,13 +13,14 @@ pub struct Features {
 /// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
 /// because quill would either write it wrongly (meta_bg, inline data, bigalloc, ...) or not at
 /// all.
-pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 21] = [
+pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 22] = [
     ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
     ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
     ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
     ("dir_index", Word::Compat, feature::COMPAT_DIR_INDEX),
     ("fast_commit", Word::Compat, feature::COMPAT_FAST_COMMIT),
     ("orphan_file", Word::Compat, feature::COMPAT_ORPHAN_FILE),
+    ("meta_bg", Word::Incompat, feature::INCOMPAT_META_BG),
     ("extent", Word::Incompat, feature::INCOMPAT_EXTENTS),
     ("extents", Word::Incompat, feature::INCOMPAT_EXTENTS),
     ("64bit", Word::Incompat, feature::INCOMPAT_64BIT),
@@ -38,7 +39,7 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 21] = [
 ];
 
 /// Names dumpe2fs prints for the bits quill can set, in its order.
-pub(super) const FEATURE_NAMES: [(Word, u32, &str); 21] = [
+pub(super) const FEATURE_NAMES: [(Word, u32, &str); 22] = [
     (Word::Compat, feature::COMPAT_HAS_JOURNAL, "has_journal"),
     (Word::Compat, feature::COMPAT_EXT_ATTR, "ext_attr"),
     (Word::Compat, feature::COMPAT_RESIZE_INODE, "resize_inode"),
@@ -46,6 +47,7 @@ pub(super) const FEATURE_NAMES: [(Word, u32, &str); 21] = [
     (Word::Compat, feature::COMPAT_FAST_COMMIT, "fast_commit"),
     (Word::Compat, feature::COMPAT_ORPHAN_FILE, "orphan_file"),
     (Word::Incompat, feature::INCOMPAT_FILETYPE, "filetype"),
+    (Word::Incompat, feature::INCOMPAT_META_BG, "meta_bg"),
     (Word::Incompat, feature::INCOMPAT_EXTENTS, "extent"),
     (Word::Incompat, feature::INCOMPAT_64BIT, "64bit"),
     (Word::Incompat, feature::INCOMPAT_MMP, "mmp"),

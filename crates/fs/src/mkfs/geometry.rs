@@ -87,6 +87,9 @@ impl Geometry {
         if f.ro_compat(feature::RO_COMPAT_METADATA_CSUM) {
             f.ro_compat &= !feature::RO_COMPAT_GDT_CSUM;
         }
+        if f.compat(feature::COMPAT_RESIZE_INODE) && f.incompat(feature::INCOMPAT_META_BG) {
+            return Err(invalid("the resize_inode and meta_bg features are not compatible".into()));
+        }
         if f.compat(feature::COMPAT_RESIZE_INODE) && !f.ro_compat(feature::RO_COMPAT_SPARSE_SUPER) {
             return Err(invalid(
                 "reserved online resize blocks (resize_inode) need sparse_super".into(),
@@ -153,7 +156,7 @@ impl Geometry {
     /// group too small for its own metadata.
     pub(super) fn initialize(
         opts: &MkfsOptions,
-        features: Features,
+        mut features: Features,
         blocks_param: u64,
         inodes_param: u32,
     ) -> Result<Geometry> {
@@ -199,19 +202,22 @@ impl Geometry {
                 }
                 break (per_group, (per_group * isz).div_ceil(bs64));
             };
-            let reserved_gdt_blocks = if features.compat(feature::COMPAT_RESIZE_INODE) {
+            let mut reserved_gdt_blocks = if features.compat(feature::COMPAT_RESIZE_INODE) {
                 reserved_gdt_blocks(blocks, first_data_block, bpg, descs_per_block, desc_blocks)
                     .min(u64::from(addr_per_block))
             } else {
                 0
             };
             if reserved_gdt_blocks + desc_blocks > bpg * 3 / 4 {
-                return Err(FsError::Unsupported(format!(
-                    "{blocks} blocks of {bs} bytes need the meta_bg feature, which quill mkfs \
-                     does not write; use a larger block size"
-                )));
+                // As ext2fs_initialize: the table would take most of a group, so it is spread
+                // over the groups (meta_bg) and no room is reserved for growing it.
+                features.incompat |= feature::INCOMPAT_META_BG;
+                features.compat &= !feature::COMPAT_RESIZE_INODE;
+                reserved_gdt_blocks = 0;
             }
-            if 3 + inode_blocks_per_group + reserved_gdt_blocks + desc_blocks > bpg {
+            let table_overhead =
+                if features.incompat(feature::INCOMPAT_META_BG) { 1 } else { desc_blocks };
+            if 3 + inode_blocks_per_group + reserved_gdt_blocks + table_overhead > bpg {
                 return Err(invalid(format!(
                     "{inodes_per_group} inodes per group do not fit a group; raise the inode ratio"
                 )));
@@ -373,12 +379,33 @@ impl Geometry {
 
     /// Blocks a group's superblock backup and descriptor copies (with the reserved GDT
     /// blocks) occupy: `used_blks` of `ext2fs_super_and_bgd_loc2`.
+    /// Blocks at the start of `group` holding a superblock copy and descriptor blocks (and
+    /// the reserved ones): the whole table after every superblock copy, or with meta_bg one
+    /// descriptor block in the first, second and last group of each meta group
+    /// (`ext2fs_super_and_bgd_loc2`; quill's meta_bg starts at group 0).
     pub(super) fn super_and_gdt_blocks(&self, group: u32) -> u64 {
-        if self.has_super(group) {
+        let has_super = u64::from(self.has_super(group));
+        if self.features.incompat(feature::INCOMPAT_META_BG) {
+            return has_super + u64::from(self.holds_meta_bg_descriptors(group));
+        }
+        if has_super == 1 {
             1 + self.desc_blocks + u64::from(self.reserved_gdt_blocks)
         } else {
             0
         }
+    }
+
+    /// Descriptors per table block.
+    pub(super) fn descs_per_block(&self) -> u32 {
+        self.block_size / u32::from(self.desc_size)
+    }
+
+    /// With meta_bg: whether `group` is the first, second or last group of its meta group,
+    /// which hold copies of the meta group's descriptor block.
+    pub(super) fn holds_meta_bg_descriptors(&self, group: u32) -> bool {
+        let per_block = self.descs_per_block();
+        let index = group % per_block;
+        index == 0 || index == 1 || index == per_block - 1
     }
 
     pub(super) fn bitmap_bytes_blocks(&self) -> usize {

@@ -35,7 +35,6 @@
 //! | journal superblock features  | none (the kernel adds them)        | 64bit, csum v3 with metadata_csum  |
 //! | `s_kbytes_written`           | 1 + bytes its I/O layer wrote      | 1 + bytes quill wrote              |
 //! | over-long label              | truncated with a warning           | refused                            |
-//! | meta_bg for huge 1 KiB images| enabled automatically              | refused (quill does not write it)  |
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};

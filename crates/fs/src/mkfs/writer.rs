@@ -182,15 +182,22 @@ impl ImageWriter {
             desc.encode_into(raw, desc_size);
             set_group_desc_checksum(&self.sb, group as u32, raw);
         }
+        let meta_bg = g.features.incompat(feature::INCOMPAT_META_BG);
         for group in 0..g.groups {
-            if !g.has_super(group) {
-                continue;
-            }
             let first = g.group_first(group);
-            if group > 0 {
+            let has_super = g.has_super(group);
+            if has_super && group > 0 {
                 self.backup_groups.push(group);
             }
-            self.queue.put((first + 1) * bs as u64, table.clone());
+            // The table (or, with meta_bg, the meta group's block of it) after the superblock
+            // copy, if the group has one.
+            let at = (first + u64::from(has_super)) * bs as u64;
+            if !meta_bg && has_super {
+                self.queue.put(at, table.clone());
+            } else if meta_bg && g.holds_meta_bg_descriptors(group) {
+                let nr = (group / g.descs_per_block()) as usize;
+                self.queue.put(at, table[nr * bs..(nr + 1) * bs].to_vec());
+            }
         }
         for (group, bitmaps) in layout.bitmaps.iter().enumerate() {
             let state = &planner.groups[group];
