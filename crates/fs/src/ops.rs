@@ -323,7 +323,8 @@ impl Filesystem {
 
     pub fn statfs(&self) -> StatFs {
         let counters = &self.groups.counters;
-        let free = self.groups.available_blocks();
+        // With bigalloc (read-only) the descriptors count free clusters.
+        let free = self.groups.available_blocks() * self.params.cluster_ratio();
         StatFs {
             block_size: self.block_size(),
             blocks: self.params.blocks_count,

@@ -152,6 +152,44 @@ fn without_a_journal_ext2_and_ext4_are_read_and_written_as_the_kernel_does() {
     }
 }
 
+/// bigalloc (clusters of 16 blocks, 4 KiB and 1 KiB blocks): a tree the kernel writes reads
+/// identically in quill opened read-only; a read-write open is refused naming the feature
+/// (quill does not allocate in clusters), and statfs counts free space in blocks.
+#[test]
+fn bigalloc_images_read_identically_read_only_and_refuse_read_write() {
+    let test = "bigalloc_kernel_to_quill";
+    if !can_loop_mount(test) {
+        return;
+    }
+    for (label, block_size) in [("4k", "4096"), ("1k", "1024")] {
+        let scratch = Scratch::new(&format!("bigalloc-{label}"));
+        let options = [
+            "-O",
+            "bigalloc",
+            "-b",
+            block_size,
+            "-C",
+            &format!("{}", 16 * block_size.parse::<u32>().unwrap()),
+        ];
+        let Some((image, expected, fs)) =
+            kernel_tree_opened_read_only(&scratch, &options, 20 << 20)
+        else {
+            return;
+        };
+        let statfs = fs.statfs();
+        assert!(statfs.blocks_free < statfs.blocks, "{label}: {statfs:?}");
+        assert!(
+            statfs.blocks_free * 2 > statfs.blocks,
+            "{label}: free space in blocks: {statfs:?}"
+        );
+        assert_reads_as_written(label, &image, &expected, fs);
+        match Filesystem::open(open_device(&image), MountOptions::default()) {
+            Err(FsError::Unsupported(why)) => assert!(why.contains("bigalloc"), "{why}"),
+            other => panic!("{label}: read-write open of bigalloc: {other:?}"),
+        }
+    }
+}
+
 /// quill changes a tree on an indirect-mapped image (files grown into and cut back out of
 /// the double- and triple-indirect ranges, punched, renamed, linked, deleted; directories
 /// grown) and returns what the kernel must then read there. `far` is an offset under the

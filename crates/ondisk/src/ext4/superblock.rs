@@ -378,24 +378,42 @@ impl Superblock {
         Ok(sb)
     }
 
-    /// Features that change what the geometry fields mean, which this parser does not model:
-    /// named, so a valid image is never called corrupted. bigalloc counts its bitmaps and free
-    /// counts in clusters of several blocks, so a group legitimately has more blocks than one
-    /// bitmap block has bits.
+    /// bigalloc counts bitmaps and free counts in clusters of `2^(log_cluster_size -
+    /// log_block_size)` blocks: a group has `clusters_per_group` clusters, so legitimately more
+    /// blocks than one bitmap block has bits. The cluster geometry must agree with itself.
     fn validate_layout_features(&self) -> Result<(), OnDiskError> {
-        if self.feature_ro_compat & feature::RO_COMPAT_BIGALLOC != 0 {
-            let log_cluster = le32(&self.raw, off::LOG_CLUSTER_SIZE);
-            let blocks_per_cluster =
-                1u64.checked_shl(log_cluster.saturating_sub(self.log_block_size)).unwrap_or(0);
-            return Err(OnDiskError::unsupported(
-                "ext4 superblock",
-                format!(
-                    "feature bigalloc ({blocks_per_cluster} blocks per cluster) is not supported \
-                     yet"
-                ),
-            ));
+        if !self.has_bigalloc() {
+            return Ok(());
+        }
+        let (log_block, log_cluster) = (self.log_block_size, self.log_cluster_size);
+        // The kernel caps a cluster at 2^16 blocks.
+        if log_cluster < log_block || log_cluster - log_block > 16 {
+            return Err(corrupted(format!(
+                "bigalloc cluster size 2^{log_cluster} KiB with 2^{log_block} KiB blocks"
+            )));
+        }
+        let ratio = 1u64 << (log_cluster - log_block);
+        if u64::from(self.clusters_per_group) * ratio != u64::from(self.blocks_per_group) {
+            return Err(corrupted(format!(
+                "{} clusters of {ratio} blocks per group, but {} blocks per group",
+                self.clusters_per_group, self.blocks_per_group
+            )));
         }
         Ok(())
+    }
+
+    /// The bigalloc feature: space is allocated in clusters.
+    pub fn has_bigalloc(&self) -> bool {
+        self.feature_ro_compat & feature::RO_COMPAT_BIGALLOC != 0
+    }
+
+    /// Blocks per allocation cluster (1 without bigalloc).
+    pub fn cluster_ratio(&self) -> u64 {
+        if self.has_bigalloc() {
+            1 << self.log_cluster_size.saturating_sub(self.log_block_size).min(16)
+        } else {
+            1
+        }
     }
 
     fn decode(raw: [u8; SUPERBLOCK_SIZE]) -> Self {
@@ -519,7 +537,11 @@ impl Superblock {
         let block_size = self.block_size();
         // A group's block and inode bitmaps are one block each (bits_per_block = 8 * size).
         let bits_per_block = 8 * block_size;
-        if self.blocks_per_group == 0 || self.blocks_per_group > bits_per_block {
+        // With bigalloc the block bitmap has a bit per cluster (validate_layout_features has
+        // checked clusters_per_group against blocks_per_group).
+        let bitmap_units =
+            if self.has_bigalloc() { self.clusters_per_group } else { self.blocks_per_group };
+        if self.blocks_per_group == 0 || bitmap_units == 0 || bitmap_units > bits_per_block {
             return Err(corrupted(format!("{} blocks per group", self.blocks_per_group)));
         }
         if self.inodes_per_group == 0 || self.inodes_per_group > bits_per_block {
@@ -1075,19 +1097,23 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_bigalloc_superblock_is_refused_by_name_not_called_corrupted() {
+    fn a_bigalloc_superblock_parses_with_its_cluster_geometry_checked() {
         // As mkfs.ext4 -O bigalloc -b 4096 writes it: 16-block clusters, so 32768 clusters
         // per group are 524288 blocks.
-        let err = parse_edited(|b| {
-            let ro = le32(b, off::FEATURE_RO_COMPAT) | feature::RO_COMPAT_BIGALLOC;
-            put_le32(b, off::FEATURE_RO_COMPAT, ro);
-            let log_cluster = le32(b, off::LOG_BLOCK_SIZE) + 4;
-            put_le32(b, off::LOG_CLUSTER_SIZE, log_cluster);
-            put_le32(b, off::BLOCKS_PER_GROUP, 16 * 8 * 1024);
-        })
-        .unwrap_err();
-        assert!(matches!(err, OnDiskError::Unsupported { .. }), "{err}");
-        assert!(err.to_string().contains("bigalloc (16 blocks per cluster)"), "{err}");
+        let bigalloc = |clusters_per_group: u32| {
+            parse_edited(move |b| {
+                let ro = le32(b, off::FEATURE_RO_COMPAT) | feature::RO_COMPAT_BIGALLOC;
+                put_le32(b, off::FEATURE_RO_COMPAT, ro);
+                let log_cluster = le32(b, off::LOG_BLOCK_SIZE) + 4;
+                put_le32(b, off::LOG_CLUSTER_SIZE, log_cluster);
+                put_le32(b, off::CLUSTERS_PER_GROUP, clusters_per_group);
+                put_le32(b, off::BLOCKS_PER_GROUP, 16 * 8 * 1024);
+            })
+        };
+        let sb = bigalloc(8 * 1024).unwrap();
+        assert_eq!((sb.cluster_ratio(), sb.clusters_per_group), (16, 8192));
+        let err = bigalloc(8 * 1024 + 8).unwrap_err();
+        assert!(matches!(err, OnDiskError::Corrupted { .. }), "{err}");
     }
 
     #[test]
