@@ -206,6 +206,10 @@ impl<'a> Dir<'a> {
     /// the way to it does (the full ones below it split), or the root can grow a level.
     pub(super) fn dx_room(&mut self, name: &[u8]) -> Result<bool> {
         let (root, version) = self.read_root()?;
+        if root.indirect_levels < self.levels_max() {
+            // The root can always grow a level: nothing more to read.
+            return Ok(true);
+        }
         let (hash, _) = self.hash(name, version)?;
         let path = self.descend(root, version, Some(hash))?;
         let leaf = path.leaf();
