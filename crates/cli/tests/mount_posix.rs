@@ -378,6 +378,44 @@ fn rename_over_open_outcomes(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Project ids (`mkfs.ext4 -O project`): `chattr -p`/`+P` (FS_IOC_FSSETXATTR) and
+/// `lsattr -p`, inheritance into a PROJINHERIT directory, and EXDEV for a link or rename of
+/// another project's inode into it.
+fn project_outcomes(dir: &Path) -> Vec<String> {
+    let tool = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        // lsattr prints the path last: keep the project and the flags.
+        let out = out.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+        format!("{}: {} {out}", args[..args.len() - 1].join(" "), o.status.code().unwrap_or(-1))
+    };
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    fs::create_dir(dir.join("proj")).unwrap();
+    fs::write(dir.join("outside"), b"x").unwrap();
+    let mut out = vec![
+        tool(&["chattr", "-p", "42", "+P", &path("proj")]),
+        tool(&["lsattr", "-pd", &path("proj")]),
+    ];
+    fs::write(dir.join("proj/inherits"), b"y").unwrap();
+    fs::create_dir(dir.join("proj/sub")).unwrap();
+    out.push(tool(&["lsattr", "-p", &path("proj/inherits")]));
+    out.push(tool(&["lsattr", "-pd", &path("proj/sub")]));
+    let errno = |r: std::io::Result<()>| r.err().and_then(|e| e.raw_os_error()).unwrap_or(0);
+    out.push(format!("link in: {}", errno(fs::hard_link(dir.join("outside"), dir.join("proj/l")))));
+    out.push(format!("rename in: {}", errno(fs::rename(dir.join("outside"), dir.join("proj/r")))));
+    out.push(format!(
+        "rename out: {}",
+        errno(fs::rename(dir.join("proj/inherits"), dir.join("out")))
+    ));
+    out.push(tool(&["chattr", "-p", "42", &path("outside")]));
+    out.push(format!(
+        "rename in after: {}",
+        errno(fs::rename(dir.join("outside"), dir.join("proj/r")))
+    ));
+    out.push(tool(&["lsattr", "-p", &path("proj/r")]));
+    out
+}
+
 /// A new (or emptied) file at `path`, open for reading and writing.
 fn create_rw(path: &Path) -> File {
     OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap()
@@ -1105,6 +1143,46 @@ fn on_ext2_files_behave_as_on_the_kernel() {
     assert_has_lines(&seek, &refused_and_punched);
     same(&writeback_outcomes);
     same(&rename_over_open_outcomes);
+}
+
+/// Project ids on `mkfs.ext4 -O project`, with ext4's rules (`project_outcomes`): the kernel
+/// here cannot mount such an image (built without CONFIG_QUOTA, "The kernel was not built
+/// with CONFIG_QUOTA and CONFIG_QFMT_V2"), so the outcomes are checked against what
+/// fs/ext4 does (ext4_new_inode's inheritance, ext4_link's and ext4_rename's EXDEV), and
+/// e2fsck against the image.
+#[test]
+fn project_ids_are_kept_inherited_and_enforced_as_ext4_does() {
+    let test = "project_ids_are_kept_inherited_and_enforced_as_ext4_does";
+    if !ready(test, &["chattr", "lsattr"]) {
+        return;
+    }
+    let s = Scratch::new("project");
+    let image = s.path("quill.img");
+    mkfs_ext4(&image, "64M", &["-O", "project"]);
+    let mnt = s.dir("mnt");
+    let m = QuillMount::foreground(&image, &mnt, "");
+    let got = project_outcomes(&mnt);
+    m.unmount();
+    assert_clean(&image);
+    let want = [
+        "chattr -p 42 +P: 0 ",
+        "link in: 18",
+        "rename in: 18",
+        "rename out: 0",
+        "chattr -p 42: 0 ",
+        "rename in after: 0",
+    ];
+    assert_has_lines(&got, &want);
+    // The directory, what is made in it, and what joined later all say project 42; a
+    // subdirectory inherits PROJINHERIT, a file does not.
+    let lsattr: Vec<&String> = got.iter().filter(|l| l.starts_with("lsattr")).collect();
+    assert_eq!(lsattr.len(), 4, "{got:#?}");
+    for line in &lsattr {
+        assert!(line.contains(": 0 42 "), "{line} ({got:#?})");
+    }
+    assert!(lsattr[0].ends_with('P') || lsattr[0].contains("P"), "{got:#?}");
+    assert!(!lsattr[1].split_whitespace().last().unwrap().contains('P'), "{got:#?}");
+    assert!(lsattr[2].split_whitespace().last().unwrap().contains('P'), "{got:#?}");
 }
 
 #[test]

@@ -75,6 +75,11 @@ pub enum FsError {
     #[error("read-only file system")]
     ReadOnly,
 
+    /// A link or rename into a directory whose project is inherited (PROJINHERIT) by an inode
+    /// of another project (EXDEV, as ext4 answers it).
+    #[error("cross-project link or rename (the directory's project is inherited)")]
+    CrossProject,
+
     /// Multiple mount protection: another host (or e2fsck) has the file system (EBUSY).
     #[error("the file system is in use elsewhere (multiple mount protection): {0}")]
     InUse(String),
@@ -148,6 +153,7 @@ impl FsError {
             FsError::TooManyLinks => errno::EMLINK,
             FsError::ReadOnly => errno::EROFS,
             FsError::InUse(_) => errno::EBUSY,
+            FsError::CrossProject => errno::EXDEV,
             FsError::FileTooLarge => errno::EFBIG,
             FsError::NoSuchOffset => errno::ENXIO,
             FsError::NotPermitted(_) => errno::EPERM,
@@ -164,6 +170,7 @@ pub mod errno {
     pub const EIO: i32 = 5;
     pub const ENXIO: i32 = 6;
     pub const EEXIST: i32 = 17;
+    pub const EXDEV: i32 = 18;
     pub const ENOTDIR: i32 = 20;
     pub const EBUSY: i32 = 16;
     pub const EISDIR: i32 = 21;

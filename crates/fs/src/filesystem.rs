@@ -152,7 +152,8 @@ const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
     | feature::RO_COMPAT_GDT_CSUM
     | feature::RO_COMPAT_DIR_NLINK
     | feature::RO_COMPAT_EXTRA_ISIZE
-    | feature::RO_COMPAT_METADATA_CSUM;
+    | feature::RO_COMPAT_METADATA_CSUM
+    | feature::RO_COMPAT_PROJECT;
 
 /// An open ext4 file system.
 pub struct Filesystem {

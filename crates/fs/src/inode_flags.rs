@@ -143,27 +143,55 @@ impl Filesystem {
         Ok(data.inode.flags & iflags::USER_VISIBLE)
     }
 
-    /// FS_IOC_FSGETXATTR: the flags as xflags; no project id (quill has no project feature)
-    /// and no extent count, as ext4 reports them.
+    /// FS_IOC_FSGETXATTR: the flags as xflags and the project id; no extent count, as ext4
+    /// reports them.
     pub fn fsxattr(&self, ino: u32) -> Result<FsXattr> {
         let flags = self.inode_flags(ino)?;
-        Ok(FsXattr { xflags: FsXattr::xflags_of(flags), ..FsXattr::default() })
+        let slot = self.inodes.slot(ino);
+        let projid = self.lock_live(&slot)?.as_ref().expect("loaded").inode.projid;
+        Ok(FsXattr { xflags: FsXattr::xflags_of(flags), projid, ..FsXattr::default() })
     }
 
     /// FS_IOC_FSSETXATTR by user `uid`: the xflags with an `i_flags` counterpart replace those
-    /// flags, the others stay ([`Filesystem::set_inode_flags`]'s rules). A project id other
-    /// than 0 is EOPNOTSUPP (no project feature, `ext4_ioctl_setproject`), an xflag without
-    /// a counterpart EOPNOTSUPP too.
+    /// flags, the others stay ([`Filesystem::set_inode_flags`]'s rules), then the project id
+    /// ([`Filesystem::set_project`]). An xflag without a counterpart is EOPNOTSUPP.
     pub fn set_fsxattr(&self, ino: u32, fsx: &FsXattr, uid: u32) -> Result<()> {
         if fsx.xflags & !iflags::XFLAGS_COMMON != 0 {
             return Err(FsError::NotSupported(format!("xflags {:#x}", fsx.xflags)));
         }
-        if fsx.projid != 0 {
-            return Err(FsError::NotSupported("project ids (no project feature)".into()));
-        }
         let old = self.inode_flags(ino)?;
         let flags = (old & !iflags::COMMON) | FsXattr::flags_of(fsx.xflags);
-        self.set_inode_flags(ino, flags, uid).map(|_| ())
+        self.set_inode_flags(ino, flags, uid)?;
+        self.set_project(ino, fsx.projid, uid)
+    }
+
+    /// `ext4_ioctl_setproject`: inode `ino` joins project `projid`. The same id changes
+    /// nothing; another needs the project feature (EOPNOTSUPP without, as for the default
+    /// project 0 it is never needed) and room for `i_projid` in the record (EOPNOTSUPP in a
+    /// 128-byte inode); only the owner or root may change it.
+    pub fn set_project(&self, ino: u32, projid: u32, uid: u32) -> Result<()> {
+        let slot = self.inodes.slot(ino);
+        let mut guard = self.lock_live(&slot)?;
+        let data = guard.as_mut().expect("loaded");
+        if data.inode.projid == projid {
+            return Ok(());
+        }
+        if self.params.feature_ro_compat & ext4::feature::RO_COMPAT_PROJECT == 0 {
+            return Err(FsError::NotSupported("project ids (no project feature)".into()));
+        }
+        // i_projid ends at 0xA0: the record needs extra_isize >= 32.
+        if usize::from(data.inode.extra_isize) + 128 < 0xA0 {
+            return Err(FsError::NotSupported("project ids in an inode without room".into()));
+        }
+        if uid != 0 && uid != data.inode.uid {
+            return Err(FsError::NotPermitted("only the owner may change the project"));
+        }
+        check_mutable(&data.inode)?;
+        let mut txn = self.begin(1, 0)?;
+        data.inode.projid = projid;
+        data.inode.ctime = now();
+        data.fc.ineligible_next("project id");
+        self.finish(txn_write_inode(self, &mut txn, ino, data, false), txn)
     }
 
     /// Whether `ino` may be opened as `intent` says (`may_open`'s checks of IS_IMMUTABLE and

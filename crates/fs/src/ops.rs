@@ -623,6 +623,11 @@ impl Filesystem {
             let extra = fs.new_inode_extra_isize();
             let (mut inode, mut raw) = fs.new_inode_record(mode, (uid, gid));
             inode.flags |= inode_flags::inherited(pdata.inode.flags, mode);
+            if fs.project_inherited(&pdata.inode).is_some() {
+                // ext4_new_inode: a PROJINHERIT directory gives its project to what is made in
+                // it; otherwise the default project, 0.
+                inode.projid = pdata.inode.projid;
+            }
             let t = inode.ctime;
             init(ino, &mut inode)?;
             fs.put_new_acls(&mut txn, ino, &mut inode, &mut raw, &acls)?;
@@ -809,6 +814,22 @@ impl Filesystem {
         self.with_dir_read(dir, ddata, |access, ctx| dir::is_empty(access, ctx))
     }
 
+    /// The project a directory gives what is made or moved into it: its own, when the
+    /// project feature is on and the directory has PROJINHERIT.
+    pub(crate) fn project_inherited(&self, dir: &ext4::Inode) -> Option<u32> {
+        let project = self.params.feature_ro_compat & ext4::feature::RO_COMPAT_PROJECT != 0;
+        (project && dir.flags & ondisk::ext4::iflags::PROJINHERIT_FL != 0).then_some(dir.projid)
+    }
+
+    /// EXDEV when `inode` may not get a name in `dir`: `dir` passes its project on and the
+    /// inode is in another (ext4_link, ext4_rename).
+    pub(crate) fn check_same_project(&self, dir: &ext4::Inode, inode: &ext4::Inode) -> Result<()> {
+        match self.project_inherited(dir) {
+            Some(projid) if projid != inode.projid => Err(FsError::CrossProject),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn has_dir_nlink(&self) -> bool {
         self.params.feature_ro_compat & ext4::feature::RO_COMPAT_DIR_NLINK != 0
     }
@@ -855,6 +876,7 @@ impl Filesystem {
         }
         inode_flags::check_unpinned(&data.inode)?;
         inode_flags::check_mutable(&pdata.inode)?;
+        self.check_same_project(&pdata.inode, &data.inode)?;
         if self.dir_lookup_locked(new_parent, pdata, new_name)?.is_some() {
             return Err(FsError::Exists);
         }

@@ -155,6 +155,12 @@ impl Filesystem {
             inode_flags::check_unpinned(&d.inode)?;
             inode_flags::check_unpinned(&parents.new_dir().inode)?;
         }
+        // Project inheritance (ext4_rename, ext4_cross_rename): what moves into a directory
+        // that passes its project on must be in that project.
+        self.check_same_project(&parents.new_dir().inode, &sdata.inode)?;
+        if let (true, Some(d)) = (flags.exchange, ddata.as_ref()) {
+            self.check_same_project(&parents.old.inode, &d.inode)?;
+        }
         let dirsync = inode_flags::dirsync(&parents.old.inode)
             || inode_flags::dirsync(&parents.new_dir().inode);
         let src_is_dir = sdata.inode.is_dir();

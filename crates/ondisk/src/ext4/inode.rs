@@ -77,6 +77,7 @@ mod off {
     pub const ATIME_EXTRA: usize = 0x8C;
     pub const CRTIME: usize = 0x90;
     pub const CRTIME_EXTRA: usize = 0x94;
+    pub const PROJID: usize = 0x9C;
 }
 
 /// A timestamp as ext4 stores it: seconds since the epoch (a signed 32-bit field extended by
@@ -138,6 +139,8 @@ pub struct Inode {
     pub block: [u8; INODE_BLOCK_SIZE],
     /// `i_extra_isize`; 0 for 128-byte records.
     pub extra_isize: u16,
+    /// `i_projid` (the project feature); 0 when the record has no room for it.
+    pub projid: u32,
 }
 
 impl Default for Inode {
@@ -159,6 +162,7 @@ impl Default for Inode {
             file_acl: 0,
             block: [0; INODE_BLOCK_SIZE],
             extra_isize: 0,
+            projid: 0,
         }
     }
 }
@@ -205,6 +209,7 @@ impl Inode {
             generation: le32(raw, off::GENERATION),
             block,
             extra_isize,
+            projid: extra(off::PROJID).unwrap_or(0),
         })
     }
 
@@ -247,6 +252,9 @@ impl Inode {
             if extra + 4 <= extra_end {
                 put_le32(raw, extra, extra_word);
             }
+        }
+        if off::PROJID + 4 <= extra_end {
+            put_le32(raw, off::PROJID, self.projid);
         }
         if off::CRTIME + 4 <= extra_end {
             let (sec, extra_word) = self.crtime.encode();
