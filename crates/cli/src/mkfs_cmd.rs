@@ -73,7 +73,7 @@ pub struct MkfsArgs {
     /// ^metadata_csum,orphan_file. Accepted: has_journal ext_attr resize_inode dir_index
     /// fast_commit orphan_file meta_bg extent 64bit mmp flex_bg metadata_csum_seed large_dir
     /// sparse_super large_file huge_file uninit_bg (gdt_csum) dir_nlink extra_isize
-    /// metadata_csum
+    /// metadata_csum project
     #[arg(short = 'O', value_name = "FEATURES")]
     features: Vec<String>,
     /// Volume label, at most 16 bytes [default: none]

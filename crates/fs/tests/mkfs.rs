@@ -426,6 +426,7 @@ fn feature_variants_are_byte_identical_to_mkfs_ext4() {
         "meta_bg,^resize_inode",
         "meta_bg,^resize_inode,^64bit,^flex_bg",
         "meta_bg",
+        "project",
     ];
     check_matrix("features", &cases(&[64, 300], &[1024, 4096], &features));
 }
@@ -590,7 +591,9 @@ fn bad_options_are_refused_before_anything_is_written() {
         journal: (None, None),
     }
     .options();
-    let bad: [(&str, MkfsOptions); 7] = [
+    let mut project = base.features;
+    project.edit("project").unwrap();
+    let bad: [(&str, MkfsOptions); 8] = [
         ("block size 3000", MkfsOptions { block_size: 3000, ..base.clone() }),
         ("inode size 100", MkfsOptions { inode_size: 100, ..base.clone() }),
         ("reserved 60%", MkfsOptions { reserved_percent: 60.0, ..base.clone() }),
@@ -598,6 +601,10 @@ fn bad_options_are_refused_before_anything_is_written() {
         ("journal of 10 blocks", MkfsOptions { journal_blocks: Some(10), ..base.clone() }),
         ("label too long", MkfsOptions { label: "x".repeat(17), ..base.clone() }),
         ("bigger than the device", MkfsOptions { size_bytes: Some(128 * MIB), ..base.clone() }),
+        (
+            "project with 128-byte inodes",
+            MkfsOptions { features: project, inode_size: 128, ..base.clone() },
+        ),
     ];
     for (what, opts) in bad {
         assert!(mkfs(&dev, &opts).is_err(), "{what} was accepted");

@@ -68,6 +68,10 @@ impl Geometry {
             }
         };
         let features = Self::plan_features(opts.features, blocks_param, bs)?;
+        if features.ro_compat(feature::RO_COMPAT_PROJECT) && isz == ext4::INODE_SIZE_MIN {
+            // As mke2fs: i_projid needs the large inode's extra fields.
+            return Err(invalid(format!("{isz} byte inodes are too small for project quota")));
+        }
         let inodes_param = Self::plan_inodes(opts, blocks_param)?;
         let reserved_param = (opts.reserved_percent * blocks_param as f64 / 100.0) as u64;
         let mut geometry = Self::initialize(opts, features, blocks_param, inodes_param)?;
