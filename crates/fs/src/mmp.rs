@@ -147,10 +147,7 @@ impl Mmp {
             // Another host has it now: its sequence stays.
             return Ok(());
         }
-        let mut block = self.shared.state.lock().block.clone();
-        block.seq = MMP_SEQ_CLEAN;
-        block.time = unix_now();
-        self.shared.write(&block)
+        self.shared.write_clean()
     }
 
     /// What a crash leaves: the thread stops, the last sequence stays on the device.
@@ -174,9 +171,7 @@ impl Drop for Mmp {
         if self.thread.is_some() {
             self.stop_thread();
             if self.lost().is_none() {
-                let mut block = self.shared.state.lock().block.clone();
-                block.seq = MMP_SEQ_CLEAN;
-                let _ = self.shared.write(&block);
+                let _ = self.shared.write_clean();
             }
         }
     }
@@ -190,13 +185,19 @@ impl Shared {
             .map_err(|e| FsError::corrupted(self.offset / self.block_size as u64, e.to_string()))
     }
 
-    /// Writes the block through to the media (another host reads the device, not our cache).
+    /// Writes the structure (the start of its block; the rest of the block is never ours)
+    /// through to the media: another host reads the device, not our cache.
     fn write(&self, block: &MmpBlock) -> Result<()> {
-        let mut raw = vec![0u8; self.block_size];
-        self.dev.read_at(self.offset, &mut raw)?;
-        raw[..ondisk::ext4::mmp::MMP_SIZE].copy_from_slice(&block.encode(self.csum_seed));
-        self.dev.write_fua_at(self.offset, &raw)?;
+        self.dev.write_fua_at(self.offset, &block.encode(self.csum_seed))?;
         Ok(())
+    }
+
+    /// The block as last written, released: `MMP_SEQ_CLEAN` and the time.
+    fn write_clean(&self) -> Result<()> {
+        let mut block = self.state.lock().block.clone();
+        block.seq = MMP_SEQ_CLEAN;
+        block.time = unix_now();
+        self.write(&block)
     }
 
     fn lose(&self, why: String) {
@@ -262,7 +263,7 @@ fn new_seq() -> u32 {
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+    crate::filesystem::now().sec.max(0) as u64
 }
 
 /// This host's name, as the kernel's `init_utsname()->nodename`.

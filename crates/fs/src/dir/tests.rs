@@ -388,22 +388,24 @@ fn full_single_block_directory_converts_to_an_htree_with_two_leaves() {
     }
 }
 
+/// Name `n`: 255 bytes, so three fit a 1 KiB leaf.
+fn long_name(n: u32) -> Vec<u8> {
+    let mut name = format!("{n:08}-").into_bytes();
+    name.resize(255, b'q');
+    name
+}
+
 #[test]
 fn index_grows_to_two_levels_and_reports_no_space_when_both_are_full() {
     // 1 KiB blocks and 255-byte names: three names per leaf, 123 x 126 leaves at most.
     let ctx = ctx(true, true, htree::DX_HASH_HALF_MD4);
     let mut io = new_dir(1024, &ctx);
-    let name = |n: u32| {
-        let mut name = format!("{n:08}-").into_bytes();
-        name.resize(255, b'q');
-        name
-    };
     let mut n = 0;
     let err = loop {
         // check_room (what the file system asks before it changes anything) answers as the
         // add then does: a full index is never found half way through an add.
-        let room = check_room(&mut io, &ctx, &name(n));
-        match add_entry(&mut io, &ctx, &name(n), 100 + n, FT_REG_FILE) {
+        let room = check_room(&mut io, &ctx, &long_name(n));
+        match add_entry(&mut io, &ctx, &long_name(n), 100 + n, FT_REG_FILE) {
             Ok(()) => {
                 assert!(room.is_ok(), "name {n}: check_room said {room:?}, the add worked");
                 n += 1;
@@ -420,11 +422,11 @@ fn index_grows_to_two_levels_and_reports_no_space_when_both_are_full() {
     assert_eq!((root.indirect_levels, root.entries.len()), (1, 123));
     assert_eq!(fsck(&io, &ctx).len(), n as usize);
     for i in (0..n).step_by(97) {
-        assert_eq!(lookup(&mut io, &ctx, &name(i)).unwrap(), Some((100 + i, FT_REG_FILE)));
+        assert_eq!(lookup(&mut io, &ctx, &long_name(i)).unwrap(), Some((100 + i, FT_REG_FILE)));
     }
     // Removing a name makes room in its leaf again.
-    assert_eq!(remove_entry(&mut io, &ctx, &name(5)).unwrap(), 105);
-    add_entry(&mut io, &ctx, &name(5), 5, FT_REG_FILE).unwrap();
+    assert_eq!(remove_entry(&mut io, &ctx, &long_name(5)).unwrap(), 105);
+    add_entry(&mut io, &ctx, &long_name(5), 5, FT_REG_FILE).unwrap();
     assert!(!is_empty(&mut io, &ctx).unwrap());
 }
 
@@ -435,39 +437,34 @@ fn index_grows_to_two_levels_and_reports_no_space_when_both_are_full() {
 fn with_largedir_the_index_grows_to_three_levels() {
     let ctx = DirCtx { largedir: true, ..ctx(true, true, htree::DX_HASH_HALF_MD4) };
     let mut io = new_dir(1024, &ctx);
-    let name = |n: u32| {
-        let mut name = format!("{n:08}-").into_bytes();
-        name.resize(255, b'q');
-        name
-    };
     let mut n = 0;
     let levels = |io: &MemDir| {
         io.indexed.then(|| htree::parse_dx_root(&io.blocks[0], true).unwrap().indirect_levels)
     };
     while levels(&io) < Some(2) {
-        add_entry(&mut io, &ctx, &name(n), 100 + n, FT_REG_FILE).unwrap();
+        add_entry(&mut io, &ctx, &long_name(n), 100 + n, FT_REG_FILE).unwrap();
         n += 1;
         assert!(n < 200_000, "the index never grew a third level");
     }
     // Well past the growth, so nodes of the new level split too.
     for _ in 0..20_000 {
-        add_entry(&mut io, &ctx, &name(n), 100 + n, FT_REG_FILE).unwrap();
+        add_entry(&mut io, &ctx, &long_name(n), 100 + n, FT_REG_FILE).unwrap();
         n += 1;
     }
     assert_eq!(levels(&io), Some(2));
     assert_eq!(fsck(&io, &ctx).len(), n as usize);
     for i in (0..n).step_by(101) {
-        assert_eq!(lookup(&mut io, &ctx, &name(i)).unwrap(), Some((100 + i, FT_REG_FILE)));
+        assert_eq!(lookup(&mut io, &ctx, &long_name(i)).unwrap(), Some((100 + i, FT_REG_FILE)));
     }
     let mut rng = Rng::new(7);
     assert_eq!(list_all(&mut io, &ctx, &mut rng).len(), n as usize + 2, "readdir, dots included");
-    assert_eq!(remove_entry(&mut io, &ctx, &name(5)).unwrap(), 105);
-    assert_eq!(lookup(&mut io, &ctx, &name(5)).unwrap(), None);
-    add_entry(&mut io, &ctx, &name(5), 5, FT_REG_FILE).unwrap();
+    assert_eq!(remove_entry(&mut io, &ctx, &long_name(5)).unwrap(), 105);
+    assert_eq!(lookup(&mut io, &ctx, &long_name(5)).unwrap(), None);
+    add_entry(&mut io, &ctx, &long_name(5), 5, FT_REG_FILE).unwrap();
     assert_eq!(fsck(&io, &ctx).len(), n as usize);
     // Without largedir a third level is damage, not a directory to use.
     let plain = DirCtx { largedir: false, ..ctx };
-    let err = lookup(&mut io, &plain, &name(7)).unwrap_err();
+    let err = lookup(&mut io, &plain, &long_name(7)).unwrap_err();
     assert!(matches!(err, FsError::Corrupted { .. }), "{err}");
 }
 

@@ -608,13 +608,14 @@ impl Planner {
     /// in a run allocated in order is the same block), then the data block; with an extent
     /// map, the data block alone. `goal`: the block the data should follow.
     fn map_next(&mut self, file: &mut FileBlocks, goal: u64) -> Result<u64> {
+        let logical = file.blocks();
         let Some(indirect) = file.indirect.as_mut() else {
             let block = self.alloc_block(goal)?;
             file.push(block, 1);
             return Ok(block);
         };
         let per_block = u64::from(self.g.block_size / 4);
-        let path = Indirect::path(file.extents.iter().map(|e| u64::from(e.2)).sum(), per_block);
+        let path = Indirect::path(logical, per_block);
         let mut goal = goal;
         let mut at = Pointer::Slot(path[0]);
         for &index in &path[1..] {
