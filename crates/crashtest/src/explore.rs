@@ -664,7 +664,13 @@ pub fn explore_workload(w: &Workload, opts: &Options, scratch: &Scratch) -> Tota
             return totals;
         }
     };
-    let (states, skipped) = states_of(&rec, opts);
+    let (mut states, skipped) = states_of(&rec, opts);
+    if w.config.image == "ext2" {
+        // Without a journal the promise holds for whole-block writes only: a sector torn
+        // inside a directory block an htree split repacks can lose a name the block keeps
+        // (crash_no_journal.rs, the README).
+        states.retain(|s| s.torn.is_none());
+    }
     totals.torn_superblock_skipped = skipped;
     for state in states {
         totals.images += 1;
