@@ -177,12 +177,20 @@ impl Log for Logger {
 ///   lseek, ioctl, …), answered ENOSYS, after which the kernel falls back on its own;
 /// - `Failed to umount filesystem: Invalid argument`: fuser's session, when it ends, unmounts
 ///   the mount point again (it cannot tell that `umount`, or quill's signal thread, already
-///   did, which is what ended the session), and nothing is mounted there any more.
+///   did, which is what ended the session), and nothing is mounted there any more;
+/// - `Failed to send FUSE reply: No such file or directory`: the kernel no longer waits for
+///   that request. An unmount aborts the connection without waiting for the background
+///   requests still being served (a RELEASE freeing an unlinked file, say): the work is done,
+///   only its answer has no one to go to, and the session ends (and `destroy` syncs) after
+///   every worker returns. The kernel also ends a request whose caller was killed; nobody is
+///   left to read that answer either. Any other reply error (EINVAL: a malformed reply) stays.
 fn is_fuser_noise(target: &str, message: &str) -> bool {
     target.starts_with("fuser")
         && (message.starts_with("[Not Implemented]")
             || (message.starts_with("Failed to umount filesystem")
-                && message.contains("Invalid argument")))
+                && message.contains("Invalid argument"))
+            || (message.starts_with("Failed to send FUSE reply")
+                && message.contains("No such file or directory")))
 }
 
 /// Every line of `message` after `prefix`, each ended by a newline.
@@ -305,6 +313,10 @@ mod tests {
         assert!(is_fuser_noise("fuser::session", second_unmount));
         let busy = "Failed to umount filesystem: Device or resource busy (os error 16)";
         assert!(!is_fuser_noise("fuser::session", busy));
+        let after_unmount = "Failed to send FUSE reply: No such file or directory (os error 2)";
+        assert!(is_fuser_noise("fuser::reply", after_unmount));
+        let malformed = "Failed to send FUSE reply: Invalid argument (os error 22)";
+        assert!(!is_fuser_noise("fuser::reply", malformed));
         let unanswered = "Reply not sent for operation 30, replying with I/O error";
         assert!(!is_fuser_noise("fuser::reply", unanswered));
         assert!(!is_fuser_noise("quill_fuse", not_implemented));
