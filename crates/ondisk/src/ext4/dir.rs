@@ -270,7 +270,14 @@ fn init_check_len(block: &[u8], has_tail: bool) -> usize {
 }
 
 /// Writes a record header and name at `offset`, zeroing the name's padding.
-fn write_record(block: &mut [u8], offset: usize, ino: u32, rec_len: usize, ft: u8, name: &[u8]) {
+pub(crate) fn write_record(
+    block: &mut [u8],
+    offset: usize,
+    ino: u32,
+    rec_len: usize,
+    ft: u8,
+    name: &[u8],
+) {
     let size = block.len();
     put_le32(block, offset + off::INODE, ino);
     put_le16(block, offset + off::REC_LEN, rec_len_to_disk(rec_len, size));

@@ -285,6 +285,12 @@ impl Inode {
         self.flags & EXTENTS_FL != 0
     }
 
+    /// The inode keeps its contents in itself (`i_block` and `system.data`: [`super::inline`])
+    /// and maps no blocks.
+    pub fn has_inline_data(&self) -> bool {
+        self.flags & INLINE_DATA_FL != 0
+    }
+
     pub fn file_type(&self) -> u16 {
         self.mode & MODE_TYPE_MASK
     }

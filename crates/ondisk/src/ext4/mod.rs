@@ -25,6 +25,7 @@ pub mod feature;
 mod group_desc;
 pub mod htree;
 pub mod iflags;
+pub mod inline;
 mod inode;
 pub mod mmp;
 mod superblock;
