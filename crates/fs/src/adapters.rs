@@ -8,6 +8,7 @@ use crate::error::{FsError, Result};
 use crate::extent_tree::{ExtentCtx, Lookup};
 use crate::filesystem::Filesystem;
 use crate::groups::Groups;
+use crate::inline::InlineDir;
 use crate::inodes::InodeData;
 use crate::meta_io::MetaIo;
 use ondisk::ext4;
@@ -89,6 +90,7 @@ pub(crate) fn dir_ctx(fs: &Filesystem, ino: u32, data: &InodeData) -> DirCtx {
 
 /// A directory inode's blocks as the directory module sees them. Appending a block allocates
 /// it, maps it in the extent tree, and grows `i_size`; the caller writes the inode afterwards.
+/// An inline directory is one block (`inline.rs`) until a change does not fit the inode.
 pub(crate) struct DirAccess<'a, M: MetaIo> {
     pub io: &'a mut M,
     pub data: &'a mut InodeData,
@@ -96,9 +98,26 @@ pub(crate) struct DirAccess<'a, M: MetaIo> {
     pub block_size: u32,
     /// For the system-zone check of mapped directory blocks.
     pub groups: &'a Groups,
+    /// The directory while it is inline.
+    pub inline: Option<InlineDir>,
+    /// A directory moved out of its inode gets an extent tree (the extent feature).
+    pub extents: bool,
 }
 
 impl<M: MetaIo> DirAccess<'_, M> {
+    /// Moves the inline directory into a new block holding `block` (its first), in the
+    /// caller's transaction: the block is journaled and mapped, the inline data dropped.
+    fn move_out(&mut self, block: &[u8]) -> Result<()> {
+        let pblk = self.io.alloc_meta_block(self.ectx.goal)?;
+        crate::inline::leave_inode(self.data, self.extents)?;
+        let ectx = ExtentCtx { goal: pblk, ..self.ectx };
+        block_map::insert(self.io, &ectx, &mut self.data.inode, 0, pblk, 1, false)?;
+        self.data.inode.size = u64::from(self.block_size);
+        self.io.write_meta(pblk, block)?;
+        self.inline = None;
+        Ok(())
+    }
+
     fn map(&mut self, lblk: u32) -> Result<u64> {
         match block_map::lookup(self.io, &self.ectx, &self.data.inode, lblk)? {
             // A directory block mapped onto file-system metadata (ext4_inode_block_valid):
@@ -127,15 +146,32 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
     }
 
     fn dir_blocks(&self) -> u32 {
+        if self.inline.is_some() {
+            return 1;
+        }
         (self.data.inode.size / u64::from(self.block_size)).min(u64::from(u32::MAX)) as u32
     }
 
     fn read_dir_block(&mut self, lblk: u32) -> Result<Vec<u8>> {
+        if let Some(inline) = &self.inline {
+            if lblk == 0 {
+                return Ok(inline.block.clone());
+            }
+        }
         let pblk = self.map(lblk)?;
         self.io.read_meta(pblk)
     }
 
     fn write_dir_block(&mut self, lblk: u32, data: &[u8]) -> Result<()> {
+        if let Some(inline) = &mut self.inline {
+            // Only a leaf is written while the directory is inline: the conversion to an
+            // htree appends a block (moving the directory out) before it writes a root.
+            debug_assert!(lblk == 0 && self.data.inode.flags & ext4::INDEX_FL == 0);
+            if inline.store(self.data, data)? {
+                return Ok(());
+            }
+            return self.move_out(data);
+        }
         let pblk = self.map(lblk)?;
         if let Some(tid) = self.io.fast_commit_tid() {
             // The block as the transaction found it, for the CREAT records of names put in
@@ -150,6 +186,9 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
     }
 
     fn append_dir_block(&mut self) -> Result<u32> {
+        if let Some(inline) = self.inline.take() {
+            self.move_out(&inline.block)?;
+        }
         let lblk = self.dir_blocks();
         let goal = match lblk.checked_sub(1) {
             Some(last) => self.map(last)? + 1,
@@ -163,6 +202,10 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
     }
 
     fn physical_block(&mut self, lblk: u32) -> u64 {
+        if self.inline.is_some() {
+            // The directory's bytes are in its inode's record.
+            return self.ectx.inode_block;
+        }
         self.map(lblk).unwrap_or(0)
     }
 
@@ -179,6 +222,9 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
     }
 
     fn order_late(&mut self, lblk: u32) {
+        if self.inline.is_some() {
+            return;
+        }
         if let Ok(pblk) = self.map(lblk) {
             self.io.order_late(pblk);
         }
@@ -210,8 +256,27 @@ impl Filesystem {
     ) -> Result<R> {
         let ctx = dir_ctx(self, ino, data);
         let ectx = extent_ctx(self, ino, data);
-        let mut access =
-            DirAccess { io, data, ectx, block_size: self.block_size(), groups: &self.groups };
+        let inline = if data.inode.has_inline_data() && data.inode.is_dir() {
+            let block = crate::inline::inline_dir_block(
+                ino,
+                data,
+                self.block_size() as usize,
+                ctx.csum_seed,
+            )
+            .map_err(|e| self.at_inode(ino, e))?;
+            Some(InlineDir { block, has_tail: ctx.csum_seed.is_some() })
+        } else {
+            None
+        };
+        let mut access = DirAccess {
+            io,
+            data,
+            ectx,
+            block_size: self.block_size(),
+            groups: &self.groups,
+            inline,
+            extents: self.has_extents(),
+        };
         op(&mut access, &ctx)
     }
 }

@@ -12,6 +12,10 @@
 //!   ([`worst_case_blocks_touched`]);
 //! - The runs ([`runs_in`]) of an indirect map are split at the arrays' edges, so a removal of a few of
 //!   them touches a few indirect blocks.
+//!
+//! An inode with inline data (`inline.rs`) maps nothing: its `i_block` holds data, never
+//! pointers. Lookups find holes, walks find no runs and removals free nothing; mapping
+//! blocks into it is a bug (its data must move out first) and is refused.
 
 use ondisk::ext4::{self, Extent};
 
@@ -27,6 +31,9 @@ pub fn lookup(
     inode: &ext4::Inode,
     lblk: u32,
 ) -> Result<Lookup> {
+    if inode.has_inline_data() {
+        return Ok(Lookup::Hole { len_to_next: None });
+    }
     if inode.uses_extents() {
         extent_tree::lookup(io, ctx, &inode.block, lblk)
     } else {
@@ -42,6 +49,9 @@ pub fn mapping(
     first: u32,
     last: u32,
 ) -> Result<Vec<(u32, Lookup)>> {
+    if inode.has_inline_data() {
+        return Ok(vec![(first, Lookup::Hole { len_to_next: None })]);
+    }
     if inode.uses_extents() {
         extent_tree::mapping(io, ctx, &inode.block, first, last)
     } else {
@@ -60,6 +70,7 @@ pub fn insert(
     len: u32,
     unwritten: bool,
 ) -> Result<()> {
+    refuse_inline(ctx, inode)?;
     if inode.uses_extents() {
         extent_tree::insert(io, ctx, &mut inode.block, lblk, pblk, len, unwritten)
     } else if unwritten {
@@ -81,6 +92,9 @@ pub fn remove_range(
     start: u32,
     end: u64,
 ) -> Result<u64> {
+    if inode.has_inline_data() {
+        return Ok(0);
+    }
     if inode.uses_extents() {
         extent_tree::remove_range(io, ctx, &mut inode.block, start, end)
     } else {
@@ -97,6 +111,7 @@ pub fn mark_written(
     lblk: u32,
     len: u32,
 ) -> Result<()> {
+    refuse_inline(ctx, inode)?;
     if inode.uses_extents() {
         extent_tree::mark_written(io, ctx, &mut inode.block, lblk, len)
     } else {
@@ -111,6 +126,9 @@ pub fn runs_and_map_blocks(
     ctx: &ExtentCtx,
     inode: &ext4::Inode,
 ) -> Result<(Vec<Extent>, Vec<u64>)> {
+    if inode.has_inline_data() {
+        return Ok((Vec::new(), Vec::new()));
+    }
     if inode.uses_extents() {
         let extents = extent_tree::extents(io, ctx, &inode.block)?;
         Ok((extents, extent_tree::tree_blocks(io, ctx, &inode.block)?))
@@ -192,4 +210,16 @@ pub fn max_file_bytes(inode: &ext4::Inode, block_size: u32, huge_file: bool) -> 
     } else {
         indirect::max_file_bytes(block_size as usize, huge_file)
     }
+}
+
+/// Mapping blocks into an inode whose data is inline would mix data and pointers in
+/// `i_block`: a caller that did not move the data out first.
+fn refuse_inline(ctx: &ExtentCtx, inode: &ext4::Inode) -> Result<()> {
+    if inode.has_inline_data() {
+        return Err(FsError::Invalid(format!(
+            "inode {} keeps its data inline: it maps no blocks",
+            ctx.ino
+        )));
+    }
+    Ok(())
 }

@@ -176,6 +176,15 @@ impl Filesystem {
             return Ok((0, atime_due));
         }
         let len = buf.len().min((size - offset) as usize);
+        if data.inode.has_inline_data() {
+            // Inline files have no cached pages: a write moves them out first.
+            let bytes =
+                self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e))?;
+            let end = (offset as usize + len).min(bytes.len());
+            let got = end.saturating_sub(offset as usize);
+            buf[..got].copy_from_slice(&bytes[offset as usize..end]);
+            return Ok((got, atime_due));
+        }
         let bs = u64::from(self.block_size());
         let ectx = extent_ctx(self, ino, data);
         let mut io = ReadIo { fs: self };
@@ -298,6 +307,8 @@ impl Filesystem {
         if bytes.is_empty() {
             return Ok(0);
         }
+        // Data in the inode moves into a block before the cache takes the write.
+        self.uninline_file(ino, data)?;
         // `S`: the write is durable before it returns, as an O_SYNC write.
         let sync = data.inode.flags & iflags::SYNC_FL != 0;
         // Corruption met while preparing cached pages (a damaged extent tree) is handled as
@@ -559,6 +570,7 @@ impl Filesystem {
         if size > self.max_file_bytes(&data.inode) {
             return Err(FsError::FileTooLarge);
         }
+        self.uninline_file(ino, data)?;
         if size == 0 {
             data.flush_on_close = true;
         }
@@ -746,9 +758,11 @@ impl Filesystem {
 
     /// Whether `ino` maps blocks (an extent tree, or block pointers) that
     /// [`Filesystem::truncate_blocks`] walks; false for inodes that map nothing (fast
-    /// symlinks and device, fifo and socket inodes; i_blocks may still count an xattr block).
+    /// symlinks, inline data, and device, fifo and socket inodes; i_blocks may still count an
+    /// xattr block).
     pub(crate) fn maps_blocks(&self, data: &InodeData) -> bool {
-        data.inode.flags & ext4::EXTENTS_FL != 0 || maps_indirectly(&data.inode)
+        (data.inode.flags & ext4::EXTENTS_FL != 0 && !data.inode.has_inline_data())
+            || maps_indirectly(&data.inode)
     }
 
     /// Unmaps and frees logical blocks `[from, to)` under `txn` and counts them out of
@@ -783,6 +797,8 @@ impl Filesystem {
         let mut guard = self.lock_file(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_mutable(&data.inode)?;
+        // As ext4_fallocate: inline data moves into a block first.
+        self.uninline_file(ino, data)?;
         if !data.inode.uses_extents() && mode != FallocateMode::PunchHole {
             // ext4_fallocate: preallocation needs unwritten extents; only a punch works on
             // an indirect-mapped file.
@@ -967,7 +983,7 @@ fn touch_mtime_ctime(inode: &mut ext4::Inode) {
 /// freeing nothing would expose those stale blocks (e2fsck would make them the file's contents
 /// again).
 pub(crate) fn maps_indirectly(inode: &ext4::Inode) -> bool {
-    if inode.flags & ext4::EXTENTS_FL != 0 {
+    if inode.flags & ext4::EXTENTS_FL != 0 || inode.has_inline_data() {
         return false;
     }
     let fast_symlink = inode.is_symlink() && inode.size < ext4::INODE_BLOCK_SIZE as u64;

@@ -717,7 +717,16 @@ impl Replay {
         let mut data = InodeData::new(inode, raw.clone(), false);
         let groups = self.groups.clone();
         let block_size = self.geo.block_size;
-        let mut access = DirAccess { io: self, data: &mut data, ectx, block_size, groups: &groups };
+        // An inline directory has no extent root: `extent_root` refused it above.
+        let mut access = DirAccess {
+            io: self,
+            data: &mut data,
+            ectx,
+            block_size,
+            groups: &groups,
+            inline: None,
+            extents: true,
+        };
         let value = op(&mut access, &ctx)?;
         data.inode.encode_into(&mut data.raw);
         if data.raw != *raw {

@@ -143,7 +143,8 @@ const INCOMPAT_WRITABLE: u32 = feature::INCOMPAT_FILETYPE
     | feature::INCOMPAT_CSUM_SEED
     | feature::INCOMPAT_MMP
     | feature::INCOMPAT_META_BG
-    | feature::INCOMPAT_LARGEDIR;
+    | feature::INCOMPAT_LARGEDIR
+    | feature::INCOMPAT_INLINE_DATA;
 
 /// RO_COMPAT features quill writes correctly.
 const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER

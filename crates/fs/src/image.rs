@@ -163,6 +163,9 @@ impl Ext4Image {
     /// unwritten, none longer than an extent can be).
     pub fn extents(&self, ino: u32, inode: &Inode) -> Result<Vec<Extent>, FsError> {
         let root_block = self.inode_location(ino)?.block;
+        if inode.has_inline_data() {
+            return Ok(Vec::new());
+        }
         if !inode.uses_extents() {
             let len_blocks = inode.size.div_ceil(u64::from(self.block_size()));
             let len_blocks = u32::try_from(len_blocks).unwrap_or(u32::MAX);

@@ -46,6 +46,7 @@ mod file;
 mod filesystem;
 mod fsync_journal;
 mod groups;
+mod inline;
 mod inode_flags;
 mod inodes;
 mod mmp;

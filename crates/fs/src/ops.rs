@@ -306,6 +306,10 @@ impl Filesystem {
             return Err(FsError::Invalid(format!("inode {ino} is not a symbolic link")));
         }
         let len = data.size() as usize;
+        if data.inode.has_inline_data() {
+            // A target kept inline (e2fsprogs writes long ones so): i_block and system.data.
+            return self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e));
+        }
         if data.inode.flags & ext4::EXTENTS_FL == 0 && len < ext4::INODE_BLOCK_SIZE {
             // A fast symlink: the target lives in i_block.
             return Ok(data.inode.block[..len].to_vec());
@@ -632,6 +636,11 @@ impl Filesystem {
             init(ino, &mut inode)?;
             fs.put_new_acls(&mut txn, ino, &mut inode, &mut raw, &acls)?;
             let (data, written) = made.insert((InodeData::new(inode, raw, false), false));
+            if is_dir && fs.has_inline_data() {
+                // As ext4_try_create_inline_dir: the new directory starts in its inode
+                // when the record has room for system.data (init_dir below then fills it).
+                crate::inline::make_inline_dir(data, parent)?;
+            }
             if is_dir {
                 fs.with_dir(&mut txn, ino, data, |access, ctx| {
                     dir::init_dir(access, ctx, ino, parent)

@@ -38,6 +38,13 @@ impl Filesystem {
         if offset >= size {
             return Err(FsError::NoSuchOffset);
         }
+        if data.inode.has_inline_data() {
+            // Inline data is data up to the end of the file.
+            return Ok(match target {
+                SeekTarget::Data => offset,
+                SeekTarget::Hole => size,
+            });
+        }
         let bs = u64::from(self.block_size());
         let first = (offset / bs) as u32;
         let last = ((size - 1) / bs) as u32;

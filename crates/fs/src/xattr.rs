@@ -30,7 +30,8 @@
 //! Names: the full name ("user.foo") picks the name index by its namespace (an unknown one is
 //! `NotSupported`); the suffix must be 1..=255 bytes (`Range` when longer, `Invalid` when empty,
 //! except for the whole-name ACL attributes) and hold no NUL. `system.data` belongs to the
-//! inline_data feature and is refused.
+//! inline_data feature (`inline.rs`): it is neither listed nor read, set or removed here
+//! (EOPNOTSUPP, as the kernel, which has no handler for it), and the other changes keep it.
 //!
 //! Errors in the in-inode area are returned as [`FsError::OnDisk`] (this module does not know
 //! which inode-table block the area came from); errors in the xattr block are
@@ -74,6 +75,7 @@ pub fn get(
     name: &[u8],
 ) -> Result<Vec<u8>> {
     let (index, suffix) = resolve_name(name)?;
+    refuse_inline_data(index, suffix)?;
     let inode = parse_inode_xattrs(inode_area)?;
     if let Some(at) = position(&inode, index, suffix) {
         return Ok(inode[at].value.clone());
@@ -102,7 +104,9 @@ pub fn list(
     let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
     let mut names: Vec<Vec<u8>> = Vec::new();
     for e in inode.iter().chain(block_entries) {
-        if codec::name_prefix(e.name_index).is_none() {
+        // Inline data is the file's contents, not an attribute (the kernel has no handler
+        // for its index and lists nothing of it).
+        if codec::name_prefix(e.name_index).is_none() || ondisk::ext4::inline::is_inline_xattr(e) {
             continue;
         }
         let full = codec::full_name(e.name_index, &e.name);

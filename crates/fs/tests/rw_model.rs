@@ -484,7 +484,8 @@ fn no_journal_configs() -> Vec<Config> {
 }
 
 /// Features beyond the defaults that quill writes: meta_bg (1 KiB blocks over 300 MiB: three
-/// meta groups, so descriptors live in groups 0/1/15, 16/17/31 and 32/33) and mmp.
+/// meta groups, so descriptors live in groups 0/1/15, 16/17/31 and 32/33), mmp and
+/// inline_data.
 fn feature_configs() -> Vec<Config> {
     vec![
         Config {
@@ -492,6 +493,13 @@ fn feature_configs() -> Vec<Config> {
             ..config("meta_bg-1k", vec!["-O", "meta_bg,^resize_inode", "-b", "1024"], 1024)
         },
         config("mmp-4k", vec!["-O", "mmp", "-b", "4096"], 4096),
+        // New directories start inline and move out as they grow (`inline.rs`).
+        config("inline_data-4k", vec!["-O", "inline_data", "-b", "4096"], 4096),
+        config(
+            "inline_data-1k-nocsum",
+            vec!["-O", "inline_data,^metadata_csum", "-b", "1024"],
+            1024,
+        ),
     ]
 }
 
@@ -588,7 +596,7 @@ fn random_operations_without_a_journal_match_the_model() {
 }
 
 #[test]
-fn random_operations_with_meta_bg_and_mmp_match_the_model() {
+fn random_operations_with_meta_bg_mmp_and_inline_data_match_the_model() {
     let test = "random_operations_features";
     if !have("mkfs.ext4", test) || !have("e2fsck", test) {
         return;

@@ -1,0 +1,233 @@
+//! Inline data (the inline_data feature) in the file system: files, symlinks and directories
+//! whose contents live in the inode ([`ondisk::ext4::inline`] has the layout).
+//!
+//! | inode     | read                                    | changed                                |
+//! |-----------|-----------------------------------------|----------------------------------------|
+//! | file      | `i_block` + `system.data`, up to i_size | moved into a block first ([`Filesystem::uninline_file`]): write, truncate, fallocate |
+//! | symlink   | the same (readlink)                     | never (a symlink's target is fixed)    |
+//! | directory | as a one-block directory whose block is | stays inline while the entries fit the |
+//! |           | what the kernel would convert it to     | inode (`system.data` grows as the      |
+//! |           | ([`inline_dir_block`])                  | in-inode xattr area allows), else      |
+//! |           |                                         | moves into a block (`adapters.rs`)     |
+//!
+//! The directory code sees an inline directory as that one block, so lookups, readdir (in
+//! hash order with dir_index, as a one-block directory: a listing's cookies stay good when the
+//! directory later moves into a block) and emptiness need nothing of their own. A change
+//! writes the block back; [`InlineDir::store`] puts the entries back in the inode when they
+//! fit, and otherwise the block becomes the directory's first real block, as the kernel's
+//! `ext4_convert_inline_data_nolock` does.
+//!
+//! Moving out is one transaction: the block is written (a file's data as ordered data, a
+//! directory's block journaled) before the commit that drops the inline flag and maps it, so a
+//! crash shows the contents inline or in the block, never lost. The moved inode gets an
+//! extent tree when the file system has extents (as the kernel's
+//! `ext4_destroy_inline_data_nolock`), else an empty block map.
+//!
+//! What quill makes: a new directory starts inline, as the kernel's (`ext4_try_create_inline_dir`),
+//! when its record has room for `system.data`. New files do not: their data goes to blocks at
+//! writeback, as on a file system without the feature (the kernel writes a small file's
+//! first data inline instead; both read the same to the kernel and e2fsck).
+
+use ondisk::ext4::inline::{self as layout, InlineEntry, INLINE_XATTR_INDEX, INLINE_XATTR_NAME};
+use ondisk::ext4::xattr::{encode_inode_xattrs, parse_inode_xattrs, XattrEntry};
+use ondisk::ext4::{self, dir as dirent, INODE_BLOCK_SIZE};
+
+use crate::error::{FsError, Result};
+use crate::extent_tree;
+use crate::filesystem::{Filesystem, Txn};
+use crate::groups::Reservation;
+use crate::inodes::InodeData;
+use crate::ops::txn_write_inode;
+
+/// The value of `system.data` in `data`'s in-inode xattr area; empty when the attribute is
+/// missing (the kernel then keeps only `i_block`'s 60 bytes inline).
+pub(crate) fn inline_value(data: &InodeData) -> Result<Vec<u8>> {
+    let area = &data.raw[data.inode.xattr_area_range(data.raw.len())];
+    let entries = parse_inode_xattrs(area)?;
+    Ok(layout::inline_value(&entries).map(<[u8]>::to_vec).unwrap_or_default())
+}
+
+/// Sets (`Some`) or removes (`None`) `system.data` in `data`'s in-inode area, keeping the
+/// other attributes. Returns false, changing nothing, when the value does not fit.
+fn set_inline_value(data: &mut InodeData, value: Option<&[u8]>) -> Result<bool> {
+    let range = data.inode.xattr_area_range(data.raw.len());
+    let mut entries = parse_inode_xattrs(&data.raw[range.clone()])?;
+    entries.retain(|e| !layout::is_inline_xattr(e));
+    if let Some(value) = value {
+        // The kernel keeps system.data first among the in-inode entries.
+        let entry = XattrEntry {
+            name_index: INLINE_XATTR_INDEX,
+            name: INLINE_XATTR_NAME.to_vec(),
+            value: value.to_vec(),
+        };
+        entries.insert(0, entry);
+    }
+    match encode_inode_xattrs(&entries, range.len()) {
+        Some(area) => {
+            data.raw[range].copy_from_slice(&area);
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Drops `data`'s inline data: `system.data` removed, the flag cleared, `i_block` an empty
+/// extent root (`extents`) or an empty block map. The caller maps the contents' block and
+/// writes the inode in the same transaction.
+pub(crate) fn leave_inode(data: &mut InodeData, extents: bool) -> Result<()> {
+    set_inline_value(data, None)?;
+    let inode = &mut data.inode;
+    inode.flags &= !ext4::INLINE_DATA_FL;
+    inode.block = [0; INODE_BLOCK_SIZE];
+    if extents {
+        inode.flags |= ext4::EXTENTS_FL;
+        extent_tree::init_root(&mut inode.block);
+    }
+    data.fc.ineligible_next("inline data moved out");
+    Ok(())
+}
+
+/// The block an inline directory (`ino`) reads as: what it would become moved out, with a
+/// checksum tail when the file system has metadata_csum.
+pub(crate) fn inline_dir_block(
+    ino: u32,
+    data: &InodeData,
+    block_size: usize,
+    csum_seed: Option<u32>,
+) -> Result<Vec<u8>> {
+    let value = inline_value(data)?;
+    let mut block =
+        layout::dir_block_image(&data.inode.block, &value, ino, block_size, csum_seed.is_some())?;
+    if let Some(seed) = csum_seed {
+        dirent::set_dir_block_checksum(seed, &mut block);
+    }
+    Ok(block)
+}
+
+/// An inline directory while one directory operation runs on it (`adapters::DirAccess`).
+pub(crate) struct InlineDir {
+    /// The directory's one block as the operation last wrote it (or as first read).
+    pub block: Vec<u8>,
+    /// The block has a checksum tail.
+    pub has_tail: bool,
+}
+
+impl InlineDir {
+    /// Puts the entries of `block` (a leaf with "." and "..") back into the inode, in
+    /// `data`'s `i_block` and `system.data`, growing the value as far as the in-inode area
+    /// allows. Returns false, changing nothing, when they do not fit: the caller then moves
+    /// the directory into a block.
+    pub fn store(&mut self, data: &mut InodeData, block: &[u8]) -> Result<bool> {
+        let (_, dotdot) = dirent::parse_dots(block)?;
+        let parent = dotdot.inode;
+        let entries: Vec<InlineEntry> = dirent::parse_dir_block(block, self.has_tail)?
+            .into_iter()
+            .filter(|e| e.offset > dotdot.offset)
+            .map(|e| InlineEntry { name: e.name.to_vec(), inode: e.inode, file_type: e.file_type })
+            .collect();
+        let value_len = inline_value(data)?.len();
+        let area_len = data.inode.xattr_area_range(data.raw.len()).len();
+        let Some((i_block, value)) = layout::encode_dir(parent, &entries, value_len, area_len)
+        else {
+            return Ok(false);
+        };
+        if !set_inline_value(data, Some(&value))? {
+            return Ok(false);
+        }
+        data.inode.block = i_block;
+        data.inode.size = (INODE_BLOCK_SIZE + value.len()) as u64;
+        data.fc.ineligible_next("inline directory");
+        self.block = block.to_vec();
+        Ok(true)
+    }
+}
+
+/// Makes new directory `data` (no blocks yet) inline, with `parent` and no entries, when
+/// its record has room for an empty `system.data`; otherwise leaves it as it is (it then gets
+/// a block).
+pub(crate) fn make_inline_dir(data: &mut InodeData, parent: u32) -> Result<()> {
+    let (i_block, value) = layout::encode_dir(parent, &[], 0, 0).expect("no entries fit");
+    if !set_inline_value(data, Some(&value))? {
+        return Ok(());
+    }
+    let inode = &mut data.inode;
+    inode.flags = (inode.flags & !ext4::EXTENTS_FL) | ext4::INLINE_DATA_FL;
+    inode.block = i_block;
+    inode.size = INODE_BLOCK_SIZE as u64;
+    Ok(())
+}
+
+impl Filesystem {
+    /// The inline_data feature: new directories start in their inode.
+    pub(crate) fn has_inline_data(&self) -> bool {
+        self.params.feature_incompat & ext4::feature::INCOMPAT_INLINE_DATA != 0
+    }
+
+    /// The contents of inline file or symlink `ino`.
+    pub(crate) fn inline_file_bytes(&self, ino: u32, data: &InodeData) -> Result<Vec<u8>> {
+        let bytes = inline_value(data)
+            .and_then(|value| Ok(layout::file_bytes(&data.inode.block, &value, data.inode.size)?));
+        bytes.map_err(|e| self.at_inode(ino, e))
+    }
+
+    /// Moves inline file `ino` (locked: `data`) into a block before its data changes, in one
+    /// transaction (module docs); nothing to do for a file that is not inline. ENOSPC, with
+    /// nothing changed, when no block is free.
+    pub(crate) fn uninline_file(&self, ino: u32, data: &mut InodeData) -> Result<()> {
+        if !data.inode.has_inline_data() {
+            return Ok(());
+        }
+        let bytes = self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e))?;
+        let mut held = if bytes.is_empty() {
+            self.groups.no_reservation()
+        } else {
+            self.groups.reserve(&self.journal, 1)?
+        };
+        let credits = self.write_step_credits(data, 1).credits + 4;
+        let mut txn = self.begin_with(credits, self.groups.no_reservation())?;
+        let result = self.move_out(&mut txn, ino, data, &bytes, &mut held);
+        self.finish(result, txn)
+    }
+
+    fn move_out(
+        &self,
+        txn: &mut Txn<'_>,
+        ino: u32,
+        data: &mut InodeData,
+        bytes: &[u8],
+        held: &mut Reservation,
+    ) -> Result<()> {
+        leave_inode(data, self.has_extents())?;
+        if bytes.is_empty() {
+            return txn_write_inode(self, txn, ino, data, true);
+        }
+        // One step maps the block, writes the bytes as the transaction's ordered data and
+        // writes the inode.
+        let mut mapped = false;
+        let written = self.write_step(txn, ino, data, 0, bytes, held, &mut mapped)?;
+        if written != bytes.len() {
+            return Err(FsError::Invalid(format!(
+                "moving inline file {ino} out wrote {written} of {} bytes",
+                bytes.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The extent feature: moved-out inodes get an extent tree.
+    pub(crate) fn has_extents(&self) -> bool {
+        self.params.feature_incompat & ext4::feature::INCOMPAT_EXTENTS != 0
+    }
+
+    /// Damage in inode `ino`'s own record (its inline data, its in-inode attributes), named
+    /// by the inode-table block that holds it.
+    pub(crate) fn at_inode(&self, ino: u32, err: FsError) -> FsError {
+        match err {
+            FsError::OnDisk(e) => {
+                let block = self.inode_table_location(ino).map_or(0, |(block, _)| block);
+                FsError::corrupted(block, format!("inode {ino}: {e}"))
+            }
+            other => other,
+        }
+    }
+}
