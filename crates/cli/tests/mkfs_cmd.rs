@@ -172,7 +172,7 @@ fn mkfs_rejects_bad_option_values_with_one_line_and_status_2() {
         (&["-U", "not-a-uuid", img, "64M"], "bad UUID", "not-a-uuid"),
         (&["-L", "a-label-longer-than-16", img, "64M"], "long label", "a-label-longer-than-16"),
         (&[img, "12Q"], "bad size suffix", "12Q"),
-        (&["-O", "inline_data", img, "64M"], "unsupported feature", "inline_data"),
+        (&["-O", "casefold", img, "64M"], "unsupported feature", "casefold"),
         (&[img], "missing image without a size", "SIZE"),
     ];
     for (args, what, must_name) in cases {

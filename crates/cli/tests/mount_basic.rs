@@ -401,8 +401,8 @@ fn bad_input_is_one_line_and_never_touches_the_image() {
     fs::write(&zeros, vec![0u8; 4 << 20]).unwrap();
     let text_file = s.path("notes.txt");
     fs::write(&text_file, "not a file system\n".repeat(1000)).unwrap();
-    let unsupported = s.path("inline.img");
-    mkfs_ext4(&unsupported, "16M", &["-O", "inline_data"]);
+    let unsupported = s.path("casefold.img");
+    mkfs_ext4(&unsupported, "16M", &["-O", "casefold"]);
     let bigalloc = s.path("bigalloc.img");
     mkfs_ext4(&bigalloc, "64M", &["-O", "bigalloc", "-C", "16384"]);
     let file_as_mnt = s.path("plainfile");
@@ -414,7 +414,7 @@ fn bad_input_is_one_line_and_never_touches_the_image() {
         ("missing image", &missing, &mnt, "No such file"),
         ("zeros", &zeros, &mnt, "zeros.img"),
         ("text file", &text_file, &mnt, "notes.txt"),
-        ("inline_data", &unsupported, &mnt, "inline_data"),
+        ("casefold", &unsupported, &mnt, "casefold"),
         ("bigalloc", &bigalloc, &mnt, "bigalloc"),
         ("missing mount point", &good, &nowhere, "nowhere"),
         ("mount point is a file", &good, &file_as_mnt, "not a directory"),

@@ -427,6 +427,8 @@ fn feature_variants_are_byte_identical_to_mkfs_ext4() {
         "meta_bg,^resize_inode,^64bit,^flex_bg",
         "meta_bg",
         "project",
+        "inline_data",
+        "inline_data,^metadata_csum,^has_journal",
     ];
     check_matrix("features", &cases(&[64, 300], &[1024, 4096], &features));
 }
@@ -563,7 +565,7 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
 #[test]
 fn every_feature_outside_the_supported_list_is_refused_by_name() {
     let mut features = Features::default();
-    for name in ["inline_data", "bigalloc", "^ea_inode", "casefold", "quota"] {
+    for name in ["bigalloc", "^ea_inode", "casefold", "quota"] {
         let err = features.edit(name).unwrap_err().to_string();
         assert!(err.contains(name.trim_start_matches('^')), "{name}: {err}");
     }
@@ -593,7 +595,9 @@ fn bad_options_are_refused_before_anything_is_written() {
     .options();
     let mut project = base.features;
     project.edit("project").unwrap();
-    let bad: [(&str, MkfsOptions); 8] = [
+    let mut inline_data = base.features;
+    inline_data.edit("inline_data").unwrap();
+    let bad: [(&str, MkfsOptions); 9] = [
         ("block size 3000", MkfsOptions { block_size: 3000, ..base.clone() }),
         ("inode size 100", MkfsOptions { inode_size: 100, ..base.clone() }),
         ("reserved 60%", MkfsOptions { reserved_percent: 60.0, ..base.clone() }),
@@ -604,6 +608,10 @@ fn bad_options_are_refused_before_anything_is_written() {
         (
             "project with 128-byte inodes",
             MkfsOptions { features: project, inode_size: 128, ..base.clone() },
+        ),
+        (
+            "inline_data with 128-byte inodes",
+            MkfsOptions { features: inline_data, inode_size: 128, ..base.clone() },
         ),
     ];
     for (what, opts) in bad {

@@ -13,7 +13,7 @@ pub struct Features {
 /// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
 /// because quill would either write it wrongly (meta_bg, inline data, bigalloc, ...) or not at
 /// all.
-pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 23] = [
+pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 24] = [
     ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
     ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
     ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
@@ -28,6 +28,7 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 23] = [
     ("flex_bg", Word::Incompat, feature::INCOMPAT_FLEX_BG),
     ("metadata_csum_seed", Word::Incompat, feature::INCOMPAT_CSUM_SEED),
     ("large_dir", Word::Incompat, feature::INCOMPAT_LARGEDIR),
+    ("inline_data", Word::Incompat, feature::INCOMPAT_INLINE_DATA),
     ("sparse_super", Word::RoCompat, feature::RO_COMPAT_SPARSE_SUPER),
     ("large_file", Word::RoCompat, feature::RO_COMPAT_LARGE_FILE),
     ("huge_file", Word::RoCompat, feature::RO_COMPAT_HUGE_FILE),
@@ -40,7 +41,7 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 23] = [
 ];
 
 /// Names dumpe2fs prints for the bits quill can set, in its order.
-pub(super) const FEATURE_NAMES: [(Word, u32, &str); 23] = [
+pub(super) const FEATURE_NAMES: [(Word, u32, &str); 24] = [
     (Word::Compat, feature::COMPAT_HAS_JOURNAL, "has_journal"),
     (Word::Compat, feature::COMPAT_EXT_ATTR, "ext_attr"),
     (Word::Compat, feature::COMPAT_RESIZE_INODE, "resize_inode"),
@@ -55,6 +56,7 @@ pub(super) const FEATURE_NAMES: [(Word, u32, &str); 23] = [
     (Word::Incompat, feature::INCOMPAT_FLEX_BG, "flex_bg"),
     (Word::Incompat, feature::INCOMPAT_CSUM_SEED, "metadata_csum_seed"),
     (Word::Incompat, feature::INCOMPAT_LARGEDIR, "large_dir"),
+    (Word::Incompat, feature::INCOMPAT_INLINE_DATA, "inline_data"),
     (Word::RoCompat, feature::RO_COMPAT_SPARSE_SUPER, "sparse_super"),
     (Word::RoCompat, feature::RO_COMPAT_LARGE_FILE, "large_file"),
     (Word::RoCompat, feature::RO_COMPAT_HUGE_FILE, "huge_file"),

@@ -72,6 +72,12 @@ impl Geometry {
             // As mke2fs: i_projid needs the large inode's extra fields.
             return Err(invalid(format!("{isz} byte inodes are too small for project quota")));
         }
+        if features.incompat(feature::INCOMPAT_INLINE_DATA) && isz == ext4::INODE_SIZE_MIN {
+            // As mke2fs: system.data lives in the large inode's xattr area.
+            return Err(invalid(format!(
+                "{isz} byte inodes are too small for inline data; specify larger size"
+            )));
+        }
         let inodes_param = Self::plan_inodes(opts, blocks_param)?;
         let reserved_param = (opts.reserved_percent * blocks_param as f64 / 100.0) as u64;
         let mut geometry = Self::initialize(opts, features, blocks_param, inodes_param)?;

@@ -459,9 +459,17 @@ impl Planner {
         self.map_next(&mut root, self.inode_goal(ROOT_INO))?;
         self.use_inode(ROOT_INO, true);
         // create_lost_and_found: the first free inode, one block, then grown block by block.
+        // With inline_data ext2fs_mkdir makes it inline (it is past the reserved inodes),
+        // and the first ext2fs_expand_dir moves it into a block found from the start of the
+        // file system (ext2fs_inline_data_dir_expand: ext2fs_new_block2 with goal 0): one
+        // block fewer in the end.
         let lost_found_ino = FIRST_INO;
         let mut lost_found = FileBlocks::new(extents);
-        let mut last = self.map_next(&mut lost_found, self.inode_goal(lost_found_ino))?;
+        let mut last = if self.g.features.incompat(feature::INCOMPAT_INLINE_DATA) {
+            None
+        } else {
+            Some(self.map_next(&mut lost_found, self.inode_goal(lost_found_ino))?)
+        };
         self.use_inode(lost_found_ino, true);
         let bs = self.g.block_size;
         let mut lpf_size = 0u32;
@@ -470,7 +478,8 @@ impl Planner {
             if lpf_size >= LOST_FOUND_BYTES_MIN && lpf_size >= 2 * bs {
                 break;
             }
-            last = self.map_next(&mut lost_found, last)?;
+            let goal = last.unwrap_or(self.g.first_data_block);
+            last = Some(self.map_next(&mut lost_found, goal)?);
         }
         if lost_found.extents.len() > EXTENTS_IN_INODE {
             return Err(FsError::Unsupported("lost+found would need an extent tree".into()));

@@ -57,8 +57,8 @@ fn feature_edit_refuses_unknown_features_by_name() {
     f.edit("^metadata_csum,orphan_file").unwrap();
     assert!(!f.ro_compat(feature::RO_COMPAT_METADATA_CSUM));
     assert!(f.compat(feature::COMPAT_ORPHAN_FILE));
-    let err = f.edit("inline_data").unwrap_err().to_string();
-    assert!(err.contains("inline_data"), "{err}");
+    let err = f.edit("casefold").unwrap_err().to_string();
+    assert!(err.contains("casefold"), "{err}");
 }
 
 #[test]

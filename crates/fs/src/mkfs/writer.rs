@@ -3,6 +3,7 @@
 //! superblock last.
 
 use super::*;
+use ondisk::ext4::inline;
 
 /// Writes queued by offset, coalesced and issued in order; zero ranges are streamed.
 #[derive(Default)]
@@ -262,7 +263,14 @@ impl ImageWriter {
         let mut lost_found = new_inode(ext4::MODE_DIR | 0o700, 2, lf_blocks * bs, lf_all);
         lost_found.flags = files.lost_found.inode_flags();
         lost_found.block = files.lost_found.inode_root();
-        records.insert(FIRST_INO, encode_inode(&lost_found, isz));
+        let mut raw = encode_inode(&lost_found, isz);
+        if g.features.incompat(feature::INCOMPAT_INLINE_DATA) {
+            // Moved out of the inode (`Planner::create_files`), lost+found keeps the in-inode
+            // xattr header that held system.data, as ext2fs_inline_data_ea_remove leaves it.
+            let at = lost_found.xattr_area_range(isz).start;
+            raw[at..at + 4].copy_from_slice(&ondisk::ext4::xattr::XATTR_MAGIC.to_le_bytes());
+        }
+        records.insert(FIRST_INO, raw);
 
         if let Some(dind) = files.resize_dind {
             let backups = backup_groups(g).len() as u64;
@@ -325,7 +333,13 @@ impl ImageWriter {
         for &(_, start, len) in &files.lost_found.extents {
             for block in start..start + u64::from(len) {
                 let mut data = vec![0u8; bs];
-                if logical == 0 {
+                if logical == 0 && g.features.incompat(feature::INCOMPAT_INLINE_DATA) {
+                    // The empty inline directory's block (ext2fs_inline_data_dir_expand).
+                    let (i_block, value) = inline::encode_dir(ROOT_INO, &[], 0, 0)
+                        .expect("an empty inline directory fits");
+                    data = inline::dir_block_image(&i_block, &value, FIRST_INO, bs, csum)
+                        .expect("an empty inline directory converts");
+                } else if logical == 0 {
                     dirent::init_first_dir_block(&mut data, csum, FIRST_INO, ROOT_INO);
                 } else {
                     dirent::init_empty_dir_block(&mut data, csum);
