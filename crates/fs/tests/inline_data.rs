@@ -1,0 +1,201 @@
+//! inline_data images, both ways: files, symlinks and directories that live in their inode
+//! (`i_block` and `system.data`) — made by e2fsprogs (`mkfs.ext4 -d`, which also makes inline
+//! symlinks) and by the kernel — read identically by quill; quill's changes to them (writes,
+//! truncates and fallocate that move a file out, names added to and removed from inline
+//! directories, which stay inline while they fit and move out when not, directories moved
+//! between parents, removed, made anew) leave an image e2fsck finds clean and the kernel reads
+//! as quill did. 1 KiB and 4 KiB blocks, with and without metadata_csum.
+//! Needs root, loop devices and e2fsprogs; skips with a printed reason otherwise.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{
+    assert_fsck_clean, can_loop_mount, compare, kernel_tree, open_device, quill_tree, Entry, Mount,
+    Rng, Scratch,
+};
+use fs::{
+    Ext4Image, FallocateMode, Filesystem, FsError, MountOptions, RenameFlags, SetMode, ROOT_INO,
+};
+use ondisk::ext4::INLINE_DATA_FL;
+
+/// What `mkfs.ext4 -d` copies in: small files, an empty one, a directory of a few names, and
+/// symlinks of 10 and 100 bytes (the long one inline: e2fsprogs writes it so).
+fn seed_directory(dir: &Path, rng: &mut Rng) {
+    std::fs::create_dir_all(dir.join("seeded/few")).unwrap();
+    for (name, size) in [("empty", 0), ("one", 1), ("tiny", 40), ("edge", 60), ("over", 90)] {
+        std::fs::write(dir.join("seeded").join(name), rng.bytes(size)).unwrap();
+    }
+    for i in 0..3 {
+        std::fs::write(dir.join(format!("seeded/few/n{i}")), format!("n{i}")).unwrap();
+    }
+    std::os::unix::fs::symlink("short/link", dir.join("seeded/short-link")).unwrap();
+    std::os::unix::fs::symlink("t".repeat(100), dir.join("seeded/long-link")).unwrap();
+}
+
+/// What the kernel adds: files around the inline limit, directories that stay inline and
+/// one that outgrows its inode, a file with an xattr beside its inline data, a hard link.
+fn kernel_writes(m: &Path, rng: &mut Rng) {
+    std::fs::create_dir_all(m.join("k/small")).unwrap();
+    for size in [0usize, 1, 59, 60, 61, 100, 150, 400, 5000] {
+        std::fs::write(m.join(format!("k/small/f{size}")), rng.bytes(size)).unwrap();
+    }
+    std::fs::create_dir_all(m.join("k/inline-dir")).unwrap();
+    std::fs::create_dir_all(m.join("k/empty-dir")).unwrap();
+    std::fs::create_dir_all(m.join("k/to-move/inner")).unwrap();
+    for i in 0..3 {
+        std::fs::write(m.join(format!("k/inline-dir/e{i}")), b"x").unwrap();
+    }
+    std::fs::create_dir_all(m.join("k/grown")).unwrap();
+    for i in 0..60 {
+        std::fs::write(m.join(format!("k/grown/entry-number-{i}")), b"").unwrap();
+    }
+    let with_xattr = m.join("k/with-xattr");
+    std::fs::write(&with_xattr, b"inline bytes beside an attribute").unwrap();
+    // setfattr (package attr, which CI installs) sets it through the kernel.
+    match std::process::Command::new("setfattr")
+        .args(["-n", "user.k", "-v", "v"])
+        .arg(&with_xattr)
+        .status()
+    {
+        Ok(status) => assert!(status.success(), "setfattr failed"),
+        Err(e) => println!("SKIP the kernel's xattr beside inline data: setfattr: {e}"),
+    }
+    std::fs::hard_link(m.join("k/small/f59"), m.join("k/hard")).unwrap();
+}
+
+/// Whether each of `paths` keeps its data inline, read from the image (unmounted: the
+/// journal's changes are home).
+fn inline_flags(image: &Path, paths: &[&str]) -> Vec<bool> {
+    let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Filesystem::open(open_device(image), read_only).unwrap();
+    let on_disk = Ext4Image::open(open_device(image)).unwrap();
+    let flags = paths
+        .iter()
+        .map(|path| {
+            let inode = on_disk.read_inode(fs.resolve(path).unwrap()).unwrap();
+            inode.flags & INLINE_DATA_FL != 0
+        })
+        .collect();
+    fs.unmount().unwrap();
+    flags
+}
+
+/// quill's changes; the caller compares what quill then shows with the kernel's view.
+fn quill_changes(fs: &Filesystem, rng: &mut Rng) {
+    let small = fs.resolve("/k/small").unwrap();
+    let ino = |name: &str| fs.lookup(small, name.as_bytes()).unwrap().ino;
+    // Writes move files out of their inodes.
+    let appended = rng.bytes(10);
+    for name in ["f1", "f60", "f100"] {
+        let size = fs.getattr(ino(name)).unwrap().size;
+        fs.write(ino(name), size, &appended).unwrap();
+    }
+    fs.write(ino("f59"), 3, b"overwritten").unwrap();
+    fs.truncate(ino("f61"), 30).unwrap();
+    fs.truncate(ino("f150"), 2000).unwrap();
+    fs.fallocate(ino("f0"), FallocateMode::KeepSize, 0, 8192).unwrap();
+    let seeded = fs.resolve("/seeded").unwrap();
+    let tiny = fs.lookup(seeded, b"tiny").unwrap().ino;
+    fs.write(tiny, 40, &rng.bytes(3000)).unwrap();
+    // An xattr set on an inline file keeps the data; system.data is no attribute.
+    let with_xattr = fs.resolve("/k/with-xattr").unwrap();
+    fs.setxattr(with_xattr, b"user.q", b"quill", SetMode::Any).unwrap();
+    assert!(fs.listxattr(with_xattr).unwrap().iter().all(|n| n != b"system.data"));
+    assert!(matches!(fs.getxattr(with_xattr, b"system.data"), Err(FsError::NotSupported(_))));
+    assert!(matches!(
+        fs.setxattr(with_xattr, b"system.data", b"x", SetMode::Any),
+        Err(FsError::NotSupported(_))
+    ));
+    // Names in inline directories: a few stay inline, many move the directory out.
+    let inline_dir = fs.resolve("/k/inline-dir").unwrap();
+    fs.create(inline_dir, b"added", 0o644, 0, 0).unwrap();
+    fs.unlink(inline_dir, b"e1").unwrap();
+    let few = fs.resolve("/seeded/few").unwrap();
+    for i in 0..40 {
+        fs.create(few, format!("many-names-{i}").as_bytes(), 0o644, 0, 0).unwrap();
+    }
+    // An inline directory moved to another parent ("..", kept in i_block, follows), one
+    // removed, and new ones, which start inline.
+    let k = fs.resolve("/k").unwrap();
+    let to_move = fs.resolve("/k/to-move").unwrap();
+    fs.rename(to_move, b"inner", ROOT_INO, b"moved", RenameFlags::default()).unwrap();
+    assert_eq!(fs.lookup(fs.resolve("/moved").unwrap(), b"..").unwrap().ino, ROOT_INO);
+    fs.rmdir(k, b"empty-dir").unwrap();
+    let made = fs.mkdir(k, b"made", 0o755, 0, 0).unwrap().ino;
+    let sub = fs.mkdir(made, b"sub", 0o700, 0, 0).unwrap().ino;
+    let file = fs.create(sub, b"file", 0o600, 0, 0).unwrap().ino;
+    fs.write(file, 0, b"in a new directory").unwrap();
+    fs.link(ino("f400"), inline_dir, b"linked").unwrap();
+    fs.unlink(small, b"f5000").unwrap();
+    // Symlinks kept inline read back; they never change.
+    assert_eq!(fs.readlink(fs.resolve("/seeded/long-link").unwrap()).unwrap(), vec![b't'; 100]);
+}
+
+fn run(label: &str, mkfs_options: &[&str]) -> Option<()> {
+    let scratch = Scratch::new(&format!("inline-{label}"));
+    let seed_dir = scratch.path("seed");
+    seed_directory(&seed_dir, &mut Rng::new(11));
+    let image = scratch.path("fs.img");
+    let mut options = vec!["-O", "inline_data", "-d", seed_dir.to_str().unwrap()];
+    options.extend_from_slice(mkfs_options);
+    common::mkfs(&image, "64M", &options);
+    let expected: BTreeMap<String, Entry> = {
+        let mount = Mount::new(&image, scratch.path("mnt"))?;
+        kernel_writes(&mount.dir, &mut Rng::new(12));
+        kernel_tree(&mount.dir)
+    };
+    assert_fsck_clean(&image);
+    // Read-only, then read-write: the same tree, inline data and all.
+    let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+    assert_eq!(
+        inline_flags(&image, &["/seeded/long-link", "/k/small/f59", "/k/inline-dir", "/k/grown"]),
+        [true, true, true, false],
+        "{label}: e2fsprogs and the kernel keep links, files and directories inline"
+    );
+    let fs = Filesystem::open(open_device(&image), read_only).unwrap();
+    compare(&expected, &quill_tree(&fs));
+    fs.unmount().unwrap();
+    let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+    compare(&expected, &quill_tree(&fs));
+    quill_changes(&fs, &mut Rng::new(13));
+    let changed = quill_tree(&fs);
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+    assert_eq!(
+        inline_flags(&image, &["/k/inline-dir", "/seeded/few", "/k/made", "/k/made/sub", "/moved"]),
+        [true, false, true, true, true],
+        "{label}: a few names stay inline, forty move out, new directories start inline"
+    );
+    assert_eq!(
+        inline_flags(&image, &["/k/small/f1", "/k/small/f61", "/k/with-xattr"]),
+        [false, false, true],
+        "{label}: written files moved out; an xattr leaves the data inline"
+    );
+    let mount = Mount::new(&image, scratch.path("mnt-check"))?;
+    compare(&changed, &kernel_tree(&mount.dir));
+    drop(mount);
+    assert_fsck_clean(&image);
+    println!("{label}: {} paths identical in quill and the kernel", changed.len());
+    Some(())
+}
+
+#[test]
+fn inline_files_symlinks_and_directories_are_read_and_changed_as_the_kernel_does() {
+    let test = "inline_data_both_ways";
+    if !can_loop_mount(test) {
+        return;
+    }
+    let kinds: [(&str, &[&str]); 3] = [
+        ("4k", &["-b", "4096"]),
+        ("1k", &["-b", "1024"]),
+        ("4k-nocsum-512-inodes", &["-b", "4096", "-O", "^metadata_csum", "-I", "512"]),
+    ];
+    for (label, options) in kinds {
+        if run(label, options).is_none() {
+            return;
+        }
+    }
+}
