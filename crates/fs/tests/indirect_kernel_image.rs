@@ -343,55 +343,6 @@ fn on_ext3_converted_to_ext4_quill_changes_indirect_files_in_place() {
     kernel_reads_what_quill_wrote(&scratch, &image, &expected);
 }
 
-/// Where inode `ino`'s i_block starts in the image file.
-fn i_block_offset(image: &Path, ino: u32) -> u64 {
-    let img = Ext4Image::open(open_device(image)).unwrap();
-    let sb = img.superblock();
-    let (group, index) = ((ino - 1) / sb.inodes_per_group, (ino - 1) % sb.inodes_per_group);
-    let table = img.group_descs()[group as usize].inode_table;
-    table * u64::from(sb.block_size()) + u64::from(index) * u64::from(sb.inode_size) + 0x28
-}
-
-/// Everything quill reads of the tree (each file whole, each directory listed), by path:
-/// what it read, or the error.
-fn read_everything(fs: &Filesystem) -> BTreeMap<String, Result<Vec<u8>, String>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![(ROOT_INO, String::new())];
-    while let Some((dir, path)) = todo.pop() {
-        let mut cookie = 0;
-        let mut names = Vec::new();
-        loop {
-            match fs.readdir(dir, cookie, 64) {
-                Ok(batch) if batch.is_empty() => break,
-                Ok(batch) => {
-                    cookie = batch.last().unwrap().next_cookie;
-                    names.extend(batch);
-                }
-                Err(e) => {
-                    out.insert(format!("{path}/"), Err(e.to_string()));
-                    break;
-                }
-            }
-        }
-        for e in names.iter().filter(|e| e.name != b"." && e.name != b"..") {
-            let child = format!("{path}/{}", String::from_utf8_lossy(&e.name));
-            match fs.getattr(e.ino) {
-                Ok(attr) if attr.mode & 0o170000 == 0o040000 => todo.push((e.ino, child)),
-                Ok(attr) if attr.mode & 0o170000 == 0o100000 => {
-                    let mut buf = vec![0u8; attr.size as usize];
-                    let read = fs.read(e.ino, 0, &mut buf).map(|_| buf);
-                    out.insert(child, read.map_err(|e| e.to_string()));
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    out.insert(child, Err(err.to_string()));
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Damaged indirect maps on a kernel-written ext3 image (1 KiB blocks), opened read-only:
 /// block numbers outside the file system, a data pointer onto the superblock's group
 /// metadata, an indirect block naming itself, a directory's first block out of range. The
@@ -410,13 +361,13 @@ fn damaged_indirect_maps_give_errors_never_panics_hangs_or_writes() {
     else {
         return;
     };
-    let clean = read_everything(&fs);
+    let clean = common::read_everything(&fs);
     assert!(clean.values().all(|r| r.is_ok()), "the clean image reads whole");
     let (big, dir) = (fs.resolve("/a/f6").unwrap(), fs.resolve("/a/b").unwrap());
     let blocks_count = Ext4Image::open(open_device(&image)).unwrap().superblock().blocks_count;
     fs.unmount().unwrap();
     let clean_bytes = std::fs::read(&image).unwrap();
-    let slot = |ino: u32, i: u64| i_block_offset(&image, ino) + 4 * i;
+    let slot = |ino: u32, i: u64| common::inode_offset(&image, ino) + 0x28 + 4 * i;
     let pointer_at = |offset: u64| {
         u32::from_le_bytes(clean_bytes[offset as usize..offset as usize + 4].try_into().unwrap())
     };
@@ -440,7 +391,7 @@ fn damaged_indirect_maps_give_errors_never_panics_hangs_or_writes() {
         std::thread::spawn(move || {
             let read_only = MountOptions { read_only: true, ..MountOptions::default() };
             let fs = Filesystem::open(open_device(&path), read_only).unwrap();
-            let seen = read_everything(&fs);
+            let seen = common::read_everything(&fs);
             let _ = fs.unmount();
             let _ = tx.send(seen);
         });
@@ -482,7 +433,7 @@ fn changes_through_damaged_indirect_maps_fail_without_spreading_the_damage() {
     let (itable, bitmap) = (img.group_descs()[0].inode_table, img.group_descs()[0].block_bitmap);
     drop(img);
     let clean_bytes = std::fs::read(&image).unwrap();
-    let single_slot = i_block_offset(&image, big) + 4 * 12;
+    let single_slot = common::inode_offset(&image, big) + 0x28 + 4 * 12;
     let single = u64::from(u32::from_le_bytes(
         clean_bytes[single_slot as usize..single_slot as usize + 4].try_into().unwrap(),
     ));

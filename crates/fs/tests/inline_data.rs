@@ -10,7 +10,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{
     assert_fsck_clean, can_loop_mount, compare, kernel_tree, open_device, quill_tree, Entry, Mount,
@@ -47,6 +47,11 @@ fn kernel_writes(m: &Path, rng: &mut Rng) {
     std::fs::create_dir_all(m.join("k/to-move/inner")).unwrap();
     for i in 0..3 {
         std::fs::write(m.join(format!("k/inline-dir/e{i}")), b"x").unwrap();
+    }
+    // Six names: more than i_block's 56 bytes hold, so system.data holds records too.
+    std::fs::create_dir_all(m.join("k/value-dir")).unwrap();
+    for i in 0..6 {
+        std::fs::write(m.join(format!("k/value-dir/v{i}")), b"y").unwrap();
     }
     std::fs::create_dir_all(m.join("k/grown")).unwrap();
     for i in 0..60 {
@@ -134,8 +139,13 @@ fn quill_changes(fs: &Filesystem, rng: &mut Rng) {
     assert_eq!(fs.readlink(fs.resolve("/seeded/long-link").unwrap()).unwrap(), vec![b't'; 100]);
 }
 
-fn run(label: &str, mkfs_options: &[&str]) -> Option<()> {
-    let scratch = Scratch::new(&format!("inline-{label}"));
+/// An inline_data image made with `mkfs_options`, seeded by `mkfs.ext4 -d` and written by
+/// the kernel, checked clean; and the tree the kernel showed. `None` (after a SKIP line) where
+/// the kernel cannot mount it.
+fn made_image(
+    scratch: &Scratch,
+    mkfs_options: &[&str],
+) -> Option<(PathBuf, BTreeMap<String, Entry>)> {
     let seed_dir = scratch.path("seed");
     seed_directory(&seed_dir, &mut Rng::new(11));
     let image = scratch.path("fs.img");
@@ -148,6 +158,12 @@ fn run(label: &str, mkfs_options: &[&str]) -> Option<()> {
         kernel_tree(&mount.dir)
     };
     assert_fsck_clean(&image);
+    Some((image, expected))
+}
+
+fn run(label: &str, mkfs_options: &[&str]) -> Option<()> {
+    let scratch = Scratch::new(&format!("inline-{label}"));
+    let (image, expected) = made_image(&scratch, mkfs_options)?;
     // Read-only, then read-write: the same tree, inline data and all.
     let read_only = MountOptions { read_only: true, ..MountOptions::default() };
     assert_eq!(
@@ -198,4 +214,174 @@ fn inline_files_symlinks_and_directories_are_read_and_changed_as_the_kernel_does
             return;
         }
     }
+}
+
+/// Offsets in an inode record (`fs/ext4/ext4.h`).
+const I_SIZE: usize = 0x04;
+const I_BLOCK: usize = 0x28;
+/// The in-inode xattr area of a record with `i_extra_isize` 32, and in it the first entry's
+/// `e_value_size` (after the 4-byte header: name_len, index, value_offs, value_inum).
+const XATTR_AREA: usize = 128 + 32;
+const FIRST_VALUE_SIZE: usize = XATTR_AREA + 4 + 8;
+
+/// One damage to one inode record: (case, path, offset in the record, new little-endian
+/// bytes).
+type Damage = (&'static str, &'static str, usize, Vec<u8>);
+
+fn damages(value_offset: usize) -> Vec<Damage> {
+    vec![
+        ("file size past its inline data", "/k/small/f100", I_SIZE, 5000u32.to_le_bytes().to_vec()),
+        (
+            "system.data value past the inode",
+            "/k/small/f100",
+            FIRST_VALUE_SIZE,
+            4000u32.to_le_bytes().to_vec(),
+        ),
+        (
+            "symlink size past its inline data",
+            "/seeded/long-link",
+            I_SIZE,
+            300u32.to_le_bytes().to_vec(),
+        ),
+        ("directory parent 0", "/k/inline-dir", I_BLOCK, 0u32.to_le_bytes().to_vec()),
+        (
+            "record longer than i_block",
+            "/k/inline-dir",
+            I_BLOCK + 4 + 4,
+            200u16.to_le_bytes().to_vec(),
+        ),
+        (
+            "record naming a reserved inode",
+            "/k/inline-dir",
+            I_BLOCK + 4,
+            5u32.to_le_bytes().to_vec(),
+        ),
+        (
+            "system.data record of length 0",
+            "/k/value-dir",
+            value_offset + 4,
+            0u16.to_le_bytes().to_vec(),
+        ),
+    ]
+}
+
+/// Where the value of the first in-inode xattr (system.data) starts in the record.
+fn first_value_offset(record: &[u8]) -> usize {
+    let offs = u16::from_le_bytes([record[XATTR_AREA + 4 + 2], record[XATTR_AREA + 4 + 3]]);
+    XATTR_AREA + 4 + usize::from(offs)
+}
+
+/// Damaged inline data (inode records edited on an image without metadata_csum, so that the
+/// damage meets the structural checks rather than a checksum): sizes past the inline bytes,
+/// a system.data value past the inode, a directory whose parent is 0, records too long, of
+/// length 0 or naming a reserved inode. Read-only, the damaged path answers an error naming
+/// corruption, everything else reads as before, and the image is not written; read-write
+/// (errors=continue, so every change is tried), changes through the damage answer errors
+/// too, nothing panics or hangs, and e2fsck finds nothing new outside the damaged inode.
+#[test]
+fn damaged_inline_data_gives_errors_never_panics_hangs_or_spreading_damage() {
+    let test = "inline_data_damaged";
+    if !can_loop_mount(test) {
+        return;
+    }
+    let scratch = Scratch::new("inline-damaged");
+    let Some((image, _)) = made_image(&scratch, &["-b", "4096", "-O", "^metadata_csum"]) else {
+        return;
+    };
+    let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+    let fs = Filesystem::open(open_device(&image), read_only).unwrap();
+    let clean = common::read_everything(&fs);
+    assert!(clean.values().all(|r| r.is_ok()), "the clean image reads whole");
+    let value_dir = fs.resolve("/k/value-dir").unwrap();
+    let inos: BTreeMap<&str, u32> =
+        damages(0).iter().map(|(_, path, _, _)| (*path, fs.resolve(path).unwrap())).collect();
+    fs.unmount().unwrap();
+    let clean_bytes = std::fs::read(&image).unwrap();
+    let record = |ino: u32| common::inode_offset(&image, ino) as usize;
+    let value_offset = first_value_offset(&clean_bytes[record(value_dir)..]);
+    for (case, path, at, bytes) in damages(value_offset) {
+        let ino = inos[path];
+        let mut damaged = clean_bytes.clone();
+        let at = record(ino) + at;
+        damaged[at..at + bytes.len()].copy_from_slice(&bytes);
+        std::fs::write(&image, &damaged).unwrap();
+        let (_, fsck_before) = common::e2fsck(&image);
+        // Read-only: in a thread of its own, so a hang is a failure, not a stuck test.
+        let seen = in_thread(case, image.clone(), |image| {
+            let read_only = MountOptions { read_only: true, ..MountOptions::default() };
+            let fs = Filesystem::open(open_device(&image), read_only).unwrap();
+            let seen = common::read_everything(&fs);
+            let _ = fs.unmount();
+            seen
+        });
+        let failed = if path.starts_with("/k/small/") || path.ends_with("-link") {
+            path.to_string()
+        } else {
+            format!("{path}/")
+        };
+        let got = seen.get(&failed).unwrap_or_else(|| panic!("{case}: {failed} not reached"));
+        assert!(got.as_ref().is_err_and(|e| e.contains("corrupt")), "{case}: {failed}: {got:?}");
+        for (p, read) in &seen {
+            assert!(p == &failed || read == &clean[p], "{case}: {p} changed: {read:?}");
+        }
+        assert!(std::fs::read(&image).unwrap() == damaged, "{case}: a read-only open wrote");
+        // Read-write: every change through the damage fails as corruption.
+        let results = in_thread(case, image.clone(), move |image| {
+            let options =
+                MountOptions { errors: fs::ErrorPolicy::Continue, ..MountOptions::default() };
+            let fs = Filesystem::open(open_device(&image), options).unwrap();
+            let results: Vec<(&str, Result<(), FsError>)> = if failed.ends_with('/') {
+                vec![
+                    ("create", fs.create(ino, b"new-name", 0o644, 0, 0).map(drop)),
+                    ("mkdir", fs.mkdir(ino, b"new-dir", 0o755, 0, 0).map(drop)),
+                    ("lookup", fs.lookup(ino, b"anything").map(drop)),
+                ]
+            } else if failed.ends_with("-link") {
+                vec![("readlink", fs.readlink(ino).map(drop))]
+            } else {
+                vec![
+                    ("read", fs.read(ino, 0, &mut [0u8; 64]).map(drop)),
+                    ("write", fs.write(ino, 0, b"through the damage").map(drop)),
+                    ("truncate", fs.truncate(ino, 10)),
+                    ("fallocate", fs.fallocate(ino, FallocateMode::KeepSize, 0, 4096)),
+                ]
+            };
+            let results: Vec<(String, String)> = results
+                .into_iter()
+                .filter(|(_, r)| !r.as_ref().is_err_and(FsError::is_corruption))
+                .map(|(op, r)| (op.to_string(), format!("{r:?}")))
+                .collect();
+            let _ = fs.unmount();
+            results
+        });
+        assert!(results.is_empty(), "{case}: changes that did not fail as corruption: {results:?}");
+        let (_, fsck_after) = common::e2fsck(&image);
+        let before: Vec<&str> = fsck_before.lines().collect();
+        let new: Vec<&str> = fsck_after
+            .lines()
+            .filter(|line| !before.contains(line))
+            .filter(|line| {
+                !line.contains(&ino.to_string())
+                    && !line.contains("blocks")
+                    && !line.contains("files")
+            })
+            .collect();
+        assert!(new.is_empty(), "{case}: e2fsck finds new damage: {new:#?}\nbefore:\n{fsck_before}\nafter:\n{fsck_after}");
+        println!("{case}: errors where the damage is met, nothing else changed");
+    }
+}
+
+/// Runs `work` on `image` in a thread of its own; a panic or 20 s without an answer fails
+/// `case`.
+fn in_thread<T: Send + 'static>(
+    case: &str,
+    image: PathBuf,
+    work: impl FnOnce(PathBuf) -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(work(image));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{case}: quill panicked or hung"))
 }

@@ -10,6 +10,7 @@
 //! | 0       | mkfs defaults (metadata_csum) | clean                                            |
 //! | 1       | `^metadata_csum`        | clean: damage gets past checksums to the structure checks |
 //! | 2       | mkfs defaults           | crashed with committed transactions: every open replays the journal |
+//! | 3       | `inline_data`           | clean: the small directories are inline (in their inode records) |
 //!
 //! Each holds small and multi-block files, a file whose extent tree has depth 1, nested
 //! directories, an htree directory, fast and slow symlinks, and xattrs in the inode and in a
@@ -53,7 +54,7 @@ use crate::samples::UUID;
 pub const IMAGE_BYTES: usize = 4 << 20;
 const BLOCK_SIZE: u32 = 1024;
 /// Variant names, indexed by the input's first byte (modulo their count).
-pub const IMAGE_VARIANTS: [&str; 3] = ["csum", "nocsum", "needs-recovery"];
+pub const IMAGE_VARIANTS: [&str; 4] = ["csum", "nocsum", "needs-recovery", "inline"];
 /// Most patches one input applies.
 pub const PATCHES_MAX: usize = 32;
 /// Most directories the walk lists (an image may be damaged into a directory loop).
@@ -334,6 +335,9 @@ fn build(name: &'static str, variant: usize) -> BaseImage {
     let mut features = Features::default();
     if variant == 1 {
         features.edit("^metadata_csum").expect("known feature");
+    }
+    if variant == 3 {
+        features.edit("inline_data").expect("known feature");
     }
     let options = MkfsOptions {
         block_size: BLOCK_SIZE,

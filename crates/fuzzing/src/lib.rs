@@ -25,11 +25,13 @@
 //! | `jbd2`        | journal superblock, header, descriptor/commit/revoke blocks for every `LogFormat`, verifiers, encoders |
 //! | `fast_commit` | fast-commit records and the area scan                                       |
 //! | `indirect_map`| `fs::indirect`: lookups and run lists over an ext2/ext3 indirect block map the input describes |
+//! | `inline_data` | `ext4::inline`: inline file bytes, inline directories (parse, encode, the block they convert to) |
 //! | `image`       | a small quill-made image damaged by a list of patches, opened, walked, modified and unmounted |
 
 mod ext4_targets;
 mod image_target;
 mod indirect_target;
+mod inline_target;
 mod input;
 mod jbd2_targets;
 pub mod mutate;
@@ -39,6 +41,7 @@ pub mod seeds;
 pub use ext4_targets::{dir_block, extent_node, group_desc, htree, inode, superblock, xattr_block};
 pub use image_target::{image, BaseImage, IMAGE_VARIANTS};
 pub use indirect_target::indirect_map;
+pub use inline_target::inline_data;
 pub use input::Input;
 pub use jbd2_targets::{fast_commit, jbd2};
 
@@ -46,7 +49,7 @@ pub use jbd2_targets::{fast_commit, jbd2};
 pub type Target = fn(&[u8]);
 
 /// Every target by name, in the order the table above lists them.
-pub const TARGETS: [(&str, Target); 11] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("superblock", superblock),
     ("group_desc", group_desc),
     ("inode", inode),
@@ -57,5 +60,6 @@ pub const TARGETS: [(&str, Target); 11] = [
     ("jbd2", jbd2),
     ("fast_commit", fast_commit),
     ("indirect_map", indirect_map),
+    ("inline_data", inline_data),
     ("image", image),
 ];

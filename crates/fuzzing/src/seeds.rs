@@ -46,7 +46,38 @@ pub fn seeds() -> Vec<Seed> {
     log_block_seeds(&mut out);
     fast_commit_seeds(&mut out);
     indirect_map_seeds(&mut out);
+    inline_data_seeds(&mut out);
     out
+}
+
+/// `inline_data` inputs: a 100-byte file (60 in i_block, 40 in the value), and directories
+/// of a few names (i_block only) and of nine (the value too), with and without a tail.
+fn inline_data_seeds(out: &mut Vec<Seed>) {
+    use ondisk::ext4::inline::{encode_dir, split_file_bytes, InlineEntry};
+    let bytes: Vec<u8> = (0..100u8).collect();
+    let (i_block, value) = split_file_bytes(&bytes);
+    let header = |selector: u8, tail: u8, size: u16, value: &[u8]| {
+        [
+            vec![selector, tail],
+            size.to_le_bytes().to_vec(),
+            (value.len() as u16).to_le_bytes().to_vec(),
+        ]
+        .concat()
+    };
+    push(out, "inline_data", "file-100".into(), &[&header(0, 0, 100, &value), &i_block, &value]);
+    for (count, tail) in [(3u32, 0u8), (9, 1)] {
+        let entries: Vec<InlineEntry> = (0..count)
+            .map(|i| InlineEntry {
+                name: format!("name-{i}").into_bytes(),
+                inode: 20 + i,
+                file_type: 1,
+            })
+            .collect();
+        let (i_block, value) = encode_dir(2, &entries, 0, 1024).expect("fits");
+        let size = (60 + value.len()) as u16;
+        let name = format!("dir-{count}");
+        push(out, "inline_data", name, &[&header(2, tail, size, &value), &i_block, &value]);
+    }
 }
 
 /// `indirect_map` inputs: hand-built ext2/ext3 maps with 1 KiB and 4 KiB blocks, direct

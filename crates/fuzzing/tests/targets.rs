@@ -137,6 +137,11 @@ fn indirect_map_survives_seeds_and_mutations() {
 }
 
 #[test]
+fn inline_data_survives_seeds_and_mutations() {
+    run_target("inline_data");
+}
+
+#[test]
 fn extent_node_survives_seeds_and_mutations() {
     run_target("extent_node");
 }

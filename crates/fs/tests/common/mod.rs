@@ -504,3 +504,55 @@ pub fn fallocate(args: &[&str]) {
     let out = Command::new("fallocate").args(args).output().unwrap();
     assert!(out.status.success(), "fallocate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Where inode `ino`'s record starts in the image file (`i_block` is 0x28 bytes in).
+pub fn inode_offset(image: &Path, ino: u32) -> u64 {
+    let img = fs::Ext4Image::open(open_device(image)).unwrap();
+    let sb = img.superblock();
+    let (group, index) = ((ino - 1) / sb.inodes_per_group, (ino - 1) % sb.inodes_per_group);
+    let table = img.group_descs()[group as usize].inode_table;
+    table * u64::from(sb.block_size()) + u64::from(index) * u64::from(sb.inode_size)
+}
+
+/// Everything quill reads of the tree (each file whole, each symlink's target, each
+/// directory listed), by path: what it read, or the error.
+pub fn read_everything(fs: &Filesystem) -> BTreeMap<String, Result<Vec<u8>, String>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![(ROOT_INO, String::new())];
+    while let Some((dir, path)) = todo.pop() {
+        let mut cookie = 0;
+        let mut names = Vec::new();
+        loop {
+            match fs.readdir(dir, cookie, 64) {
+                Ok(batch) if batch.is_empty() => break,
+                Ok(batch) => {
+                    cookie = batch.last().unwrap().next_cookie;
+                    names.extend(batch);
+                }
+                Err(e) => {
+                    out.insert(format!("{path}/"), Err(e.to_string()));
+                    break;
+                }
+            }
+        }
+        for e in names.iter().filter(|e| e.name != b"." && e.name != b"..") {
+            let child = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+            match fs.getattr(e.ino) {
+                Ok(attr) if attr.mode & 0o170000 == 0o040000 => todo.push((e.ino, child)),
+                Ok(attr) if attr.mode & 0o170000 == 0o100000 => {
+                    let mut buf = vec![0u8; attr.size as usize];
+                    let read = fs.read(e.ino, 0, &mut buf).map(|_| buf);
+                    out.insert(child, read.map_err(|e| e.to_string()));
+                }
+                Ok(attr) if attr.mode & 0o170000 == 0o120000 => {
+                    out.insert(child, fs.readlink(e.ino).map_err(|e| e.to_string()));
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    out.insert(child, Err(err.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
