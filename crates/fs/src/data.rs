@@ -176,8 +176,8 @@ impl Filesystem {
             return Ok((0, atime_due));
         }
         let len = buf.len().min((size - offset) as usize);
-        if data.inode.has_inline_data() {
-            // Inline files have no cached pages: a write moves them out first.
+        if data.inode.has_inline_data() && data.cache.pages.is_empty() {
+            // Cached writes to an inline file start with its bytes in page 0, read below.
             let bytes =
                 self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e))?;
             let end = (offset as usize + len).min(bytes.len());
@@ -307,8 +307,9 @@ impl Filesystem {
         if bytes.is_empty() {
             return Ok(0);
         }
-        // Data in the inode moves into a block before the cache takes the write.
-        self.uninline_file(ino, data)?;
+        // Data in the inode goes into the cache's first page before the write lands there
+        // or elsewhere: writeback then keeps the file inline or moves it out (`inline.rs`).
+        self.cache_inline_bytes(&slot, data)?;
         // `S`: the write is durable before it returns, as an O_SYNC write.
         let sync = data.inode.flags & iflags::SYNC_FL != 0;
         // Corruption met while preparing cached pages (a damaged extent tree) is handled as
@@ -570,7 +571,7 @@ impl Filesystem {
         if size > self.max_file_bytes(&data.inode) {
             return Err(FsError::FileTooLarge);
         }
-        self.uninline_file(ino, data)?;
+        self.move_inline_out(ino, data)?;
         if size == 0 {
             data.flush_on_close = true;
         }
@@ -798,7 +799,7 @@ impl Filesystem {
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_mutable(&data.inode)?;
         // As ext4_fallocate: inline data moves into a block first.
-        self.uninline_file(ino, data)?;
+        self.move_inline_out(ino, data)?;
         if !data.inode.uses_extents() && mode != FallocateMode::PunchHole {
             // ext4_fallocate: preallocation needs unwritten extents; only a punch works on
             // an indirect-mapped file.

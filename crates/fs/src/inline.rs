@@ -3,7 +3,10 @@
 //!
 //! | inode     | read                                    | changed                                |
 //! |-----------|-----------------------------------------|----------------------------------------|
-//! | file      | `i_block` + `system.data`, up to i_size | moved into a block first ([`Filesystem::uninline_file`]): write, truncate, fallocate |
+//! | file      | `i_block` + `system.data`, up to i_size | a write caches the bytes as page 0;    |
+//! |           |                                         | writeback keeps the file inline while  |
+//! |           |                                         | it fits, else moves it out with page 0 |
+//! |           |                                         | (truncate, fallocate: moved out first) |
 //! | symlink   | the same (readlink)                     | never (a symlink's target is fixed)    |
 //! | directory | as a one-block directory whose block is | stays inline while the entries fit the |
 //! |           | what the kernel would convert it to     | inode (`system.data` grows as the      |
@@ -24,9 +27,10 @@
 //! `ext4_destroy_inline_data_nolock`), else an empty block map.
 //!
 //! What quill makes: a new directory starts inline, as the kernel's (`ext4_try_create_inline_dir`),
-//! when its record has room for `system.data`. New files do not: their data goes to blocks at
-//! writeback, as on a file system without the feature (the kernel writes a small file's
-//! first data inline instead; both read the same to the kernel and e2fsck).
+//! when its record has room for `system.data`; a file whose data, at writeback, is one page
+//! that fits the inode goes there when the file maps no block yet
+//! ([`Filesystem::writeback_inline`], as `ext4_try_to_write_inline_data`). Not under
+//! data=journal. Inline data is journaled with the inode, so it is as durable as metadata.
 
 use ondisk::ext4::inline::{self as layout, InlineEntry, INLINE_XATTR_INDEX, INLINE_XATTR_NAME};
 use ondisk::ext4::xattr::{encode_inode_xattrs, parse_inode_xattrs, XattrEntry};
@@ -50,8 +54,13 @@ pub(crate) fn inline_value(data: &InodeData) -> Result<Vec<u8>> {
 /// Sets (`Some`) or removes (`None`) `system.data` in `data`'s in-inode area, keeping the
 /// other attributes. Returns false, changing nothing, when the value does not fit.
 fn set_inline_value(data: &mut InodeData, value: Option<&[u8]>) -> Result<bool> {
-    let range = data.inode.xattr_area_range(data.raw.len());
-    let mut entries = parse_inode_xattrs(&data.raw[range.clone()])?;
+    set_inline_value_in(&data.inode, &mut data.raw, value)
+}
+
+/// [`set_inline_value`] on `inode`'s record `raw`.
+fn set_inline_value_in(inode: &ext4::Inode, raw: &mut [u8], value: Option<&[u8]>) -> Result<bool> {
+    let range = inode.xattr_area_range(raw.len());
+    let mut entries = parse_inode_xattrs(&raw[range.clone()])?;
     entries.retain(|e| !layout::is_inline_xattr(e));
     if let Some(value) = value {
         // The kernel keeps system.data first among the in-inode entries.
@@ -64,7 +73,7 @@ fn set_inline_value(data: &mut InodeData, value: Option<&[u8]>) -> Result<bool> 
     }
     match encode_inode_xattrs(&entries, range.len()) {
         Some(area) => {
-            data.raw[range].copy_from_slice(&area);
+            raw[range].copy_from_slice(&area);
             Ok(true)
         }
         None => Ok(false),
@@ -170,9 +179,107 @@ impl Filesystem {
         bytes.map_err(|e| self.at_inode(ino, e))
     }
 
+    /// Before a truncate or fallocate, which work on blocks: file `ino` (locked: `data`)
+    /// leaves its inode. Its cached writes are written back first, since writeback may put
+    /// them inline (a small new file) or keep them there; then the inline bytes move out.
+    pub(crate) fn move_inline_out(&self, ino: u32, data: &mut InodeData) -> Result<()> {
+        if !self.has_inline_data() || !data.inode.is_regular() {
+            return Ok(());
+        }
+        if !data.cache.is_empty() {
+            self.writeback_locked(ino, data)?;
+        }
+        self.uninline_file(ino, data)
+    }
+
+    /// Before a cached write to inline file `slot` (locked: `data`): its bytes become the
+    /// cache's page 0 (a block reserved for it, as for any page over a hole), so that the
+    /// write lands on them and writeback has the whole file in the cache: it keeps the file
+    /// inline if it still fits ([`Filesystem::writeback_inline`]) or moves it out with page
+    /// 0 in its first handle. The times are the caller's to set.
+    pub(crate) fn cache_inline_bytes(
+        &self,
+        slot: &std::sync::Arc<crate::inodes::InodeSlot>,
+        data: &mut InodeData,
+    ) -> Result<()> {
+        if !data.inode.has_inline_data() || data.cache.pages.contains_key(&0) {
+            return Ok(());
+        }
+        let ino = slot.ino;
+        let bytes = self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e))?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let times = (data.inode.mtime, data.inode.ctime);
+        let taken = self.cache_write(slot, data, 0, &bytes)?;
+        (data.inode.mtime, data.inode.ctime) = times;
+        if taken < bytes.len() {
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Writeback of a small file into its inode, as the kernel writes a small file's data
+    /// (`ext4_try_to_write_inline_data`): when the file is inline already, or maps no block
+    /// and is empty on disk, its cached contents are one page at most, and they fit `i_block`
+    /// and a `system.data` the in-inode area has room for, they go there in one transaction
+    /// (journaled with the inode) and the page and its reserved block are let go. Returns
+    /// false, having changed nothing, where that does not apply (the pages then go to blocks,
+    /// moving an inline file out). Not under data=journal, nor without the feature.
+    pub(crate) fn writeback_inline(&self, ino: u32, data: &mut InodeData) -> Result<bool> {
+        if !self.has_inline_data()
+            || self.options.data == crate::filesystem::DataMode::Journal
+            || !data.inode.is_regular()
+        {
+            return Ok(false);
+        }
+        let bs = u64::from(self.block_size());
+        let size = data.size();
+        if size > bs || data.cache.pages.keys().any(|&lblk| lblk != 0) {
+            return Ok(false);
+        }
+        let inline_now = data.inode.has_inline_data();
+        if !inline_now && (data.inode.size != 0 || self.maps_any_block(ino, data)?) {
+            return Ok(false);
+        }
+        let mut bytes = match data.cache.pages.get(&0) {
+            Some(page) => page.data[..size as usize].to_vec(),
+            None if inline_now => self.inline_file_bytes(ino, data)?,
+            None => Vec::new(),
+        };
+        bytes.resize(size as usize, 0);
+        let (i_block, value) = layout::split_file_bytes(&bytes);
+        let mut raw = data.raw.clone();
+        if !set_inline_value_in(&data.inode, &mut raw, Some(&value))? {
+            return Ok(false);
+        }
+        let mut txn = self.begin(4, 0)?;
+        data.raw = raw;
+        data.inode.flags = (data.inode.flags & !ext4::EXTENTS_FL) | ext4::INLINE_DATA_FL;
+        data.inode.block = i_block;
+        data.inode.size = size;
+        data.fc.ineligible_next("inline data");
+        let result = txn_write_inode(self, &mut txn, ino, data, true);
+        self.finish(result, txn)?;
+        if data.cache.pages.remove(&0).is_some() {
+            self.dirty.sub_bytes(bs);
+        }
+        data.cache.size = None;
+        Ok(true)
+    }
+
+    /// Whether `ino` maps any block (data or map), reading its map.
+    fn maps_any_block(&self, ino: u32, data: &InodeData) -> Result<bool> {
+        let ectx = crate::adapters::extent_ctx(self, ino, data);
+        let io = &mut crate::adapters::ReadIo { fs: self };
+        let (runs, map_blocks) = crate::block_map::runs_and_map_blocks(io, &ectx, &data.inode)?;
+        Ok(!runs.is_empty() || !map_blocks.is_empty())
+    }
+
     /// Moves inline file `ino` (locked: `data`) into a block before its data changes, in one
     /// transaction (module docs); nothing to do for a file that is not inline. ENOSPC, with
-    /// nothing changed, when no block is free.
+    /// nothing changed, when no block is free. The file's cached pages, if any, do not hold
+    /// its inline bytes (`cache_inline_bytes` has not run, or writeback let page 0 go).
     pub(crate) fn uninline_file(&self, ino: u32, data: &mut InodeData) -> Result<()> {
         if !data.inode.has_inline_data() {
             return Ok(());

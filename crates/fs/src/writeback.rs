@@ -168,7 +168,11 @@ impl Filesystem {
         }
         let mut held =
             data.cache.reservation.take().unwrap_or_else(|| self.groups.no_reservation());
-        let result = self.write_back_pages(ino, data, &mut held);
+        let result = match self.writeback_inline(ino, data) {
+            Ok(true) => Ok(()),
+            Ok(false) => self.write_back_pages(ino, data, &mut held),
+            Err(err) => Err(err),
+        };
         if data.cache.is_empty() && result.is_ok() {
             data.cache.clear();
             self.dirty.clear(ino);
@@ -193,6 +197,15 @@ impl Filesystem {
         held: &mut Reservation,
     ) -> Result<()> {
         let bs = u64::from(self.block_size());
+        if data.inode.has_inline_data() && !data.cache.pages.contains_key(&0) {
+            // Inline bytes not in the cache (written before them, a file made by the kernel):
+            // they move out first, in a handle of their own.
+            self.uninline_file(ino, data)?;
+        }
+        // An inline file as it was, until a step has written it moved out: a step that fails
+        // before changing anything leaves the inode as the disk has it.
+        let mut inline_before =
+            data.inode.has_inline_data().then(|| (data.inode.clone(), data.raw.clone()));
         let target_size = data.size();
         let runs = dirty_runs(data);
         let mut credits_left_to_plan: u64 = runs
@@ -229,6 +242,15 @@ impl Filesystem {
                 if txn.is_none() {
                     match self.begin_writeback_handle(ino, data, target_size, credits_left_to_plan)
                     {
+                        Ok(started) if data.inode.has_inline_data() => {
+                            // The inline bytes are in page 0, the first run: the first handle
+                            // moves the file out with it (`inline.rs`).
+                            txn = Some(started);
+                            if let Err(err) = crate::inline::leave_inode(data, self.has_extents()) {
+                                failure = Some((err, false));
+                                break;
+                            }
+                        }
                         Ok(started) => txn = Some(started),
                         Err(err) => {
                             failure = Some((err, false));
@@ -249,7 +271,10 @@ impl Filesystem {
                     &mut part,
                     &mut mapped,
                 ) {
-                    Ok(n) => done += n,
+                    Ok(n) => {
+                        done += n;
+                        inline_before = None;
+                    }
                     Err(err) => {
                         failure = Some((err, mapped));
                         break;
@@ -278,6 +303,9 @@ impl Filesystem {
                     // Allocation failed before the step changed anything: the steps before it
                     // are whole and commit; the rest stays cached.
                     Some(txn) if matches!(err, FsError::NoSpace) && !mapped => {
+                        if let Some((inode, raw)) = inline_before {
+                            (data.inode, data.raw) = (inode, raw);
+                        }
                         txn.stop()?;
                         Err(err)
                     }

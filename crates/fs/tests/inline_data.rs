@@ -1,10 +1,12 @@
 //! inline_data images, both ways: files, symlinks and directories that live in their inode
 //! (`i_block` and `system.data`) — made by e2fsprogs (`mkfs.ext4 -d`, which also makes inline
-//! symlinks) and by the kernel — read identically by quill; quill's changes to them (writes,
-//! truncates and fallocate that move a file out, names added to and removed from inline
-//! directories, which stay inline while they fit and move out when not, directories moved
-//! between parents, removed, made anew) leave an image e2fsck finds clean and the kernel reads
-//! as quill did. 1 KiB and 4 KiB blocks, with and without metadata_csum.
+//! symlinks) and by the kernel — read identically by quill; quill's changes to them (writes
+//! that keep a file inline or move it out, truncates and fallocate that move it out, new
+//! small files that go inline, names added to and removed from inline directories, which
+//! stay inline while they fit and move out when not, directories moved between parents,
+//! removed, made anew) leave an image e2fsck finds clean and the kernel reads as quill did.
+//! 1 KiB and 4 KiB blocks, with and without metadata_csum. Damaged inline data gives errors,
+//! never panics, hangs or spreading damage.
 //! Needs root, loop devices and e2fsprogs; skips with a printed reason otherwise.
 
 mod common;
@@ -105,6 +107,9 @@ fn quill_changes(fs: &Filesystem, rng: &mut Rng) {
     let seeded = fs.resolve("/seeded").unwrap();
     let tiny = fs.lookup(seeded, b"tiny").unwrap().ino;
     fs.write(tiny, 40, &rng.bytes(3000)).unwrap();
+    // A write far past an inline file's end: its bytes move out with the first block.
+    let one = fs.lookup(seeded, b"one").unwrap().ino;
+    fs.write(one, 20_000, b"far").unwrap();
     // An xattr set on an inline file keeps the data; system.data is no attribute.
     let with_xattr = fs.resolve("/k/with-xattr").unwrap();
     fs.setxattr(with_xattr, b"user.q", b"quill", SetMode::Any).unwrap();
@@ -185,10 +190,20 @@ fn run(label: &str, mkfs_options: &[&str]) -> Option<()> {
         [true, false, true, true, true],
         "{label}: a few names stay inline, forty move out, new directories start inline"
     );
+    let files = [
+        "/k/small/f1",
+        "/k/small/f100",
+        "/k/made/sub/file",
+        "/k/with-xattr",
+        "/k/small/f61",
+        "/k/small/f150",
+        "/seeded/tiny",
+        "/seeded/one",
+    ];
     assert_eq!(
-        inline_flags(&image, &["/k/small/f1", "/k/small/f61", "/k/with-xattr"]),
-        [false, false, true],
-        "{label}: written files moved out; an xattr leaves the data inline"
+        inline_flags(&image, &files),
+        [true, true, true, true, false, false, false, false],
+        "{label}: small files stay (or, new, go) inline; truncated and grown ones move out"
     );
     let mount = Mount::new(&image, scratch.path("mnt-check"))?;
     compare(&changed, &kernel_tree(&mount.dir));
