@@ -52,6 +52,11 @@ pub struct CrashtestArgs {
     /// line).
     #[arg(long, value_name = "N", default_value_t = 0)]
     ext2_every: usize,
+    /// Every N-th workload runs on an inline_data image (quill's mkfs with `-O inline_data`:
+    /// small files and directories live in their inodes and move out as they grow) instead
+    /// (0: never).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    inline_every: usize,
     /// Threads of a threaded workload.
     #[arg(long, default_value_t = 3)]
     threads: usize,
@@ -178,6 +183,7 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
             Ok(()) => opts.ext2_every = args.ext2_every,
         }
     }
+    opts.inline_every = args.inline_every;
     if args.kernel_mount_every > 0 {
         match kernel_fc::unavailable() {
             Some(reason) => println!("SKIP: kernel recovery of crash images: {reason}"),

@@ -55,6 +55,10 @@ pub struct Options {
     /// mkfs.ext2, see [`crate::run::ext2_available`]). Where it falls on an ext3 workload,
     /// ext2 wins.
     pub ext2_every: usize,
+    /// Every n-th workload runs on an inline_data image (`image=inline`, quill's mkfs with
+    /// inline_data: small files and directories live in their inodes, moving out as they
+    /// grow; 0: none). Where it falls on an ext2 or ext3 workload, those win.
+    pub inline_every: usize,
 }
 
 impl Options {
@@ -83,6 +87,7 @@ impl Options {
             kernel_mount_every: 0,
             ext3_every: 0,
             ext2_every: 0,
+            inline_every: 0,
         }
     }
 }
@@ -161,6 +166,8 @@ pub fn workload(opts: &Options, k: usize) -> Workload {
         config.data = "ordered".into();
     } else if indirect {
         config.image = "ext3".into();
+    } else if every(opts.inline_every) {
+        config.image = "inline".into();
     }
     let mut w = match kind {
         WorkloadKind::Threaded => threaded(seed, opts.threads, opts.threaded_length, config),

@@ -80,16 +80,19 @@ pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
     })
 }
 
-/// The freshly made image of kind `image` (`ext4`, `ext3` or `ext2`) every workload starts
-/// from.
+/// The freshly made image of kind `image` (`ext4`, `inline`, `ext3` or `ext2`) every
+/// workload starts from.
 fn formatted_image(image: &str) -> Result<&'static [u8], String> {
     static EXT3: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
     static EXT2: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+    static EXT4: OnceLock<Vec<u8>> = OnceLock::new();
+    static INLINE: OnceLock<Vec<u8>> = OnceLock::new();
     let made = match image {
-        "ext4" => return Ok(formatted()),
+        "ext4" => return Ok(EXT4.get_or_init(|| formatted(&[]))),
+        "inline" => return Ok(INLINE.get_or_init(|| formatted(&["inline_data"]))),
         "ext3" => EXT3.get_or_init(|| make_with_e2fsprogs("ext3")),
         "ext2" => EXT2.get_or_init(|| make_with_e2fsprogs("ext2")),
-        other => return Err(format!("image={other}: expected ext4, ext3 or ext2")),
+        other => return Err(format!("image={other}: expected ext4, inline, ext3 or ext2")),
     };
     made.as_deref().map_err(Clone::clone)
 }
@@ -132,31 +135,32 @@ pub fn ext2_available() -> Result<(), String> {
     formatted_image("ext2").map(drop)
 }
 
-/// The freshly made image every workload starts from.
-fn formatted() -> &'static [u8] {
-    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let dev = MemDevice::new(IMAGE_BYTES);
-        let opts = MkfsOptions {
-            block_size: BLOCK_SIZE,
-            size_bytes: Some(IMAGE_BYTES),
-            journal_blocks: Some(1024),
-            // With a fast-commit area (16 blocks after the log), so fsync_journal has one;
-            // the other presets leave it to the log, as its journal bit stays clear.
-            features: {
-                let mut f = fs::mkfs::Features::default();
-                f.edit("fast_commit").expect("a feature quill's mkfs makes");
-                f
-            },
-            uuid: Some(*b"quill-crashtest!"),
-            hash_seed: Some(*b"crashtest-hash-s"),
-            now: Some(1_700_000_000),
-            device_zeroed: true,
-            ..MkfsOptions::default()
-        };
-        mkfs(&dev, &opts).expect("mkfs of the crash-test image");
-        dev.snapshot()
-    })
+/// A fresh image made by quill's mkfs with `features` on besides the defaults and
+/// fast_commit (the `inline` kind: inline_data).
+fn formatted(features: &[&str]) -> Vec<u8> {
+    let dev = MemDevice::new(IMAGE_BYTES);
+    let opts = MkfsOptions {
+        block_size: BLOCK_SIZE,
+        size_bytes: Some(IMAGE_BYTES),
+        journal_blocks: Some(1024),
+        // With a fast-commit area (16 blocks after the log), so fsync_journal has one;
+        // the other presets leave it to the log, as its journal bit stays clear.
+        features: {
+            let mut f = fs::mkfs::Features::default();
+            f.edit("fast_commit").expect("a feature quill's mkfs makes");
+            for feature in features {
+                f.edit(feature).expect("a feature quill's mkfs makes");
+            }
+            f
+        },
+        uuid: Some(*b"quill-crashtest!"),
+        hash_seed: Some(*b"crashtest-hash-s"),
+        now: Some(1_700_000_000),
+        device_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&dev, &opts).expect("mkfs of the crash-test image");
+    dev.snapshot()
 }
 
 /// What the model says a workload's tree may be: what a crash image is checked against,

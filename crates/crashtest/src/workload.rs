@@ -247,7 +247,8 @@ pub struct Config {
     /// The negative control: a device that acknowledges flushes and FUA without honouring
     /// them, so the checks must find acknowledged data lost.
     pub lying_device: bool,
-    /// The image the workload runs on: `ext4` (quill's mkfs), `ext3` (mkfs.ext3: files,
+    /// The image the workload runs on: `ext4` (quill's mkfs), `inline` (quill's mkfs with
+    /// inline_data: small files and directories in their inodes), `ext3` (mkfs.ext3: files,
     /// directories and the journal indirect-mapped) or `ext2` (mkfs.ext2: indirect-mapped, no
     /// journal; checked by e2fsck's repair, `check::check_fsynced_intact`).
     pub image: String,

@@ -83,6 +83,9 @@ pub const REPLACED_ELSEWHERE: &str = "replaced file's fast commits in another ar
 
 /// The reason counted for an inode write whose caller did not say what it was.
 const OTHER_CHANGE: &str = "metadata change";
+/// A name made in, moved into or out of a directory that was inline at the last commit:
+/// quill's replay adds and removes names only in directories with blocks.
+pub const INLINE_DIRECTORY: &str = "inline directory";
 
 /// What one inode's changes in one transaction are, for a fast commit of them.
 #[derive(Debug, Default)]
@@ -276,6 +279,11 @@ impl FcTrack {
     /// A directory: files created in it during `tid` from now on cannot be CREAT records.
     pub fn block_creates(&mut self, tid: Tid, reason: &'static str) {
         self.at(tid).creates_blocked.get_or_insert(reason);
+    }
+
+    /// A directory: whether creations in it are blocked in `tid` ([`FcTrack::block_creates`]).
+    pub fn creates_blocked(&self, tid: Tid) -> bool {
+        self.tid == Some(tid) && self.creates_blocked.is_some()
     }
 
     /// A directory: `name` was removed from its leaf block `lblk` during `tid`.
@@ -561,6 +569,11 @@ impl Filesystem {
         if self.groups.inode_freed_in(ino, tid) {
             return Err("inode number reused");
         }
+        if pdata.inode.has_inline_data() {
+            // Replay adds names to directories with blocks (`fast_commit.rs`); one that moved
+            // out of its inode in `tid` has creations blocked (it grew).
+            return Err(INLINE_DIRECTORY);
+        }
         let leaf_by_name = self.leaf_by_name(pdata);
         let replaces = pdata.fc.admit_create(tid, lblk, name, leaf_by_name)?;
         Ok(CreateRecord { parent, name, replaces })
@@ -592,6 +605,9 @@ impl Filesystem {
         lblk: u32,
         replaced: Option<std::result::Result<Unlinked, ()>>,
     ) -> std::result::Result<Option<Arc<Unlinked>>, &'static str> {
+        if pdata.inode.has_inline_data() {
+            return Err(INLINE_DIRECTORY);
+        }
         match replaced {
             None => {}
             Some(Err(())) => return Err(NAME_REUSED),

@@ -267,8 +267,14 @@ impl Filesystem {
             sdata.inode.ctime = t;
             match new_lblk {
                 Some(lblk) if fast_commit => {
+                    // The UNLINK from the old directory too needs it to have blocks at the last
+                    // commit: not inline now, nor moved out in `tid` (which blocked creates).
+                    let old_was_inline = parents.old.inode.has_inline_data()
+                        || (self.has_inline_data() && parents.old.fc.creates_blocked(tid));
                     let record = if sdata.inode.links_count != 1 {
                         Err("hard link")
+                    } else if old_was_inline {
+                        Err(crate::fsync_journal::INLINE_DIRECTORY)
                     } else {
                         self.rename_record(tid, parents.new_dir(), new_name, lblk, replaced)
                     };
