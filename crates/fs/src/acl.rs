@@ -25,7 +25,7 @@ use ondisk::ext4::Inode;
 use crate::error::{FsError, Result};
 use crate::filesystem::{Filesystem, Txn};
 use crate::inodes::InodeData;
-use crate::xattr::{self, SetMode, XattrCtx};
+use crate::xattr::{self, SetMode};
 
 /// The two ACL names.
 pub(crate) const ACCESS: &[u8] = b"system.posix_acl_access";
@@ -201,10 +201,14 @@ impl Filesystem {
         name: &[u8],
     ) -> Result<Option<Vec<u8>>> {
         let area = data.inode.xattr_area_range(data.raw.len());
-        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+        let ctx = self.xattr_ctx(ino);
         let io = &mut crate::adapters::ReadIo { fs: self };
         match xattr::get(io, &ctx, &data.raw[area], data.inode.file_acl, name) {
-            Ok(value) => Ok(Some(value)),
+            Ok(xattr::Stored::Here(value)) => Ok(Some(value)),
+            Ok(xattr::Stored::InInode(reference)) => self
+                .read_value_inode(ino, name, reference)
+                .map(Some)
+                .map_err(|e| self.check_fs_error(ino, e)),
             Err(FsError::NoData) => Ok(None),
             // Damage is recorded as ext4_error records it (`error_policy.rs`).
             Err(err) => Err(self.check_fs_error(ino, err)),

@@ -64,11 +64,7 @@ fn set_inline_value_in(inode: &ext4::Inode, raw: &mut [u8], value: Option<&[u8]>
     entries.retain(|e| !layout::is_inline_xattr(e));
     if let Some(value) = value {
         // The kernel keeps system.data first among the in-inode entries.
-        let entry = XattrEntry {
-            name_index: INLINE_XATTR_INDEX,
-            name: INLINE_XATTR_NAME.to_vec(),
-            value: value.to_vec(),
-        };
+        let entry = XattrEntry::new(INLINE_XATTR_INDEX, INLINE_XATTR_NAME, value);
         entries.insert(0, entry);
     }
     match encode_inode_xattrs(&entries, range.len()) {

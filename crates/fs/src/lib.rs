@@ -40,6 +40,7 @@ mod atime;
 mod clean_cache;
 mod data;
 mod dcache;
+mod ea_inode;
 mod error_policy;
 mod fast_commit;
 mod file;

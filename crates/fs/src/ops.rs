@@ -1019,7 +1019,7 @@ impl Filesystem {
     pub(crate) fn check_releasable(&self, ino: u32, data: &InodeData) -> Result<()> {
         self.check_extent_tree(ino, data)?;
         let area = data.inode.xattr_area_range(data.raw.len());
-        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+        let ctx = self.xattr_ctx(ino);
         let check = || {
             xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)?;
             let xattr_block = (data.inode.file_acl != 0).then_some((data.inode.file_acl, 1));
@@ -1036,7 +1036,7 @@ impl Filesystem {
         self.truncate_blocks(ino, data, 0)?;
         let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
         let result = (|| {
-            let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+            let ctx = self.xattr_ctx(ino);
             let mut file_acl = data.inode.file_acl;
             txn.take_blocks_delta();
             xattr::release_block(&mut txn, &ctx, &mut file_acl)?;
@@ -1105,7 +1105,7 @@ impl Filesystem {
         let guard = self.lock_live(&slot)?;
         let data = guard.as_ref().expect("loaded");
         let area = data.inode.xattr_area_range(data.raw.len());
-        let ctx = XattrCtx { fs_csum_seed: self.fs_csum_seed(), goal: 0 };
+        let ctx = self.xattr_ctx(ino);
         let mut names =
             xattr::list(&mut ReadIo { fs: self }, &ctx, &data.raw[area], data.inode.file_acl)
                 .map_err(|e| self.check_fs_error(ino, e))?;
@@ -1150,6 +1150,7 @@ impl Filesystem {
         XattrCtx {
             fs_csum_seed: self.fs_csum_seed(),
             goal: geo.group_first_block(geo.group_of_inode(ino)),
+            ea_inode: self.params.feature_incompat & ext4::feature::INCOMPAT_EA_INODE != 0,
         }
     }
 

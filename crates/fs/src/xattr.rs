@@ -39,7 +39,7 @@
 
 use ondisk::ext4::xattr::{
     self as codec, encode_inode_xattrs, encode_xattr_block, parse_inode_xattrs, parse_xattr_block,
-    XattrEntry, XATTR_INDEX_SYSTEM, XATTR_NAME_LEN_MAX,
+    ValueInode, XattrEntry, XATTR_INDEX_SYSTEM, XATTR_NAME_LEN_MAX,
 };
 
 use crate::error::{FsError, Result};
@@ -53,6 +53,18 @@ pub struct XattrCtx {
     /// Allocation goal for a new xattr block (the kernel uses the first block of the inode's
     /// group).
     pub goal: u64,
+    /// The ea_inode feature: entries may keep their values in inodes of their own. Without
+    /// it such an entry is damage (`ext4_xattr_check_entries`).
+    pub ea_inode: bool,
+}
+
+/// A value as [`get`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// In the entry's place (in the inode or the block).
+    Here(Vec<u8>),
+    /// In an inode of its own (ea_inode): the caller reads that inode's data.
+    InInode(ValueInode),
 }
 
 /// The flags of setxattr(2).
@@ -73,19 +85,48 @@ pub fn get(
     inode_area: &[u8],
     file_acl: u64,
     name: &[u8],
-) -> Result<Vec<u8>> {
+) -> Result<Stored> {
     let (index, suffix) = resolve_name(name)?;
     refuse_inline_data(index, suffix)?;
-    let inode = parse_inode_xattrs(inode_area)?;
+    let inode = parse_area(ctx, inode_area)?;
+    let stored = |entry: &XattrEntry| match entry.value_inode {
+        Some(reference) => Stored::InInode(reference),
+        None => Stored::Here(entry.value.clone()),
+    };
     if let Some(at) = position(&inode, index, suffix) {
-        return Ok(inode[at].value.clone());
+        return Ok(stored(&inode[at]));
     }
     let block = read_block(io, ctx, file_acl)?;
     let entries = block.as_ref().map_or(&[][..], |b| &b.entries);
     match position(entries, index, suffix) {
-        Some(at) => Ok(entries[at].value.clone()),
+        Some(at) => Ok(stored(&entries[at])),
         None => Err(FsError::NoData),
     }
+}
+
+/// The in-inode area's entries, values in inodes of their own allowed only with ea_inode.
+fn parse_area(ctx: &XattrCtx, area: &[u8]) -> Result<Vec<XattrEntry>> {
+    let entries = parse_inode_xattrs(area)?;
+    if !ctx.ea_inode {
+        if let Some(e) = entries.iter().find_map(|e| e.value_inode) {
+            return Err(FsError::OnDisk(ondisk::OnDiskError::corrupted(
+                "in-inode xattrs",
+                format!("a value in inode {} without the ea_inode feature", e.ino),
+            )));
+        }
+    }
+    Ok(entries)
+}
+
+/// quill changes no attribute list that refers to values in inodes of their own (it writes
+/// no ea_inode file system; a read-only one is never changed).
+fn refuse_value_inodes(entries: &[XattrEntry]) -> Result<()> {
+    if entries.iter().any(|e| e.value_inode.is_some()) {
+        return Err(FsError::NotSupported(
+            "changing attributes beside values in inodes of their own (ea_inode)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The full names of the inode's attributes: in-inode ones first, then the block's, each once.
@@ -99,7 +140,7 @@ pub fn list(
     inode_area: &[u8],
     file_acl: u64,
 ) -> Result<Vec<Vec<u8>>> {
-    let inode = parse_inode_xattrs(inode_area)?;
+    let inode = parse_area(ctx, inode_area)?;
     let block = read_block(io, ctx, file_acl)?;
     let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
     let mut names: Vec<Vec<u8>> = Vec::new();
@@ -131,9 +172,11 @@ pub fn set(
 ) -> Result<()> {
     let (index, suffix) = resolve_name(name)?;
     refuse_inline_data(index, suffix)?;
-    let inode = parse_inode_xattrs(inode_area)?;
+    let inode = parse_area(ctx, inode_area)?;
     let block = read_block(io, ctx, *file_acl)?;
     let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
+    refuse_value_inodes(&inode)?;
+    refuse_value_inodes(block_entries)?;
     let in_inode = position(&inode, index, suffix);
     let in_block = position(block_entries, index, suffix);
     let exists = in_inode.is_some() || in_block.is_some();
@@ -148,7 +191,7 @@ pub fn set(
     if same(&inode, in_inode) || same(block_entries, in_block) {
         return Ok(());
     }
-    let new_entry = XattrEntry { name_index: index, name: suffix.to_vec(), value: value.to_vec() };
+    let new_entry = XattrEntry::new(index, suffix, value);
 
     let mut inode_new = inode.clone();
     upsert(&mut inode_new, in_inode, new_entry.clone());
@@ -187,8 +230,10 @@ pub fn remove(
 ) -> Result<()> {
     let (index, suffix) = resolve_name(name)?;
     refuse_inline_data(index, suffix)?;
-    let inode = parse_inode_xattrs(inode_area)?;
+    let inode = parse_area(ctx, inode_area)?;
     let block = read_block(io, ctx, *file_acl)?;
+    refuse_value_inodes(&inode)?;
+    refuse_value_inodes(block.as_ref().map_or(&[][..], |b| &b.entries))?;
     let in_inode = position(&inode, index, suffix);
     let in_block = block.as_ref().and_then(|b| position(&b.entries, index, suffix));
     if in_inode.is_none() && in_block.is_none() {
@@ -214,6 +259,7 @@ pub fn remove(
 /// with refcount - 1, an unshared one is freed. `file_acl` becomes 0.
 pub fn release_block(io: &mut dyn MetaIo, ctx: &XattrCtx, file_acl: &mut u64) -> Result<()> {
     if let Some(block) = read_block(io, ctx, *file_acl)? {
+        refuse_value_inodes(&block.entries)?;
         release(io, ctx, &block)?;
     }
     *file_acl = 0;
@@ -251,6 +297,10 @@ fn read_block(io: &mut dyn MetaIo, ctx: &XattrCtx, file_acl: u64) -> Result<Opti
     let (header, entries) = parse_xattr_block(&raw).map_err(FsError::at_block(file_acl))?;
     if header.refcount == 0 {
         return Err(FsError::corrupted(file_acl, "xattr block: refcount 0 but referenced"));
+    }
+    if let Some(e) = entries.iter().find_map(|e| e.value_inode).filter(|_| !ctx.ea_inode) {
+        let why = format!("xattr block: a value in inode {} without the ea_inode feature", e.ino);
+        return Err(FsError::corrupted(file_acl, why));
     }
     Ok(Some(XattrBlock { nr: file_acl, refcount: header.refcount, entries, raw }))
 }
@@ -388,13 +438,20 @@ mod tests {
         fn new(area_len: usize, block_size: usize, checksums: bool) -> Inode {
             Inode {
                 io: MemMetaIo::new(block_size, BLOCKS),
-                ctx: XattrCtx { fs_csum_seed: checksums.then_some(SEED), goal: 10 },
+                ctx: XattrCtx {
+                    fs_csum_seed: checksums.then_some(SEED),
+                    goal: 10,
+                    ea_inode: false,
+                },
                 area: vec![0; area_len],
                 file_acl: 0,
             }
         }
         fn get(&mut self, name: &[u8]) -> Result<Vec<u8>> {
-            get(&mut self.io, &self.ctx, &self.area, self.file_acl, name)
+            match get(&mut self.io, &self.ctx, &self.area, self.file_acl, name)? {
+                Stored::Here(value) => Ok(value),
+                Stored::InInode(v) => panic!("a value in inode {} in a unit test", v.ino),
+            }
         }
         fn list(&mut self) -> Result<Vec<Vec<u8>>> {
             list(&mut self.io, &self.ctx, &self.area, self.file_acl)
@@ -482,7 +539,7 @@ mod tests {
     /// area nor the block, each with its other entries as they are.
     fn no_room(inode: &Inode, name: &[u8], value: &[u8]) -> bool {
         let (index, suffix) = codec::split_name(name).unwrap();
-        let entry = XattrEntry { name_index: index, name: suffix.to_vec(), value: value.to_vec() };
+        let entry = XattrEntry::new(index, suffix, value);
         let mut in_inode = parse_inode_xattrs(&inode.area).unwrap();
         in_inode.retain(|e| (e.name_index, &e.name[..]) != (index, suffix));
         in_inode.push(entry.clone());
@@ -737,14 +794,18 @@ mod tests {
     fn random_and_mutated_areas_and_blocks_never_panic() {
         let mut rng = Rng::from_env("xattr");
         let entries = vec![
-            XattrEntry { name_index: 1, name: b"a".to_vec(), value: b"alpha".to_vec() },
-            XattrEntry { name_index: 1, name: b"mid".to_vec(), value: vec![3; 40] },
-            XattrEntry { name_index: 6, name: b"selinux".to_vec(), value: b"ctx\0".to_vec() },
+            XattrEntry::new(1, b"a", b"alpha"),
+            XattrEntry::new(1, b"mid", &[3; 40]),
+            XattrEntry::new(6, b"selinux", b"ctx\0"),
         ];
         let valid_area = encode_inode_xattrs(&entries[..2], 96).unwrap();
         let valid_block = encode_xattr_block(&entries, 1, 1024).unwrap();
         for round in 0..3000 {
-            let ctx = XattrCtx { fs_csum_seed: (round % 2 == 0).then_some(SEED), goal: 0 };
+            let ctx = XattrCtx {
+                fs_csum_seed: (round % 2 == 0).then_some(SEED),
+                goal: 0,
+                ea_inode: false,
+            };
             let (mut area, mut block) = if round % 3 == 0 {
                 let area_len = rng.below(200) as usize;
                 let mut area = rng.bytes(area_len);

@@ -205,7 +205,11 @@ impl ImageIo {
 
     fn ctx(&self) -> XattrCtx {
         let sb = self.image.superblock();
-        XattrCtx { fs_csum_seed: sb.has_metadata_csum().then(|| sb.csum_seed()), goal: 0 }
+        XattrCtx {
+            fs_csum_seed: sb.has_metadata_csum().then(|| sb.csum_seed()),
+            goal: 0,
+            ea_inode: false,
+        }
     }
 
     fn flush(&self, img: &Path) {
@@ -316,7 +320,10 @@ fn debugfs_sets_attributes_and_quill_reads_them(block_size: u32) {
         let lengths = debugfs_ea_list(&img, file);
         assert_eq!(lengths.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
         for (name, value) in &expected {
-            assert_eq!(&xattr::get(&mut io, &ctx, area, acl, name).unwrap(), value);
+            assert_eq!(
+                xattr::get(&mut io, &ctx, area, acl, name).unwrap(),
+                xattr::Stored::Here(value.clone())
+            );
             assert_eq!(lengths[name], value.len());
             assert_eq!(&debugfs_ea_get(&dir, &img, file, name), value);
         }
@@ -386,12 +393,8 @@ fn quill_sets_attributes_and_e2fsprogs_reads_them(block_size: u32) {
     let range = area_range(&raw);
     let used = 4 + 20 + 20 + 4 + 8; // magic, two 1-4 byte names, terminator, first value
     let entries = vec![
-        XattrEntry { name_index: 1, name: b"one".to_vec(), value: b"1st-val".to_vec() },
-        XattrEntry {
-            name_index: 4,
-            name: b"two".to_vec(),
-            value: patterned(range.len() - used, 2),
-        },
+        XattrEntry::new(1, b"one", b"1st-val"),
+        XattrEntry::new(4, b"two", &patterned(range.len() - used, 2)),
     ];
     let encoded = encode_inode_xattrs(&entries, range.len()).expect("fills the area exactly");
     raw[range].copy_from_slice(&encoded);

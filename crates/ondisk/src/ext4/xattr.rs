@@ -13,9 +13,12 @@
 //! Parsing follows the kernel's `check_xattrs` and e2fsck's `check_ext_attr` /
 //! `check_ea_in_inode`: the entry list must end (with room for its terminator) inside the bytes,
 //! names hold no NUL and have a non-zero index (e2fsck's "bad name"), every value (padded to 4) lies after the terminator and inside the bytes,
-//! no two values overlap, and no name appears twice. Values stored in an inode of their own
-//! (`e_value_inum != 0`, the ea_inode feature) are refused as unsupported. Entry hashes are not
-//! checked on read (the kernel does not either); [`xattr_block_hashes_ok`] checks them for tools.
+//! no two values overlap, and no name appears twice. A value stored in an inode of its own
+//! (`e_value_inum != 0`, the ea_inode feature) is read as a [`ValueInode`] reference (its
+//! inode, size and entry hash, which are written back as they were); the caller reads the
+//! value from that inode. Entry hashes are not checked on read (the kernel does not either);
+//! [`xattr_block_hashes_ok`] checks them for tools (an EA-inode entry's hash covers the value
+//! inode's own hash, which the block does not hold: those are not checked).
 //!
 //! Encoding writes what the current kernel writes: block entries sorted by (name index, name
 //! length, name) as `xattr_find_entry` keeps them, each block entry hashed with
@@ -114,8 +117,26 @@ enum NameKind {
 pub struct XattrEntry {
     pub name_index: u8,
     pub name: Vec<u8>,
+    /// The value; empty when it lives in an inode of its own (`value_inode`).
     pub value: Vec<u8>,
+    /// Where the value lives when it is not here (the ea_inode feature).
+    pub value_inode: Option<ValueInode>,
 }
+
+/// A value kept in an inode of its own (`e_value_inum`, the ea_inode feature): the inode's
+/// data is the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueInode {
+    /// `e_value_inum`.
+    pub ino: u32,
+    /// `e_value_size`: the value's length (the inode's i_size must say the same).
+    pub size: u32,
+    /// `e_hash` as found: over the name and the value inode's hash, written back unchanged.
+    pub entry_hash: u32,
+}
+
+/// The largest value an entry may keep in an inode of its own (`EXT4_XATTR_SIZE_MAX`).
+pub const XATTR_VALUE_INODE_SIZE_MAX: u32 = 1 << 24;
 
 impl XattrEntry {
     /// Bytes this entry takes in the entry list: header plus name padded to 4 (EXT4_XATTR_LEN).
@@ -126,6 +147,11 @@ impl XattrEntry {
     /// Bytes this entry's value takes in the value area: padded to 4 (EXT4_XATTR_SIZE).
     pub fn value_len_padded(&self) -> usize {
         pad(self.value.len())
+    }
+
+    /// An attribute with its value here.
+    pub fn new(name_index: u8, name: &[u8], value: &[u8]) -> XattrEntry {
+        XattrEntry { name_index, name: name.to_vec(), value: value.to_vec(), value_inode: None }
     }
 
     fn sort_key(&self) -> (u8, usize, &[u8]) {
@@ -339,7 +365,8 @@ pub fn xattr_block_hashes_ok(block: &[u8]) -> bool {
         return false;
     };
     let entries_ok = raw.iter().all(|e| {
-        e.hash == xattr_entry_hash(e.name, e.value)
+        e.value_inode.is_some()
+            || e.hash == xattr_entry_hash(e.name, e.value)
             || e.hash == xattr_entry_hash_signed(e.name, e.value)
     });
     entries_ok && (header.hash == 0 || header.hash == xattr_block_hash(raw.iter().map(|e| e.hash)))
@@ -351,6 +378,7 @@ struct RawEntry<'a> {
     name: &'a [u8],
     value: &'a [u8],
     hash: u32,
+    value_inode: Option<ValueInode>,
 }
 
 impl RawEntry<'_> {
@@ -359,6 +387,7 @@ impl RawEntry<'_> {
             name_index: self.name_index,
             name: self.name.to_vec(),
             value: self.value.to_vec(),
+            value_inode: self.value_inode,
         }
     }
 }
@@ -437,13 +466,21 @@ fn parse_entries<'a>(
             return Err(corrupted(format!("entry at byte {at}: name appears twice")));
         }
         let value_inum = le32(bytes, at + off::E_VALUE_INUM);
-        if value_inum != 0 {
-            return Err(OnDiskError::unsupported(
-                what,
-                format!("entry at byte {at}: value in inode {value_inum} (ea_inode)"),
-            ));
-        }
         let value_size = le32(bytes, at + off::E_VALUE_SIZE);
+        let hash = le32(bytes, at + off::E_HASH);
+        if value_inum != 0 {
+            // The value is the inode's data: nothing of it lies here (ext4_xattr_check_entries
+            // checks only the size).
+            if value_size > XATTR_VALUE_INODE_SIZE_MAX {
+                return Err(corrupted(format!(
+                    "entry at byte {at}: {value_size}-byte value in inode {value_inum}"
+                )));
+            }
+            let value_inode =
+                Some(ValueInode { ino: value_inum, size: value_size, entry_hash: hash });
+            entries.push(RawEntry { name_index, name, value: &bytes[..0], hash, value_inode });
+            continue;
+        }
         let value = if value_size == 0 {
             &bytes[..0]
         } else {
@@ -461,7 +498,7 @@ fn parse_entries<'a>(
             value_ranges.push((start, end as usize));
             &bytes[start..start + value_size as usize]
         };
-        entries.push(RawEntry { name_index, name, value, hash: le32(bytes, at + off::E_HASH) });
+        entries.push(RawEntry { name_index, name, value, hash, value_inode: None });
     }
     value_ranges.sort_unstable();
     for pair in value_ranges.windows(2) {
@@ -506,12 +543,19 @@ fn write_entries(
             bytes[value_at..value_at + entry.value.len()].copy_from_slice(&entry.value);
             u16::try_from(value_at - value_base).expect("value offsets fit u16 in blocks <= 64 KiB")
         };
-        let hash = if hashed { xattr_entry_hash(&entry.name, &entry.value) } else { 0 };
+        let (hash, inum, size) = match entry.value_inode {
+            // As found: the hash covers the value inode's hash, which is not here.
+            Some(v) => (v.entry_hash, v.ino, v.size),
+            None if hashed => {
+                (xattr_entry_hash(&entry.name, &entry.value), 0, entry.value.len() as u32)
+            }
+            None => (0, 0, entry.value.len() as u32),
+        };
         bytes[at + off::E_NAME_LEN] = entry.name.len() as u8;
         bytes[at + off::E_NAME_INDEX] = entry.name_index;
         put_le16(bytes, at + off::E_VALUE_OFFS, value_offs);
-        put_le32(bytes, at + off::E_VALUE_INUM, 0);
-        put_le32(bytes, at + off::E_VALUE_SIZE, entry.value.len() as u32);
+        put_le32(bytes, at + off::E_VALUE_INUM, inum);
+        put_le32(bytes, at + off::E_VALUE_SIZE, size);
         put_le32(bytes, at + off::E_HASH, hash);
         bytes[at + off::E_NAME..at + off::E_NAME + entry.name.len()].copy_from_slice(&entry.name);
         hashes.push(hash);
@@ -548,7 +592,7 @@ mod tests {
     use crate::testing::Rng;
 
     fn entry(name_index: u8, name: &[u8], value: &[u8]) -> XattrEntry {
-        XattrEntry { name_index, name: name.to_vec(), value: value.to_vec() }
+        XattrEntry::new(name_index, name, value)
     }
 
     fn sample_entries() -> Vec<XattrEntry> {
@@ -799,13 +843,30 @@ mod tests {
     }
 
     #[test]
-    fn ea_inode_values_nul_names_index_zero_and_duplicate_names_are_rejected() {
+    fn ea_inode_references_round_trip_and_oversized_ones_are_rejected() {
         let entries = vec![entry(1, b"a", b"1234"), entry(1, b"b", b"5678")];
         let good = encode_xattr_block(&entries, 1, 1024).unwrap();
         let first = XATTR_BLOCK_HEADER_SIZE;
-        let mut bad = good.clone();
-        put_le32(&mut bad, first + off::E_VALUE_INUM, 13);
-        assert!(matches!(parse_xattr_block(&bad), Err(OnDiskError::Unsupported { .. })));
+        let mut with_inode = good.clone();
+        put_le32(&mut with_inode, first + off::E_VALUE_INUM, 13);
+        put_le32(&mut with_inode, first + off::E_VALUE_SIZE, 8000);
+        put_le32(&mut with_inode, first + off::E_HASH, 0xabcd);
+        let (_, parsed) = parse_xattr_block(&with_inode).unwrap();
+        let reference = ValueInode { ino: 13, size: 8000, entry_hash: 0xabcd };
+        assert_eq!((parsed[0].value_inode, parsed[0].value.len()), (Some(reference), 0));
+        let again = encode_xattr_block(&parsed, 1, 1024).unwrap();
+        assert_eq!(parse_xattr_block(&again).unwrap().1, parsed);
+        let area = encode_inode_xattrs(&parsed, 100).unwrap();
+        assert_eq!(parse_inode_xattrs(&area).unwrap(), parsed);
+        put_le32(&mut with_inode, first + off::E_VALUE_SIZE, XATTR_VALUE_INODE_SIZE_MAX + 1);
+        assert!(parse_xattr_block(&with_inode).is_err());
+    }
+
+    #[test]
+    fn nul_names_index_zero_and_duplicate_names_are_rejected() {
+        let entries = vec![entry(1, b"a", b"1234"), entry(1, b"b", b"5678")];
+        let good = encode_xattr_block(&entries, 1, 1024).unwrap();
+        let first = XATTR_BLOCK_HEADER_SIZE;
         let mut bad = good.clone();
         bad[first + off::E_NAME] = 0;
         assert!(corrupted_reason(parse_xattr_block(&bad)).contains("NUL"));
