@@ -81,7 +81,8 @@ impl Filesystem {
             None => None,
         };
         let access = name == ACCESS;
-        self.change_xattr_and_mode(ino, |txn, ctx, area, file_acl, inode| {
+        let stored_len = acl.as_ref().map_or(0, |acl| acl.to_disk().len());
+        self.change_xattr_and_mode(ino, stored_len, |txn, ctx, area, file_acl, inode| {
             if !access && !inode.is_dir() {
                 return match acl {
                     Some(_) => Err(FsError::AccessDenied("a default ACL on a non-directory")),

@@ -229,7 +229,7 @@ impl Filesystem {
     /// descriptor copies, bitmaps, inode tables), as `ext4_map_blocks`' check_block_validity
     /// says: a damaged extent pointing there is corruption, and writing through it would
     /// spread the damage.
-    fn check_data_blocks(&self, pblk: u64, blocks: u64) -> Result<()> {
+    pub(crate) fn check_data_blocks(&self, pblk: u64, blocks: u64) -> Result<()> {
         if pblk == 0 || pblk.checked_add(blocks).is_none_or(|end| end > self.params.blocks_count) {
             return Err(FsError::corrupted(pblk, "file data mapped outside the file system"));
         }

@@ -14,18 +14,28 @@
 //! `ext4_xattr_inode_verify_hashes` check: a real, non-reserved inode with the flag, the size,
 //! the value's hash and the entry's. Any mismatch is corruption.
 //!
-//! quill opens ea_inode file systems read-only (it does not create, share or free such
-//! inodes), so nothing here writes.
+//! Writing (`ValueInodes for Txn`): a value goes to an inode of its own as the kernel's
+//! `ext4_xattr_set_entry` puts it there (`xattr.rs` decides when), one inode per entry with
+//! one reference (the kernel may share one among equal values, found by hash; quill reads
+//! and counts shared ones, and makes none); a replaced or removed entry's inode loses a
+//! reference and is freed with its last. The inode is made as `ext4_xattr_inode_create` makes
+//! it: regular, 0600, the owner's uid and gid, EA_INODE_FL (and extents where the file system
+//! has them), one link, no name.
 
-use ondisk::ext4::xattr::{split_name, xattr_entry_hash, xattr_entry_hash_signed, ValueInode};
-use ondisk::ext4::EA_INODE_FL;
+use ondisk::ext4::xattr::{
+    split_name, xattr_entry_hash, xattr_entry_hash_signed, ValueInode, XATTR_VALUE_INODE_SIZE_MAX,
+};
+use ondisk::ext4::{self, Timestamp, EA_INODE_FL};
 
 use crate::adapters::{extent_ctx, ReadIo};
 use crate::block_map;
 use crate::error::{FsError, Result};
 use crate::extent_tree::Lookup;
-use crate::filesystem::Filesystem;
+use crate::filesystem::{Filesystem, Txn};
 use crate::inodes::InodeData;
+use crate::meta_io::MetaIo;
+use crate::ops::add_blocks;
+use crate::xattr::{ValueInodes, XattrCtx};
 
 /// `i_atime`'s seconds in an inode record: the value's hash.
 const I_ATIME: usize = 0x08;
@@ -86,15 +96,163 @@ impl Filesystem {
         let last = ((size - 1) / bs) as u32;
         let ectx = extent_ctx(self, ino, data);
         let runs = block_map::mapping(&mut ReadIo { fs: self }, &ectx, &data.inode, 0, last)?;
+        for (_, run) in &runs {
+            if let Lookup::Mapped { pblk, len, .. } = run {
+                self.check_data_blocks(*pblk, u64::from(*len))?;
+            }
+        }
+        // The blocks are journaled (`ValueInodes for Txn`): read through the journal's cache,
+        // which has them before they are checkpointed home.
+        let io = &mut ReadIo { fs: self };
         for (first, run) in runs {
             if let Lookup::Mapped { pblk, len, unwritten: false } = run {
-                let start = first as usize * bs;
-                let end = ((first as usize + len as usize) * bs).min(size);
-                if start < end {
-                    self.read_data(pblk, 0, &mut out[start..end])?;
+                for i in 0..len as usize {
+                    let start = (first as usize + i) * bs;
+                    if start >= size {
+                        break;
+                    }
+                    let end = (start + bs).min(size);
+                    let block = io.read_meta(pblk + i as u64)?;
+                    out[start..end].copy_from_slice(&block[..end - start]);
                 }
             }
         }
         Ok(out)
     }
+}
+
+/// Value inodes are made and freed in a file-system transaction, as the kernel's
+/// `ext4_xattr_inode_create` and `ext4_xattr_inode_dec_ref` do in the handle that changes the
+/// attribute: the value's blocks are journaled (written through the log, as xattr blocks are),
+/// so the inode, its data and the entry naming it commit together.
+impl ValueInodes for Txn<'_> {
+    fn create_value_inode(
+        &mut self,
+        ctx: &XattrCtx,
+        suffix: &[u8],
+        value: &[u8],
+    ) -> Result<ValueInode> {
+        let fs = self.fs;
+        let (owner, uid, gid) = ctx.owner;
+        if fs.load_inode(owner)?.inode.is_symlink() {
+            // The charge in i_blocks would make a fast symlink look slow to the kernel
+            // (ext4_inode_is_fast_symlink) and e2fsck (ext2fs_inode_has_valid_blocks2),
+            // which would read its target as block numbers: no room, as without ea_inode.
+            return Err(FsError::NoSpace);
+        }
+        let size = u32::try_from(value.len())
+            .ok()
+            .filter(|&size| size <= XATTR_VALUE_INODE_SIZE_MAX)
+            .ok_or(FsError::Range)?;
+        let group = fs.groups.geo.group_of_inode(owner);
+        let ino = fs.groups.alloc_inode(&fs.journal, &mut self.handle, group, false)?;
+        let (mut inode, raw) = fs.new_inode_record(ext4::MODE_REGULAR | 0o600, (uid, gid));
+        let hash = ondisk::crc::crc32c_raw(fs.params.csum_seed(), value);
+        inode.flags |= EA_INODE_FL;
+        inode.size = u64::from(size);
+        // ext4_xattr_inode_set_hash: the hash in i_atime's seconds; the reference count's high
+        // half in i_ctime's (0), its low half in l_i_version.
+        inode.atime = Timestamp { sec: i64::from(hash), nsec: 0 };
+        inode.ctime = Timestamp::default();
+        let mut data = InodeData::new(inode, raw, false);
+        set_ref_count(&mut data, 1);
+        // The owner's operation counts its own blocks: keep the value inode's apart.
+        let owner_delta = self.take_blocks_delta();
+        let written = (|| -> Result<()> {
+            let bs = fs.block_size() as usize;
+            let mut ectx = extent_ctx(fs, ino, &data);
+            for (lblk, chunk) in value.chunks(bs).enumerate() {
+                let pblk = self.alloc_meta_block(ectx.goal)?;
+                let mut block = vec![0u8; bs];
+                block[..chunk.len()].copy_from_slice(chunk);
+                self.write_meta(pblk, &block)?;
+                ectx.goal = pblk + 1;
+                block_map::insert(self, &ectx, &mut data.inode, lblk as u32, pblk, 1, false)?;
+            }
+            Ok(())
+        })();
+        let delta = self.take_blocks_delta();
+        self.blocks_delta = owner_delta;
+        if let Err(err) = written {
+            // Nothing names it yet: give back what was taken (best effort; an I/O error
+            // aborts the handle anyway).
+            let _ = self.free_value_inode(ino, &mut data);
+            return Err(err);
+        }
+        add_blocks(&mut data.inode, delta, fs.block_size());
+        data.fc.ineligible_next("xattr value inode");
+        fs.write_inode(&mut self.handle, ino, &mut data, true)?;
+        let entry_hash = xattr_entry_hash(suffix, &hash.to_le_bytes());
+        Ok(ValueInode { ino, size, entry_hash })
+    }
+
+    fn release_value_inode(&mut self, value: &ValueInode) -> Result<()> {
+        let fs = self.fs;
+        let mut data = fs.load_inode(value.ino)?;
+        if data.inode.flags & EA_INODE_FL == 0 || data.inode.links_count == 0 {
+            let (block, _) = fs.inode_table_location(value.ino)?;
+            return Err(FsError::corrupted(
+                block,
+                format!("inode {} is named as a value inode but is none", value.ino),
+            ));
+        }
+        let count = ref_count(&data);
+        if count > 1 {
+            set_ref_count(&mut data, count - 1);
+            return fs.write_inode(&mut self.handle, value.ino, &mut data, false);
+        }
+        self.free_value_inode(value.ino, &mut data)
+    }
+}
+
+impl Txn<'_> {
+    /// Frees value inode `ino` (`data`): its blocks (revoked: they were journaled), its
+    /// record marked deleted, its number.
+    fn free_value_inode(&mut self, ino: u32, data: &mut InodeData) -> Result<()> {
+        let fs = self.fs;
+        let owner_delta = self.take_blocks_delta();
+        let revoke = std::mem::replace(&mut self.revoke_freed_data, true);
+        let freed = (|| -> Result<()> {
+            let ectx = extent_ctx(fs, ino, data);
+            let (runs, map_blocks) = block_map::runs_and_map_blocks(self, &ectx, &data.inode)?;
+            for run in runs {
+                self.free_data_blocks(run.start, u64::from(run.len))?;
+            }
+            for block in map_blocks {
+                self.free_meta_block(block)?;
+            }
+            Ok(())
+        })();
+        self.revoke_freed_data = revoke;
+        self.take_blocks_delta();
+        self.blocks_delta = owner_delta;
+        freed?;
+        let inode = &mut data.inode;
+        inode.links_count = 0;
+        inode.mode = 0;
+        inode.dtime = crate::filesystem::now().sec as u32;
+        inode.size = 0;
+        inode.blocks_raw = 0;
+        inode.block = [0; ext4::INODE_BLOCK_SIZE];
+        if fs.has_extents() {
+            crate::extent_tree::init_root(&mut inode.block);
+        }
+        data.fc.ineligible_next("xattr value inode freed");
+        fs.write_inode(&mut self.handle, ino, data, true)?;
+        fs.groups.free_inode(&fs.journal, &mut self.handle, ino, false)
+    }
+}
+
+/// `l_i_version`'s offset in an inode record: the reference count's low half.
+const L_I_VERSION: usize = 0x24;
+
+/// A value inode's reference count: i_ctime's seconds the high half, l_i_version the low.
+fn ref_count(data: &InodeData) -> u64 {
+    let low = u32::from_le_bytes(data.raw[L_I_VERSION..L_I_VERSION + 4].try_into().unwrap());
+    ((data.inode.ctime.sec as u64 & 0xffff_ffff) << 32) | u64::from(low)
+}
+
+fn set_ref_count(data: &mut InodeData, count: u64) {
+    data.raw[L_I_VERSION..L_I_VERSION + 4].copy_from_slice(&(count as u32).to_le_bytes());
+    data.inode.ctime = Timestamp { sec: (count >> 32) as i64, nsec: 0 };
 }

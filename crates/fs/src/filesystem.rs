@@ -144,7 +144,8 @@ const INCOMPAT_WRITABLE: u32 = feature::INCOMPAT_FILETYPE
     | feature::INCOMPAT_MMP
     | feature::INCOMPAT_META_BG
     | feature::INCOMPAT_LARGEDIR
-    | feature::INCOMPAT_INLINE_DATA;
+    | feature::INCOMPAT_INLINE_DATA
+    | feature::INCOMPAT_EA_INODE;
 
 /// RO_COMPAT features quill writes correctly.
 const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
@@ -775,6 +776,10 @@ impl MetaIo for Txn<'_> {
 
     fn system_zone_overlap(&self, start: u64, len: u64) -> Option<u64> {
         self.fs.groups.system_zone_overlap(start, len)
+    }
+
+    fn value_inodes(&mut self) -> Option<&mut dyn crate::xattr::ValueInodes> {
+        Some(self)
     }
 }
 

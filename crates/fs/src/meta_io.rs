@@ -57,6 +57,12 @@ pub trait MetaIo {
     fn fast_commit_tid(&self) -> Option<ondisk::Tid> {
         None
     }
+
+    /// Where values of extended attributes kept in inodes of their own (ea_inode) are made
+    /// and freed: a file-system transaction; `None` elsewhere (lookups, replay, tests).
+    fn value_inodes(&mut self) -> Option<&mut dyn crate::xattr::ValueInodes> {
+        None
+    }
 }
 
 /// An in-memory [`MetaIo`] for the structure modules' unit tests.

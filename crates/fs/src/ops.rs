@@ -1034,10 +1034,22 @@ impl Filesystem {
         let ino = slot.ino;
         self.drop_cached(ino, data);
         self.truncate_blocks(ino, data, 0)?;
-        let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
+        // Value inodes it names (ea_inode) are released too: their blocks are revoked.
+        let ctx = self.xattr_ctx(ino);
+        let area = data.inode.xattr_area_range(data.raw.len());
+        let value_blocks = xattr::value_inode_charge(
+            &mut ReadIo { fs: self },
+            &ctx,
+            &data.raw[area.clone()],
+            data.inode.file_acl,
+        )
+        .map_err(|e| self.check_fs_error(ino, e))?
+            / u64::from(self.block_size());
+        let credits = NAMESPACE_CREDITS + 2 * u32::try_from(value_blocks).unwrap_or(u32::MAX / 4);
+        let mut txn = self.begin(credits, 0)?;
         let result = (|| {
-            let ctx = self.xattr_ctx(ino);
             let mut file_acl = data.inode.file_acl;
+            xattr::release_inode_values(&mut txn, &ctx, &data.raw[area])?;
             txn.take_blocks_delta();
             xattr::release_block(&mut txn, &ctx, &mut file_acl)?;
             data.inode.file_acl = file_acl;
@@ -1120,7 +1132,7 @@ impl Filesystem {
         if acl::is_acl(name) {
             return self.set_acl(ino, name, Some(value));
         }
-        self.change_xattr(ino, |txn, ctx, area, file_acl| {
+        self.change_xattr_and_mode(ino, value.len(), |txn, ctx, area, file_acl, _| {
             xattr::set(txn, ctx, area, file_acl, name, value, mode)
         })
     }
@@ -1129,18 +1141,8 @@ impl Filesystem {
         if acl::is_acl(name) {
             return self.set_acl(ino, name, None);
         }
-        self.change_xattr(ino, |txn, ctx, area, file_acl| {
+        self.change_xattr_and_mode(ino, 0, |txn, ctx, area, file_acl, _| {
             xattr::remove(txn, ctx, area, file_acl, name)
-        })
-    }
-
-    fn change_xattr(
-        &self,
-        ino: u32,
-        change: impl FnOnce(&mut Txn<'_>, &XattrCtx, &mut [u8], &mut u64) -> Result<()>,
-    ) -> Result<()> {
-        self.change_xattr_and_mode(ino, |txn, ctx, area, file_acl, _| {
-            change(txn, ctx, area, file_acl)
         })
     }
 
@@ -1151,27 +1153,46 @@ impl Filesystem {
             fs_csum_seed: self.fs_csum_seed(),
             goal: geo.group_first_block(geo.group_of_inode(ino)),
             ea_inode: self.params.feature_incompat & ext4::feature::INCOMPAT_EA_INODE != 0,
+            owner: (ino, 0, 0),
         }
     }
 
-    /// [`Filesystem::change_xattr`] whose change may also set the inode's mode (an access ACL
-    /// sets its permission bits): `change` gets a copy of the inode, of which only `mode` is
-    /// kept.
+    /// Changes inode `ino`'s extended attributes (a value of up to `value_len` bytes may be
+    /// stored); the change may also set the inode's mode (an access ACL sets its permission
+    /// bits): `change` gets a copy of the inode, of which only `mode` is kept. With ea_inode
+    /// the transaction has room for a value inode of `value_len` bytes, and the owner's
+    /// i_blocks follows the charge for its value inodes (`xattr::value_inode_charge`).
     pub(crate) fn change_xattr_and_mode(
         &self,
         ino: u32,
+        value_len: usize,
         change: impl FnOnce(&mut Txn<'_>, &XattrCtx, &mut [u8], &mut u64, &mut Inode) -> Result<()>,
     ) -> Result<()> {
         let slot = self.inodes.slot(ino);
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_unpinned(&data.inode)?;
-        let mut txn = self.begin(16, 2)?;
-        let ctx = self.xattr_ctx(ino);
+        let base = self.xattr_ctx(ino);
+        let ctx = XattrCtx { owner: (ino, data.inode.uid, data.inode.gid), ..base };
+        // A new value inode's blocks (journaled: a credit each, and their bitmap and
+        // descriptor blocks), its record, bitmap and extent-tree blocks; and the blocks of the
+        // value inodes the change may free (revoked: a credit each).
+        let bs = u64::from(self.block_size());
+        let value_blocks = if ctx.ea_inode { (value_len as u64).div_ceil(bs) } else { 0 };
+        let range = data.inode.xattr_area_range(data.raw.len());
+        let charged = xattr::value_inode_charge(
+            &mut ReadIo { fs: self },
+            &ctx,
+            &data.raw[range.clone()],
+            data.inode.file_acl,
+        )
+        .map_err(|e| self.check_fs_error(ino, e))?;
+        let blocks_credits = 3 * value_blocks + 2 * (charged / bs);
+        let credits = 24 + u32::try_from(blocks_credits).unwrap_or(u32::MAX / 2);
+        let mut txn = self.begin(credits, 2 + value_blocks + 2)?;
         // Work on copies so an ordinary failure (ENODATA, EEXIST, ENOSPC, ERANGE) leaves the
         // inode as it was; only the block writes it made are then already journaled, and the
         // xattr module makes those only once it knows the change will succeed.
-        let range = data.inode.xattr_area_range(data.raw.len());
         let mut area = data.raw[range.clone()].to_vec();
         let mut file_acl = data.inode.file_acl;
         let mut inode = data.inode.clone();
@@ -1192,10 +1213,14 @@ impl Filesystem {
             }
             Err(err) => return self.finish(Err(err), txn),
         }
+        let charge = match xattr::value_inode_charge(&mut txn, &ctx, &area, file_acl) {
+            Ok(bytes) => (bytes as i64 - charged as i64) / i64::from(self.block_size()),
+            Err(err) => return self.finish(Err(err), txn),
+        };
         data.raw[range].copy_from_slice(&area);
         data.inode.file_acl = file_acl;
         data.inode.mode = inode.mode;
-        let delta = txn.take_blocks_delta();
+        let delta = txn.take_blocks_delta() + charge;
         add_blocks(&mut data.inode, delta, self.block_size());
         data.inode.ctime = now();
         data.fc.ineligible_next("xattr");

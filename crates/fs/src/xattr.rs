@@ -13,7 +13,16 @@
 //! |---------------------------------|----------------------------------------------------------|
 //! | in the inode area               | stored in the inode; an old copy in the block is removed |
 //! | not in the inode, in the block  | stored in the block; an old copy in the inode is removed |
-//! | in neither                      | `NoSpace` (quill has no ea_inode), nothing changes        |
+//! | in neither, or larger than a block less 56 bytes, with ea_inode | in an inode of its own (`ea_inode.rs`), the entry in the inode area or else the block |
+//! | in neither, without ea_inode    | `NoSpace`, nothing changes                                 |
+//!
+//! With ea_inode, the value inode an entry names is released (one reference fewer, freed at
+//! none) when the entry is replaced or removed, when its xattr block is freed, and when its
+//! inode is deleted ([`release_inode_values`]); an xattr block shared with other inodes
+//! (h_refcount > 1) that names value inodes is not changed (NotSupported: a copy would need
+//! every value inode's count raised). The owner is charged each value's size, rounded up to
+//! blocks, in its i_blocks, as the kernel charges it to the owner's quota
+//! ([`value_inode_charge`]).
 //!
 //! Invariants kept:
 //! - A block with `h_refcount > 1` is shared with other inodes and is never changed except for
@@ -56,7 +65,29 @@ pub struct XattrCtx {
     /// The ea_inode feature: entries may keep their values in inodes of their own. Without
     /// it such an entry is damage (`ext4_xattr_check_entries`).
     pub ea_inode: bool,
+    /// The inode whose attributes these are, and its owner and group, which a value inode
+    /// made for it takes (0s where nothing is made).
+    pub owner: (u32, u32, u32),
 }
+
+/// Values kept in inodes of their own (the ea_inode feature), made and dropped by the file
+/// system inside the caller's transaction ([`MetaIo::value_inodes`]).
+pub trait ValueInodes {
+    /// Makes an inode holding `value`, the value of attribute `suffix` of `ctx.owner`, with
+    /// one reference; returns the entry's reference, its hash computed.
+    fn create_value_inode(
+        &mut self,
+        ctx: &XattrCtx,
+        suffix: &[u8],
+        value: &[u8],
+    ) -> Result<ValueInode>;
+    /// Drops one reference to `value`'s inode, freeing the inode with the last.
+    fn release_value_inode(&mut self, value: &ValueInode) -> Result<()>;
+}
+
+/// `EXT4_XATTR_MIN_LARGE_EA_SIZE(b)` is `b` less this: a value padded past it goes to an inode
+/// of its own (a block less its header, one entry of a 3-byte name and the terminator).
+const LARGE_VALUE_OVERHEAD: usize = 32 + 20 + 4;
 
 /// A value as [`get`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,15 +149,61 @@ fn parse_area(ctx: &XattrCtx, area: &[u8]) -> Result<Vec<XattrEntry>> {
     Ok(entries)
 }
 
-/// quill changes no attribute list that refers to values in inodes of their own (it writes
-/// no ea_inode file system; a read-only one is never changed).
-fn refuse_value_inodes(entries: &[XattrEntry]) -> Result<()> {
-    if entries.iter().any(|e| e.value_inode.is_some()) {
+/// A shared xattr block (other inodes' too) that names value inodes is not changed: its copy
+/// would name them once more each (the kernel raises every count, `ext4_xattr_inode_inc_ref_all`).
+fn refuse_shared_value_inodes(block: Option<&XattrBlock>) -> Result<()> {
+    if block.is_some_and(|b| b.refcount > 1 && b.entries.iter().any(|e| e.value_inode.is_some())) {
         return Err(FsError::NotSupported(
-            "changing attributes beside values in inodes of their own (ea_inode)".into(),
+            "changing a shared xattr block that names values in inodes of their own".into(),
         ));
     }
     Ok(())
+}
+
+/// Drops the references `values` held (entries replaced or removed).
+fn release_values(io: &mut dyn MetaIo, values: &[ValueInode]) -> Result<()> {
+    for value in values {
+        value_inodes(io)?.release_value_inode(value)?;
+    }
+    Ok(())
+}
+
+fn value_inodes(io: &mut dyn MetaIo) -> Result<&mut dyn ValueInodes> {
+    io.value_inodes().ok_or_else(|| {
+        FsError::NotSupported("values in inodes of their own (ea_inode) here".into())
+    })
+}
+
+/// Drops the references the in-inode entries of a deleted inode hold (its xattr block's go
+/// with the block, [`release_block`]).
+pub fn release_inode_values(io: &mut dyn MetaIo, ctx: &XattrCtx, inode_area: &[u8]) -> Result<()> {
+    let entries = parse_area(ctx, inode_area)?;
+    let values: Vec<ValueInode> = entries.iter().filter_map(|e| e.value_inode).collect();
+    release_values(io, &values)
+}
+
+/// Bytes of i_blocks the owner of `inode_area` and `file_acl` is charged for the values it
+/// keeps in inodes of their own: each value's size rounded up to whole blocks, as
+/// `ext4_xattr_inode_alloc_quota` charges the owner's quota (and with it i_blocks).
+pub fn value_inode_charge(
+    io: &mut dyn MetaIo,
+    ctx: &XattrCtx,
+    inode_area: &[u8],
+    file_acl: u64,
+) -> Result<u64> {
+    if !ctx.ea_inode {
+        return Ok(0);
+    }
+    let bs = io.block_size() as u64;
+    let inode = parse_area(ctx, inode_area)?;
+    let block = read_block(io, ctx, file_acl)?;
+    let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
+    Ok(inode
+        .iter()
+        .chain(block_entries)
+        .filter_map(|e| e.value_inode)
+        .map(|v| u64::from(v.size).div_ceil(bs) * bs)
+        .sum())
 }
 
 /// The full names of the inode's attributes: in-inode ones first, then the block's, each once.
@@ -174,9 +251,8 @@ pub fn set(
     refuse_inline_data(index, suffix)?;
     let inode = parse_area(ctx, inode_area)?;
     let block = read_block(io, ctx, *file_acl)?;
+    refuse_shared_value_inodes(block.as_ref())?;
     let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
-    refuse_value_inodes(&inode)?;
-    refuse_value_inodes(block_entries)?;
     let in_inode = position(&inode, index, suffix);
     let in_block = position(block_entries, index, suffix);
     let exists = in_inode.is_some() || in_block.is_some();
@@ -185,38 +261,94 @@ pub fn set(
         SetMode::Replace if !exists => return Err(FsError::NoData),
         _ => {}
     }
-    // An unchanged value costs nothing (ext4_xattr_value_same).
-    let same =
-        |entries: &[XattrEntry], at: Option<usize>| at.is_some_and(|at| entries[at].value == value);
+    // An unchanged value costs nothing (ext4_xattr_value_same; one in an inode of its own
+    // is rewritten).
+    let same = |entries: &[XattrEntry], at: Option<usize>| {
+        at.is_some_and(|at| entries[at].value_inode.is_none() && entries[at].value == value)
+    };
     if same(&inode, in_inode) || same(block_entries, in_block) {
         return Ok(());
     }
-    let new_entry = XattrEntry::new(index, suffix, value);
-
-    let mut inode_new = inode.clone();
-    upsert(&mut inode_new, in_inode, new_entry.clone());
-    if let Some(area) = encode_inode_xattrs(&inode_new, inode_area.len()) {
-        if let (Some(block), Some(at)) = (&block, in_block) {
-            let mut remaining = block.entries.clone();
-            remaining.remove(at);
-            update_block(io, ctx, file_acl, Some(block), remaining)?;
+    // The value inodes of the entries this one replaces, released once it is in place.
+    let replaced: Vec<ValueInode> =
+        [in_inode.map(|at| &inode[at]), in_block.map(|at| &block_entries[at])]
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.value_inode)
+            .collect();
+    let place = Placement { inode: &inode, block: block.as_ref(), in_inode, in_block };
+    let large = ctx.ea_inode
+        && value.len().div_ceil(4) * 4 > io.block_size().saturating_sub(LARGE_VALUE_OVERHEAD);
+    if !large {
+        match place.put(io, ctx, inode_area, file_acl, XattrEntry::new(index, suffix, value)) {
+            Ok(()) => return release_values(io, &replaced),
+            // As ext4_xattr_set_handle, a value that fits neither place goes to an inode.
+            Err(FsError::NoSpace) if ctx.ea_inode => {}
+            Err(err) => return Err(err),
         }
-        inode_area.copy_from_slice(&area);
-        return Ok(());
     }
-
-    let mut block_new = block_entries.to_vec();
-    upsert(&mut block_new, in_block, new_entry);
-    // Plan the in-inode side before any block I/O so that nothing is written on failure.
-    let area = match in_inode {
-        Some(at) => Some(inode_without(&inode, at, inode_area.len())?),
-        None => None,
+    let reference = value_inodes(io)?.create_value_inode(ctx, suffix, value)?;
+    let entry = XattrEntry {
+        name_index: index,
+        name: suffix.to_vec(),
+        value: Vec::new(),
+        value_inode: Some(reference),
     };
-    update_block(io, ctx, file_acl, block.as_ref(), block_new)?;
-    if let Some(area) = area {
-        inode_area.copy_from_slice(&area);
+    match place.put(io, ctx, inode_area, file_acl, entry) {
+        Ok(()) => release_values(io, &replaced),
+        Err(err) => {
+            // Made in this transaction and named by nothing: freed again.
+            value_inodes(io)?.release_value_inode(&reference)?;
+            Err(err)
+        }
     }
-    Ok(())
+}
+
+/// Where an entry goes among an inode's attributes, as read.
+struct Placement<'a> {
+    inode: &'a [XattrEntry],
+    block: Option<&'a XattrBlock>,
+    /// The same name's entry in the inode area and in the block, if any.
+    in_inode: Option<usize>,
+    in_block: Option<usize>,
+}
+
+impl Placement<'_> {
+    /// Puts `entry` in the inode area if it fits there (the same name leaving the block),
+    /// else in the block (leaving the inode area): the module's placement table. `NoSpace`,
+    /// with nothing written, when it fits neither.
+    fn put(
+        &self,
+        io: &mut dyn MetaIo,
+        ctx: &XattrCtx,
+        inode_area: &mut [u8],
+        file_acl: &mut u64,
+        entry: XattrEntry,
+    ) -> Result<()> {
+        let mut inode_new = self.inode.to_vec();
+        upsert(&mut inode_new, self.in_inode, entry.clone());
+        if let Some(area) = encode_inode_xattrs(&inode_new, inode_area.len()) {
+            if let (Some(block), Some(at)) = (self.block, self.in_block) {
+                let mut remaining = block.entries.clone();
+                remaining.remove(at);
+                update_block(io, ctx, file_acl, Some(block), remaining)?;
+            }
+            inode_area.copy_from_slice(&area);
+            return Ok(());
+        }
+        let mut block_new = self.block.map_or(&[][..], |b| &b.entries).to_vec();
+        upsert(&mut block_new, self.in_block, entry);
+        // Plan the in-inode side before any block I/O so that nothing is written on failure.
+        let area = match self.in_inode {
+            Some(at) => Some(inode_without(self.inode, at, inode_area.len())?),
+            None => None,
+        };
+        update_block(io, ctx, file_acl, self.block, block_new)?;
+        if let Some(area) = area {
+            inode_area.copy_from_slice(&area);
+        }
+        Ok(())
+    }
 }
 
 /// Removes attribute `name`; `NoData` when the inode has none. On success the caller writes
@@ -232,13 +364,20 @@ pub fn remove(
     refuse_inline_data(index, suffix)?;
     let inode = parse_area(ctx, inode_area)?;
     let block = read_block(io, ctx, *file_acl)?;
-    refuse_value_inodes(&inode)?;
-    refuse_value_inodes(block.as_ref().map_or(&[][..], |b| &b.entries))?;
+    refuse_shared_value_inodes(block.as_ref())?;
     let in_inode = position(&inode, index, suffix);
     let in_block = block.as_ref().and_then(|b| position(&b.entries, index, suffix));
     if in_inode.is_none() && in_block.is_none() {
         return Err(FsError::NoData);
     }
+    let removed: Vec<ValueInode> = [
+        in_inode.map(|at| &inode[at]),
+        in_block.and_then(|at| block.as_ref().map(|b| &b.entries[at])),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|e| e.value_inode)
+    .collect();
     // A name in both places (which the kernel would not write) is removed from both.
     let area = match in_inode {
         Some(at) => Some(inode_without(&inode, at, inode_area.len())?),
@@ -252,14 +391,19 @@ pub fn remove(
     if let Some(area) = area {
         inode_area.copy_from_slice(&area);
     }
-    Ok(())
+    release_values(io, &removed)
 }
 
 /// Drops the inode's reference to its xattr block, for inode deletion: a shared block goes back
-/// with refcount - 1, an unshared one is freed. `file_acl` becomes 0.
+/// with refcount - 1, an unshared one is freed (and the value inodes its entries name are
+/// released). `file_acl` becomes 0.
 pub fn release_block(io: &mut dyn MetaIo, ctx: &XattrCtx, file_acl: &mut u64) -> Result<()> {
     if let Some(block) = read_block(io, ctx, *file_acl)? {
-        refuse_value_inodes(&block.entries)?;
+        if block.refcount == 1 {
+            let values: Vec<ValueInode> =
+                block.entries.iter().filter_map(|e| e.value_inode).collect();
+            release_values(io, &values)?;
+        }
         release(io, ctx, &block)?;
     }
     *file_acl = 0;
@@ -442,6 +586,7 @@ mod tests {
                     fs_csum_seed: checksums.then_some(SEED),
                     goal: 10,
                     ea_inode: false,
+                    owner: (12, 0, 0),
                 },
                 area: vec![0; area_len],
                 file_acl: 0,
@@ -805,6 +950,7 @@ mod tests {
                 fs_csum_seed: (round % 2 == 0).then_some(SEED),
                 goal: 0,
                 ea_inode: false,
+                owner: (12, 0, 0),
             };
             let (mut area, mut block) = if round % 3 == 0 {
                 let area_len = rng.below(200) as usize;

@@ -1,9 +1,12 @@
 //! ea_inode images: extended-attribute values the kernel keeps in inodes of their own (values
 //! too large for the inode and an xattr block, one inode shared by equal values, values of
-//! several blocks) read identically by quill opened read-only; a read-write open is refused
-//! naming the feature; damaged value inodes (flag cleared, size or value changed) give
-//! corruption errors on that attribute alone. Needs root, loop devices and e2fsprogs;
-//! skips with a printed reason otherwise.
+//! several blocks) read identically by quill; damaged value inodes (flag cleared, size or
+//! value changed) give corruption errors on that attribute alone; values quill writes (in
+//! the inode, in a block, in inodes of their own; replaced, removed, their files deleted,
+//! a shared value inode released by one of its two owners) leave an image e2fsck finds
+//! clean, with the owners' i_blocks charged as the kernel charges them, and the kernel reads
+//! them as quill does. Needs root, loop devices and e2fsprogs; skips with a printed reason
+//! otherwise.
 
 mod common;
 
@@ -14,7 +17,7 @@ use common::{
     assert_fsck_clean, can_loop_mount, compare, kernel_tree, open_device, quill_tree, Mount,
     Scratch,
 };
-use fs::{Ext4Image, Filesystem, FsError, MountOptions};
+use fs::{Ext4Image, Filesystem, FsError, MountOptions, SetMode, ROOT_INO};
 
 /// `setfattr -n name -v value path` through the kernel; false (after a SKIP line) without
 /// setfattr.
@@ -81,10 +84,6 @@ fn values_in_inodes_of_their_own_read_as_the_kernel_wrote_them() {
     // Which inode holds each value, for the damage below.
     let one = fs.resolve("/one").unwrap();
     fs.unmount().unwrap();
-    match Filesystem::open(open_device(&image), MountOptions::default()) {
-        Err(FsError::Unsupported(why)) => assert!(why.contains("ea_inode"), "{why}"),
-        other => panic!("read-write open of an ea_inode image: {other:?}"),
-    }
     let (_, one_record) = record(&image, one);
     // The value inode of /one's user.big: e_value_inum of the entry after the small one.
     let area = &one_record[128 + u16::from_le_bytes([one_record[128], one_record[129]]) as usize..];
@@ -114,5 +113,67 @@ fn values_in_inodes_of_their_own_read_as_the_kernel_wrote_them() {
         let _ = fs.unmount();
         assert!(std::fs::read(&image).unwrap() == damaged, "{case}: a read-only open wrote");
         println!("{case}: corruption on that value, the others read");
+    }
+}
+
+/// A value of `len` bytes, different for each `seed`.
+fn value(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn values_quill_writes_in_inodes_of_their_own_are_clean_and_read_by_the_kernel() {
+    let test = "ea_inode_quill_to_kernel";
+    if !can_loop_mount(test) {
+        return;
+    }
+    for (label, block_size) in [("4k", "4096"), ("1k", "1024")] {
+        let scratch = Scratch::new(&format!("ea-inode-rw-{label}"));
+        let image = scratch.path("fs.img");
+        common::mkfs(&image, "64M", &["-O", "ea_inode", "-b", block_size]);
+        {
+            let Some(mount) = Mount::new(&image, scratch.path("mnt")) else { return };
+            if !kernel_writes(&mount.dir) {
+                return;
+            }
+        }
+        let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+        let bs: usize = block_size.parse().unwrap();
+        let file = fs.create(ROOT_INO, b"quill", 0o644, 1000, 1000).unwrap().ino;
+        // In the inode, in a block, and past a block less 56 bytes: in an inode of its own;
+        // 64 KiB (XATTR_SIZE_MAX) over many blocks.
+        let sizes =
+            [("user.small", 20), ("user.medium", bs / 2), ("user.large", bs), ("user.max", 65536)];
+        for (i, (name, len)) in sizes.iter().enumerate() {
+            fs.setxattr(file, name.as_bytes(), &value(*len, i as u8), SetMode::Create).unwrap();
+        }
+        for (i, (name, len)) in sizes.iter().enumerate() {
+            assert_eq!(fs.getxattr(file, name.as_bytes()).unwrap(), value(*len, i as u8), "{name}");
+        }
+        let charged = fs.getattr(file).unwrap().blocks;
+        assert!(charged * 512 >= (bs + 65536) as u64, "{label}: the owner is charged: {charged}");
+        // Replaced by a small value, by another large one; removed.
+        fs.setxattr(file, b"user.large", b"now small", SetMode::Replace).unwrap();
+        fs.setxattr(file, b"user.medium", &value(3 * bs, 9), SetMode::Replace).unwrap();
+        fs.removexattr(file, b"user.max").unwrap();
+        // A file whose large values go with it, in the inode and in its block.
+        let doomed = fs.create(ROOT_INO, b"doomed", 0o644, 0, 0).unwrap().ino;
+        fs.setxattr(doomed, b"user.filler", &value(bs / 2, 1), SetMode::Create).unwrap();
+        for i in 0..6 {
+            let name = format!("user.value-{i}");
+            fs.setxattr(doomed, name.as_bytes(), &value(2 * bs, i), SetMode::Create).unwrap();
+        }
+        fs.unlink(ROOT_INO, b"doomed").unwrap();
+        // The kernel's shared value inode (ref 2) loses one owner.
+        let two = fs.resolve("/two").unwrap();
+        fs.removexattr(two, b"user.same").unwrap();
+        let changed = quill_tree(&fs);
+        fs.unmount().unwrap();
+        assert_fsck_clean(&image);
+        let Some(mount) = Mount::new(&image, scratch.path("mnt-check")) else { return };
+        compare(&changed, &kernel_tree(&mount.dir));
+        drop(mount);
+        assert_fsck_clean(&image);
+        println!("{label}: quill's values read identically by the kernel, e2fsck clean");
     }
 }

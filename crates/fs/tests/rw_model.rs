@@ -108,13 +108,8 @@ fn walk(fs: &Filesystem, dir: u32, prefix: &str, model: &Model, seen: &mut BTree
 /// Applies one random operation inside the subtree at `base` to both the fs and the model.
 /// One random operation on `base`'s subtree, checked against `model`. `indirect`: files are
 /// indirect-mapped (ext3), where fallocate can only punch holes.
-fn random_op(
-    fs: &Filesystem,
-    base: u32,
-    model: &mut Model,
-    rng: &mut Rng,
-    (block_size, indirect): (u64, bool),
-) {
+fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, c: &Config) {
+    let (block_size, indirect) = (c.block_size, c.indirect);
     let names = ["a", "b", "c", "d", "long_name_for_a_file_that_is_not_short", "e"];
     let dirs: Vec<String> = std::iter::once(String::new())
         .chain(model.nodes.iter().filter(|(_, n)| **n == Node::Dir).map(|(p, _)| p.clone()))
@@ -293,10 +288,21 @@ fn random_op(
             if existing.is_some() {
                 let ino = lookup_path(fs, base, &path).unwrap();
                 let key = format!("user.k{}", rng.below(4)).into_bytes();
-                let len = if rng.below(3) == 0 { 300 } else { 8 };
+                // With ea_inode, some values are too large for a block: inodes of their own.
+                let len = match rng.below(4) {
+                    0 => 300,
+                    1 if c.ea_inode => 3 * block_size as usize + 7,
+                    _ => 8,
+                };
                 let value = rng.bytes(len);
-                fs.setxattr(ino, &key, &value, SetMode::Any).unwrap();
-                model.xattrs.entry(path).or_default().insert(key, value);
+                let r = fs.setxattr(ino, &key, &value, SetMode::Any);
+                if len > block_size as usize && matches!(existing, Some(Node::Symlink(_))) {
+                    // A symlink gets no value inode (`ea_inode.rs`): no room, nothing changed.
+                    assert!(matches!(r, Err(FsError::NoSpace)), "{path}: {r:?}");
+                } else {
+                    r.unwrap();
+                    model.xattrs.entry(path).or_default().insert(key, value);
+                }
             }
         }
         12 | 13 => {
@@ -434,10 +440,21 @@ struct Config {
     data: DataMode,
     /// Files are indirect-mapped (ext3: no extent feature).
     indirect: bool,
+    /// The ea_inode feature: xattr values larger than a block are set too.
+    ea_inode: bool,
 }
 
 fn config(label: &'static str, mkfs: Vec<&'static str>, block_size: u64) -> Config {
-    Config { label, mkfs, size: "64M", block_size, data: DataMode::Ordered, indirect: false }
+    let ea_inode = false;
+    Config {
+        label,
+        mkfs,
+        size: "64M",
+        block_size,
+        data: DataMode::Ordered,
+        indirect: false,
+        ea_inode,
+    }
 }
 
 fn configs() -> Vec<Config> {
@@ -484,8 +501,8 @@ fn no_journal_configs() -> Vec<Config> {
 }
 
 /// Features beyond the defaults that quill writes: meta_bg (1 KiB blocks over 300 MiB: three
-/// meta groups, so descriptors live in groups 0/1/15, 16/17/31 and 32/33), mmp and
-/// inline_data.
+/// meta groups, so descriptors live in groups 0/1/15, 16/17/31 and 32/33), mmp, inline_data
+/// and ea_inode.
 fn feature_configs() -> Vec<Config> {
     vec![
         Config {
@@ -500,6 +517,15 @@ fn feature_configs() -> Vec<Config> {
             vec!["-O", "inline_data,^metadata_csum", "-b", "1024"],
             1024,
         ),
+        // Values too large for a block go to inodes of their own (`ea_inode.rs`).
+        Config {
+            ea_inode: true,
+            ..config("ea_inode-1k", vec!["-O", "ea_inode", "-b", "1024"], 1024)
+        },
+        Config {
+            ea_inode: true,
+            ..config("ea_inode-4k-inline", vec!["-O", "ea_inode,inline_data", "-b", "4096"], 4096)
+        },
     ]
 }
 
@@ -527,7 +553,7 @@ fn run_model(c: &Config, seed: u64, steps: usize) {
                     let mut rng = Rng::for_thread(seed, t);
                     let mut model = Model::default();
                     for _ in 0..steps {
-                        random_op(&fs, base, &mut model, &mut rng, (block_size, c.indirect));
+                        random_op(&fs, base, &mut model, &mut rng, c);
                     }
                     check_tree(&fs, base, &model);
                     model
@@ -596,7 +622,7 @@ fn random_operations_without_a_journal_match_the_model() {
 }
 
 #[test]
-fn random_operations_with_meta_bg_mmp_and_inline_data_match_the_model() {
+fn random_operations_with_meta_bg_mmp_inline_data_and_ea_inode_match_the_model() {
     let test = "random_operations_features";
     if !have("mkfs.ext4", test) || !have("e2fsck", test) {
         return;

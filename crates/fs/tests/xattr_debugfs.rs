@@ -209,6 +209,7 @@ impl ImageIo {
             fs_csum_seed: sb.has_metadata_csum().then(|| sb.csum_seed()),
             goal: 0,
             ea_inode: false,
+            owner: (0, 0, 0),
         }
     }
 
