@@ -71,7 +71,8 @@ pub struct MkfsArgs {
     journal: Option<String>,
     /// Features to add, or remove with ^, separated by commas (repeatable), e.g.
     /// ^metadata_csum,orphan_file. Accepted: has_journal ext_attr resize_inode dir_index
-    /// fast_commit orphan_file meta_bg extent 64bit mmp flex_bg metadata_csum_seed large_dir inline_data
+    /// fast_commit orphan_file meta_bg extent 64bit mmp flex_bg ea_inode metadata_csum_seed large_dir
+    /// inline_data
     /// sparse_super large_file huge_file uninit_bg (gdt_csum) dir_nlink extra_isize
     /// metadata_csum project
     #[arg(short = 'O', value_name = "FEATURES")]

@@ -429,6 +429,8 @@ fn feature_variants_are_byte_identical_to_mkfs_ext4() {
         "project",
         "inline_data",
         "inline_data,^metadata_csum,^has_journal",
+        "ea_inode",
+        "ea_inode,inline_data,^metadata_csum",
     ];
     check_matrix("features", &cases(&[64, 300], &[1024, 4096], &features));
 }
@@ -565,7 +567,7 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
 #[test]
 fn every_feature_outside_the_supported_list_is_refused_by_name() {
     let mut features = Features::default();
-    for name in ["bigalloc", "^ea_inode", "casefold", "quota"] {
+    for name in ["bigalloc", "casefold", "quota", "encrypt"] {
         let err = features.edit(name).unwrap_err().to_string();
         assert!(err.contains(name.trim_start_matches('^')), "{name}: {err}");
     }

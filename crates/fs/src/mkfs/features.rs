@@ -13,7 +13,7 @@ pub struct Features {
 /// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
 /// because quill would either write it wrongly (meta_bg, inline data, bigalloc, ...) or not at
 /// all.
-pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 24] = [
+pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 25] = [
     ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
     ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
     ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
@@ -26,6 +26,7 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 24] = [
     ("64bit", Word::Incompat, feature::INCOMPAT_64BIT),
     ("mmp", Word::Incompat, feature::INCOMPAT_MMP),
     ("flex_bg", Word::Incompat, feature::INCOMPAT_FLEX_BG),
+    ("ea_inode", Word::Incompat, feature::INCOMPAT_EA_INODE),
     ("metadata_csum_seed", Word::Incompat, feature::INCOMPAT_CSUM_SEED),
     ("large_dir", Word::Incompat, feature::INCOMPAT_LARGEDIR),
     ("inline_data", Word::Incompat, feature::INCOMPAT_INLINE_DATA),
@@ -41,7 +42,7 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 24] = [
 ];
 
 /// Names dumpe2fs prints for the bits quill can set, in its order.
-pub(super) const FEATURE_NAMES: [(Word, u32, &str); 24] = [
+pub(super) const FEATURE_NAMES: [(Word, u32, &str); 25] = [
     (Word::Compat, feature::COMPAT_HAS_JOURNAL, "has_journal"),
     (Word::Compat, feature::COMPAT_EXT_ATTR, "ext_attr"),
     (Word::Compat, feature::COMPAT_RESIZE_INODE, "resize_inode"),
@@ -54,6 +55,7 @@ pub(super) const FEATURE_NAMES: [(Word, u32, &str); 24] = [
     (Word::Incompat, feature::INCOMPAT_64BIT, "64bit"),
     (Word::Incompat, feature::INCOMPAT_MMP, "mmp"),
     (Word::Incompat, feature::INCOMPAT_FLEX_BG, "flex_bg"),
+    (Word::Incompat, feature::INCOMPAT_EA_INODE, "ea_inode"),
     (Word::Incompat, feature::INCOMPAT_CSUM_SEED, "metadata_csum_seed"),
     (Word::Incompat, feature::INCOMPAT_LARGEDIR, "large_dir"),
     (Word::Incompat, feature::INCOMPAT_INLINE_DATA, "inline_data"),
