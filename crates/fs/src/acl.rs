@@ -165,11 +165,16 @@ impl Filesystem {
         name: &[u8],
         value: &[u8],
     ) -> Result<()> {
-        let ctx = self.xattr_ctx(ino);
+        let ctx = self.xattr_ctx_of(ino, inode);
         let range = inode.xattr_area_range(raw.len());
         let area = &mut raw[range];
+        let charged = xattr::value_inode_charge(txn, &ctx, area, inode.file_acl)?;
         xattr::set(txn, &ctx, area, &mut inode.file_acl, name, value, SetMode::Any)?;
-        let delta = txn.take_blocks_delta();
+        // The value-inode charge (ea_inode) moves with the blocks, as in
+        // `change_xattr_and_mode`.
+        let charge =
+            xattr::value_inode_charge(txn, &ctx, area, inode.file_acl)? as i64 - charged as i64;
+        let delta = txn.take_blocks_delta() + charge / i64::from(self.block_size());
         crate::ops::add_blocks(inode, delta, self.block_size());
         Ok(())
     }

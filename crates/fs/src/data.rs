@@ -571,7 +571,12 @@ impl Filesystem {
         if size > self.max_file_bytes(&data.inode) {
             return Err(FsError::FileTooLarge);
         }
-        self.move_inline_out(ino, data)?;
+        if size == 0 {
+            data.flush_on_close = true;
+        }
+        if self.truncate_inline(ino, data, size)? {
+            return Ok(());
+        }
         if size == 0 {
             data.flush_on_close = true;
         }

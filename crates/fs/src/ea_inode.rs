@@ -49,25 +49,10 @@ impl Filesystem {
         name: &[u8],
         reference: ValueInode,
     ) -> Result<Vec<u8>> {
-        let ValueInode { ino, size, entry_hash } = reference;
-        let bad = |why: String| {
-            let block = self.inode_table_location(owner).map_or(0, |(block, _)| block);
-            FsError::corrupted(block, format!("inode {owner}: xattr value in inode {ino}: {why}"))
-        };
-        if ino < self.params.first_ino || ino > self.groups.geo.inodes_count || ino == owner {
-            return Err(bad("not an inode a value may live in".into()));
-        }
-        let value_inode = self.load_inode(ino)?;
-        let inode = &value_inode.inode;
-        if inode.flags & EA_INODE_FL == 0 || !inode.is_regular() || inode.links_count == 0 {
-            return Err(bad(format!(
-                "not a value inode (flags {:#x}, mode {:#o}, {} links)",
-                inode.flags, inode.mode, inode.links_count
-            )));
-        }
-        if inode.size != u64::from(size) {
-            return Err(bad(format!("{} bytes, the entry says {size}", inode.size)));
-        }
+        let entry_hash = reference.entry_hash;
+        let value_inode = self.load_value_inode(owner, &reference)?;
+        let bad = |why: String| self.bad_value_inode(owner, reference.ino, why);
+        let ino = reference.ino;
         let value = self.value_inode_bytes(ino, &value_inode)?;
         let hash = ondisk::crc::crc32c_raw(self.params.csum_seed(), &value);
         let stored = u32::from_le_bytes(value_inode.raw[I_ATIME..I_ATIME + 4].try_into().unwrap());
@@ -82,6 +67,35 @@ impl Filesystem {
             return Err(bad(format!("entry hash {entry_hash:#x} does not match the value")));
         }
         Ok(value)
+    }
+
+    /// Value inode `reference.ino` of `owner`'s attribute, as read and checked as
+    /// `ext4_xattr_inode_iget` checks it: a real inode other than the owner and the reserved
+    /// ones, regular, EA_INODE_FL, linked, of the entry's size. Releasing one trusts no more
+    /// than reading it: a hostile reference must not free the owner or a stranger.
+    fn load_value_inode(&self, owner: u32, reference: &ValueInode) -> Result<InodeData> {
+        let ino = reference.ino;
+        let bad = |why: String| self.bad_value_inode(owner, ino, why);
+        if ino < self.params.first_ino || ino > self.groups.geo.inodes_count || ino == owner {
+            return Err(bad("not an inode a value may live in".into()));
+        }
+        let value_inode = self.load_inode(ino)?;
+        let inode = &value_inode.inode;
+        if inode.flags & EA_INODE_FL == 0 || !inode.is_regular() || inode.links_count == 0 {
+            return Err(bad(format!(
+                "not a value inode (flags {:#x}, mode {:#o}, {} links)",
+                inode.flags, inode.mode, inode.links_count
+            )));
+        }
+        if inode.size != u64::from(reference.size) {
+            return Err(bad(format!("{} bytes, the entry says {}", inode.size, reference.size)));
+        }
+        Ok(value_inode)
+    }
+
+    fn bad_value_inode(&self, owner: u32, ino: u32, why: String) -> FsError {
+        let block = self.inode_table_location(owner).map_or(0, |(block, _)| block);
+        FsError::corrupted(block, format!("inode {owner}: xattr value in inode {ino}: {why}"))
     }
 
     /// The data of value inode `ino` (`data`), i_size bytes: holes and unwritten blocks read
@@ -134,7 +148,7 @@ impl ValueInodes for Txn<'_> {
     ) -> Result<ValueInode> {
         let fs = self.fs;
         let (owner, uid, gid) = ctx.owner;
-        if fs.load_inode(owner)?.inode.is_symlink() {
+        if ctx.owner_mode & ext4::MODE_TYPE_MASK == ext4::MODE_SYMLINK {
             // The charge in i_blocks would make a fast symlink look slow to the kernel
             // (ext4_inode_is_fast_symlink) and e2fsck (ext2fs_inode_has_valid_blocks2),
             // which would read its target as block numbers: no room, as without ea_inode.
@@ -186,16 +200,10 @@ impl ValueInodes for Txn<'_> {
         Ok(ValueInode { ino, size, entry_hash })
     }
 
-    fn release_value_inode(&mut self, value: &ValueInode) -> Result<()> {
+    fn release_value_inode(&mut self, ctx: &XattrCtx, value: &ValueInode) -> Result<()> {
         let fs = self.fs;
-        let mut data = fs.load_inode(value.ino)?;
-        if data.inode.flags & EA_INODE_FL == 0 || data.inode.links_count == 0 {
-            let (block, _) = fs.inode_table_location(value.ino)?;
-            return Err(FsError::corrupted(
-                block,
-                format!("inode {} is named as a value inode but is none", value.ino),
-            ));
-        }
+        let _refs = fs.value_inode_refs.lock();
+        let mut data = fs.load_value_inode(ctx.owner.0, value)?;
         let count = ref_count(&data);
         if count > 1 {
             set_ref_count(&mut data, count - 1);

@@ -188,6 +188,10 @@ pub struct Filesystem {
     /// The MMP block this read-write mount holds (the mmp feature; `mmp.rs`).
     mmp: Option<crate::mmp::Mmp>,
     next_generation: AtomicU32,
+    /// Serializes reference-count changes of value inodes (ea_inode): the kernel shares one
+    /// among owners whose operations hold only their own inode's lock. A leaf lock, taken
+    /// inside a handle.
+    pub(crate) value_inode_refs: Mutex<()>,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -343,6 +347,7 @@ impl Filesystem {
             mount_state,
             mmp,
             next_generation: AtomicU32::new(now().nsec),
+            value_inode_refs: Mutex::new(()),
         };
         if !fs.options.read_only {
             if let Err(err) = fs.process_orphans() {

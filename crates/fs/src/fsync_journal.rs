@@ -83,6 +83,9 @@ pub const REPLACED_ELSEWHERE: &str = "replaced file's fast commits in another ar
 
 /// The reason counted for an inode write whose caller did not say what it was.
 const OTHER_CHANGE: &str = "metadata change";
+/// An inode whose in-inode attributes name a value inode (ea_inode): its i_blocks carries a
+/// charge a replay would not put back.
+pub const VALUE_INODE: &str = "xattr value in an inode of its own";
 /// A name made in, moved into or out of a directory that was inline at the last commit:
 /// quill's replay adds and removes names only in directories with blocks.
 pub const INLINE_DIRECTORY: &str = "inline directory";
@@ -388,6 +391,17 @@ fn fc_inode_len(inode: &ext4::Inode, raw_len: usize) -> usize {
 
 /// Whether the in-inode area of `raw` (the inode's whole slot) opens with the xattr magic, as
 /// e2fsck's pass 4 tests it.
+/// Whether the in-inode attributes name a value inode (ea_inode): a replay sets i_blocks from
+/// the extent tree, without the owner's charge for its value inodes.
+fn names_value_inodes(inode: &ext4::Inode, raw: &[u8]) -> bool {
+    let area = &raw[inode.xattr_area_range(raw.len())];
+    match ext4::xattr::parse_inode_xattrs(area) {
+        Ok(entries) => entries.iter().any(|e| e.value_inode.is_some()),
+        // Damage: no fast commit vouches for it.
+        Err(_) => true,
+    }
+}
+
 fn has_in_inode_xattrs(inode: &ext4::Inode, raw: &[u8]) -> bool {
     let area = &raw[inode.xattr_area_range(raw.len())];
     area.len() >= 4 && area[..4] == ext4::xattr::XATTR_MAGIC.to_le_bytes()
@@ -469,6 +483,8 @@ impl Filesystem {
             Some("journal data")
         } else if inode.file_acl != 0 {
             Some(XATTR_BLOCK)
+        } else if names_value_inodes(inode, &data.raw) {
+            Some(VALUE_INODE)
         } else if self.shares_journal_inode_block(ino)? {
             Some(E2FSCK_ITABLE)
         } else if self.group_initialized_in_log() {

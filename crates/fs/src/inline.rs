@@ -244,7 +244,21 @@ impl Filesystem {
             None => Vec::new(),
         };
         bytes.resize(size as usize, 0);
-        let (i_block, value) = layout::split_file_bytes(&bytes);
+        if !self.store_inline_file(ino, data, &bytes)? {
+            return Ok(false);
+        }
+        if data.cache.pages.remove(&0).is_some() {
+            self.dirty.sub_bytes(bs);
+        }
+        data.cache.size = None;
+        Ok(true)
+    }
+
+    /// Writes `bytes` as regular file `ino`'s whole contents into its inode (`data`, which
+    /// maps no block), in one transaction. Returns false, changing nothing, when they do not
+    /// fit `i_block` and a `system.data` the in-inode area has room for.
+    fn store_inline_file(&self, ino: u32, data: &mut InodeData, bytes: &[u8]) -> Result<bool> {
+        let (i_block, value) = layout::split_file_bytes(bytes);
         let mut raw = data.raw.clone();
         if !set_inline_value_in(&data.inode, &mut raw, Some(&value))? {
             return Ok(false);
@@ -253,15 +267,47 @@ impl Filesystem {
         data.raw = raw;
         data.inode.flags = (data.inode.flags & !ext4::EXTENTS_FL) | ext4::INLINE_DATA_FL;
         data.inode.block = i_block;
-        data.inode.size = size;
+        data.inode.size = bytes.len() as u64;
         data.fc.ineligible_next("inline data");
         let result = txn_write_inode(self, &mut txn, ino, data, true);
         self.finish(result, txn)?;
-        if data.cache.pages.remove(&0).is_some() {
-            self.dirty.sub_bytes(bs);
-        }
-        data.cache.size = None;
         Ok(true)
+    }
+
+    /// A truncate of file `ino` (`data`, locked) to `size`, done in its inode when the file
+    /// is inline (after its cached writes are written back) and the result still fits, as
+    /// `ext4_inline_data_truncate` does: no block needed, so a full file system can still
+    /// empty it. Returns whether it was done; otherwise an inline file has moved out and the
+    /// caller truncates blocks.
+    pub(crate) fn truncate_inline(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        size: u64,
+    ) -> Result<bool> {
+        if !self.has_inline_data() || !data.inode.is_regular() {
+            return Ok(false);
+        }
+        if !data.cache.is_empty() {
+            self.writeback_locked(ino, data)?;
+        }
+        if !data.inode.has_inline_data() {
+            return Ok(false);
+        }
+        let mut bytes =
+            self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e))?;
+        if size <= self.block_size() as u64 {
+            bytes.resize(size as usize, 0);
+            let times = (data.inode.mtime, data.inode.ctime);
+            let now = crate::filesystem::now();
+            (data.inode.mtime, data.inode.ctime) = (now, now);
+            if self.store_inline_file(ino, data, &bytes)? {
+                return Ok(true);
+            }
+            (data.inode.mtime, data.inode.ctime) = times;
+        }
+        self.uninline_file(ino, data)?;
+        Ok(false)
     }
 
     /// Whether `ino` maps any block (data or map), reading its map.
@@ -288,7 +334,14 @@ impl Filesystem {
         };
         let credits = self.write_step_credits(data, 1).credits + 4;
         let mut txn = self.begin_with(credits, self.groups.no_reservation())?;
+        // The inode as the disk has it, put back if the move fails part way: memory must not
+        // say "not inline" over a record that still is (a later inode write would drop the
+        // bytes).
+        let before = (data.inode.clone(), data.raw.clone());
         let result = self.move_out(&mut txn, ino, data, &bytes, &mut held);
+        if result.is_err() {
+            (data.inode, data.raw) = before;
+        }
         self.finish(result, txn)
     }
 

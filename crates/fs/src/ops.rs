@@ -1034,21 +1034,13 @@ impl Filesystem {
         let ino = slot.ino;
         self.drop_cached(ino, data);
         self.truncate_blocks(ino, data, 0)?;
-        // Value inodes it names (ea_inode) are released too: their blocks are revoked.
+        self.release_value_inodes_of(ino, data)?;
         let ctx = self.xattr_ctx(ino);
         let area = data.inode.xattr_area_range(data.raw.len());
-        let value_blocks = xattr::value_inode_charge(
-            &mut ReadIo { fs: self },
-            &ctx,
-            &data.raw[area.clone()],
-            data.inode.file_acl,
-        )
-        .map_err(|e| self.check_fs_error(ino, e))?
-            / u64::from(self.block_size());
-        let credits = NAMESPACE_CREDITS + 2 * u32::try_from(value_blocks).unwrap_or(u32::MAX / 4);
-        let mut txn = self.begin(credits, 0)?;
+        let mut txn = self.begin(NAMESPACE_CREDITS, 0)?;
         let result = (|| {
             let mut file_acl = data.inode.file_acl;
+            // None are left but a shared block's, which go with the block's last owner.
             xattr::release_inode_values(&mut txn, &ctx, &data.raw[area])?;
             txn.take_blocks_delta();
             xattr::release_block(&mut txn, &ctx, &mut file_acl)?;
@@ -1064,6 +1056,40 @@ impl Filesystem {
             self.groups.free_inode(&self.journal, &mut txn.handle, ino, is_dir)
         })();
         self.finish(result, txn)
+    }
+
+    /// Releases the value inodes (ea_inode) deleted inode `ino` (`data`, locked) names, one
+    /// per handle with the entry naming it: a file may name more value blocks than one
+    /// transaction can revoke, and each handle leaves entries and counts in step, so a crash
+    /// between them leaves the rest for orphan recovery to release.
+    fn release_value_inodes_of(&self, ino: u32, data: &mut InodeData) -> Result<()> {
+        let ctx = self.xattr_ctx_of(ino, &data.inode);
+        if !ctx.ea_inode {
+            return Ok(());
+        }
+        let bs = u64::from(self.block_size());
+        loop {
+            let range = data.inode.xattr_area_range(data.raw.len());
+            let io = &mut ReadIo { fs: self };
+            let names =
+                xattr::value_inode_names(io, &ctx, &data.raw[range.clone()], data.inode.file_acl)
+                    .map_err(|e| self.check_fs_error(ino, e))?;
+            let Some((name, size)) = names.into_iter().next() else { return Ok(()) };
+            let blocks = u64::from(size).div_ceil(bs);
+            let mut txn = self.begin(24 + 2 * u32::try_from(blocks).unwrap_or(u32::MAX / 4), 0)?;
+            let result = (|| {
+                let mut area = data.raw[range.clone()].to_vec();
+                let mut file_acl = data.inode.file_acl;
+                xattr::remove(&mut txn, &ctx, &mut area, &mut file_acl, &name)?;
+                data.raw[range.clone()].copy_from_slice(&area);
+                data.inode.file_acl = file_acl;
+                let freed = txn.take_blocks_delta() - blocks as i64;
+                add_blocks(&mut data.inode, freed, self.block_size());
+                data.fc.ineligible_next("xattr");
+                txn_write_inode(self, &mut txn, ino, data, false)
+            })();
+            self.finish(result, txn)?;
+        }
     }
 
     pub(crate) fn fs_csum_seed(&self) -> Option<u32> {
@@ -1146,6 +1172,16 @@ impl Filesystem {
         })
     }
 
+    /// [`Filesystem::xattr_ctx`] for changes of `inode`'s attributes: a value inode made for
+    /// it takes its owner and group, and its type.
+    pub(crate) fn xattr_ctx_of(&self, ino: u32, inode: &Inode) -> XattrCtx {
+        XattrCtx {
+            owner: (ino, inode.uid, inode.gid),
+            owner_mode: inode.mode,
+            ..self.xattr_ctx(ino)
+        }
+    }
+
     /// How xattr blocks of inode `ino` are checksummed and where a new one goes (its group).
     pub(crate) fn xattr_ctx(&self, ino: u32) -> XattrCtx {
         let geo = &self.groups.geo;
@@ -1154,6 +1190,7 @@ impl Filesystem {
             goal: geo.group_first_block(geo.group_of_inode(ino)),
             ea_inode: self.params.feature_incompat & ext4::feature::INCOMPAT_EA_INODE != 0,
             owner: (ino, 0, 0),
+            owner_mode: 0,
         }
     }
 
@@ -1172,8 +1209,7 @@ impl Filesystem {
         let mut guard = self.lock_live(&slot)?;
         let data = guard.as_mut().expect("loaded");
         inode_flags::check_unpinned(&data.inode)?;
-        let base = self.xattr_ctx(ino);
-        let ctx = XattrCtx { owner: (ino, data.inode.uid, data.inode.gid), ..base };
+        let ctx = self.xattr_ctx_of(ino, &data.inode);
         // A new value inode's blocks (journaled: a credit each, and their bitmap and
         // descriptor blocks), its record, bitmap and extent-tree blocks; and the blocks of the
         // value inodes the change may free (revoked: a credit each).

@@ -68,6 +68,8 @@ pub struct XattrCtx {
     /// The inode whose attributes these are, and its owner and group, which a value inode
     /// made for it takes (0s where nothing is made).
     pub owner: (u32, u32, u32),
+    /// The owner's mode (its type decides whether a value inode may be made for it).
+    pub owner_mode: u16,
 }
 
 /// Values kept in inodes of their own (the ea_inode feature), made and dropped by the file
@@ -81,8 +83,9 @@ pub trait ValueInodes {
         suffix: &[u8],
         value: &[u8],
     ) -> Result<ValueInode>;
-    /// Drops one reference to `value`'s inode, freeing the inode with the last.
-    fn release_value_inode(&mut self, value: &ValueInode) -> Result<()>;
+    /// Drops one reference `ctx.owner` held to `value`'s inode, freeing the inode with the
+    /// last.
+    fn release_value_inode(&mut self, ctx: &XattrCtx, value: &ValueInode) -> Result<()>;
 }
 
 /// `EXT4_XATTR_MIN_LARGE_EA_SIZE(b)` is `b` less this: a value padded past it goes to an inode
@@ -161,9 +164,9 @@ fn refuse_shared_value_inodes(block: Option<&XattrBlock>) -> Result<()> {
 }
 
 /// Drops the references `values` held (entries replaced or removed).
-fn release_values(io: &mut dyn MetaIo, values: &[ValueInode]) -> Result<()> {
+fn release_values(io: &mut dyn MetaIo, ctx: &XattrCtx, values: &[ValueInode]) -> Result<()> {
     for value in values {
-        value_inodes(io)?.release_value_inode(value)?;
+        value_inodes(io)?.release_value_inode(ctx, value)?;
     }
     Ok(())
 }
@@ -179,7 +182,26 @@ fn value_inodes(io: &mut dyn MetaIo) -> Result<&mut dyn ValueInodes> {
 pub fn release_inode_values(io: &mut dyn MetaIo, ctx: &XattrCtx, inode_area: &[u8]) -> Result<()> {
     let entries = parse_area(ctx, inode_area)?;
     let values: Vec<ValueInode> = entries.iter().filter_map(|e| e.value_inode).collect();
-    release_values(io, &values)
+    release_values(io, ctx, &values)
+}
+
+/// The full names and sizes of the attributes of `inode_area` and `file_acl` whose values are
+/// in inodes of their own and are this inode's to release: in the inode area, or in an xattr
+/// block it does not share (a shared block's go with its last owner).
+pub fn value_inode_names(
+    io: &mut dyn MetaIo,
+    ctx: &XattrCtx,
+    inode_area: &[u8],
+    file_acl: u64,
+) -> Result<Vec<(Vec<u8>, u32)>> {
+    let inode = parse_area(ctx, inode_area)?;
+    let block = read_block(io, ctx, file_acl)?;
+    let unshared = block.as_ref().filter(|b| b.refcount == 1).map_or(&[][..], |b| &b.entries);
+    Ok(inode
+        .iter()
+        .chain(unshared)
+        .filter_map(|e| e.value_inode.map(|v| (codec::full_name(e.name_index, &e.name), v.size)))
+        .collect())
 }
 
 /// Bytes of i_blocks the owner of `inode_area` and `file_acl` is charged for the values it
@@ -281,7 +303,7 @@ pub fn set(
         && value.len().div_ceil(4) * 4 > io.block_size().saturating_sub(LARGE_VALUE_OVERHEAD);
     if !large {
         match place.put(io, ctx, inode_area, file_acl, XattrEntry::new(index, suffix, value)) {
-            Ok(()) => return release_values(io, &replaced),
+            Ok(()) => return release_values(io, ctx, &replaced),
             // As ext4_xattr_set_handle, a value that fits neither place goes to an inode.
             Err(FsError::NoSpace) if ctx.ea_inode => {}
             Err(err) => return Err(err),
@@ -295,10 +317,10 @@ pub fn set(
         value_inode: Some(reference),
     };
     match place.put(io, ctx, inode_area, file_acl, entry) {
-        Ok(()) => release_values(io, &replaced),
+        Ok(()) => release_values(io, ctx, &replaced),
         Err(err) => {
             // Made in this transaction and named by nothing: freed again.
-            value_inodes(io)?.release_value_inode(&reference)?;
+            value_inodes(io)?.release_value_inode(ctx, &reference)?;
             Err(err)
         }
     }
@@ -391,7 +413,7 @@ pub fn remove(
     if let Some(area) = area {
         inode_area.copy_from_slice(&area);
     }
-    release_values(io, &removed)
+    release_values(io, ctx, &removed)
 }
 
 /// Drops the inode's reference to its xattr block, for inode deletion: a shared block goes back
@@ -402,7 +424,7 @@ pub fn release_block(io: &mut dyn MetaIo, ctx: &XattrCtx, file_acl: &mut u64) ->
         if block.refcount == 1 {
             let values: Vec<ValueInode> =
                 block.entries.iter().filter_map(|e| e.value_inode).collect();
-            release_values(io, &values)?;
+            release_values(io, ctx, &values)?;
         }
         release(io, ctx, &block)?;
     }
@@ -587,6 +609,7 @@ mod tests {
                     goal: 10,
                     ea_inode: false,
                     owner: (12, 0, 0),
+                    owner_mode: 0o100644,
                 },
                 area: vec![0; area_len],
                 file_acl: 0,
@@ -951,6 +974,7 @@ mod tests {
                 goal: 0,
                 ea_inode: false,
                 owner: (12, 0, 0),
+                owner_mode: 0o100644,
             };
             let (mut area, mut block) = if round % 3 == 0 {
                 let area_len = rng.below(200) as usize;

@@ -202,8 +202,8 @@ fn run(label: &str, mkfs_options: &[&str]) -> Option<()> {
     ];
     assert_eq!(
         inline_flags(&image, &files),
-        [true, true, true, true, false, false, false, false],
-        "{label}: small files stay (or, new, go) inline; truncated and grown ones move out"
+        [true, true, true, true, true, false, false, false],
+        "{label}: small files stay (or, new, go) inline, cut ones too; grown ones move out"
     );
     let mount = Mount::new(&image, scratch.path("mnt-check"))?;
     compare(&changed, &kernel_tree(&mount.dir));

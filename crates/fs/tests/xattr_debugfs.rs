@@ -210,6 +210,7 @@ impl ImageIo {
             goal: 0,
             ea_inode: false,
             owner: (0, 0, 0),
+            owner_mode: 0,
         }
     }
 
