@@ -307,11 +307,20 @@ impl Filesystem {
         if bytes.is_empty() {
             return Ok(0);
         }
-        // Data in the inode goes into the cache's first page before the write lands there
-        // or elsewhere: writeback then keeps the file inline or moves it out (`inline.rs`).
-        self.cache_inline_bytes(&slot, data)?;
+        // A write that leaves an inline file fitting its inode is made there at once, as
+        // ext4_write_inline_data_end does (no block, no cache); otherwise the inline bytes go
+        // into the cache's first page before the write lands there or elsewhere, and
+        // writeback keeps the file inline or moves it out (`inline.rs`).
         // `S`: the write is durable before it returns, as an O_SYNC write.
         let sync = data.inode.flags & iflags::SYNC_FL != 0;
+        if self.write_inline(ino, data, offset, bytes)? {
+            drop(guard);
+            if sync {
+                self.fsync(ino, false)?;
+            }
+            return Ok(bytes.len());
+        }
+        self.cache_inline_bytes(&slot, data)?;
         // Corruption met while preparing cached pages (a damaged extent tree) is handled as
         // it would be had the write gone to disk at once: errors= decides (ext4_error).
         let done = self.cache_write(&slot, data, offset, bytes).map_err(|err| {

@@ -215,6 +215,41 @@ impl Filesystem {
         Ok(())
     }
 
+    /// A write of `bytes` at `offset` to inline file `ino` (`data`, locked, nothing cached)
+    /// made in its inode, in one transaction, when the file still fits there afterwards (as
+    /// `ext4_write_inline_data_end`): no block is reserved, so a full file system can still
+    /// overwrite a small file. Returns false, having changed nothing, otherwise.
+    pub(crate) fn write_inline(
+        &self,
+        ino: u32,
+        data: &mut InodeData,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<bool> {
+        let end = offset + bytes.len() as u64;
+        if !data.inode.has_inline_data()
+            || !data.cache.is_empty()
+            || self.options.data == crate::filesystem::DataMode::Journal
+            || end > u64::from(self.block_size())
+        {
+            return Ok(false);
+        }
+        let mut content =
+            self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e))?;
+        if content.len() < end as usize {
+            content.resize(end as usize, 0);
+        }
+        content[offset as usize..end as usize].copy_from_slice(bytes);
+        let times = (data.inode.mtime, data.inode.ctime);
+        let now = crate::filesystem::now();
+        (data.inode.mtime, data.inode.ctime) = (now, now);
+        if self.store_inline_file(ino, data, &content)? {
+            return Ok(true);
+        }
+        (data.inode.mtime, data.inode.ctime) = times;
+        Ok(false)
+    }
+
     /// Writeback of a small file into its inode, as the kernel writes a small file's data
     /// (`ext4_try_to_write_inline_data`): when the file is inline already, or maps no block
     /// and is empty on disk, its cached contents are one page at most, and they fit `i_block`

@@ -400,3 +400,43 @@ fn in_thread<T: Send + 'static>(
     rx.recv_timeout(std::time::Duration::from_secs(20))
         .unwrap_or_else(|_| panic!("{case}: quill panicked or hung"))
 }
+
+/// On a full file system a small inline file is still overwritten and truncated in its
+/// inode (no block needed, as the kernel's inline writes); growing it past the inode is
+/// ENOSPC with nothing changed; the image stays clean.
+#[test]
+fn a_full_file_system_still_rewrites_inline_files() {
+    if !common::have("mkfs.ext4", "inline_full") || !common::have("e2fsck", "inline_full") {
+        return;
+    }
+    let scratch = Scratch::new("inline-full");
+    let image = scratch.path("fs.img");
+    common::mkfs(&image, "16M", &["-O", "inline_data", "-b", "1024"]);
+    let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+    let small = fs.create(ROOT_INO, b"small", 0o644, 0, 0).unwrap().ino;
+    fs.write(small, 0, b"thirty bytes of inline data!!!").unwrap();
+    fs.fsync(small, false).unwrap();
+    let filler = fs.create(ROOT_INO, b"filler", 0o644, 0, 0).unwrap().ino;
+    let chunk = vec![7u8; 256 << 10];
+    let mut at = 0u64;
+    loop {
+        match fs.write(filler, at, &chunk) {
+            Ok(n) if n > 0 => at += n as u64,
+            Ok(_) | Err(FsError::NoSpace) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    fs.fsync(filler, false).unwrap();
+    assert!(matches!(fs.write(filler, at, &chunk), Err(FsError::NoSpace)), "the disk is full");
+    fs.write(small, 7, b"BYTES").unwrap();
+    fs.truncate(small, 12).unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = fs.read(small, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"thirty BYTES");
+    assert!(matches!(fs.write(small, 0, &[1u8; 4096]), Err(FsError::NoSpace)));
+    let n = fs.read(small, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"thirty BYTES", "a refused write changes nothing");
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+    assert_eq!(inline_flags(&image, &["/small"]), [true]);
+}
