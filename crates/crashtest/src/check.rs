@@ -576,6 +576,11 @@ pub struct Repairs {
     /// Inodes its full check cleared as unattached and zero-length after its replay of
     /// UNLINK records had removed only their names ([`FastCommits::unlinked`]).
     pub unlinked_cleared: Vec<u32>,
+    /// Value inodes (ea_inode) it found unattached and put in lost+found: its release of an
+    /// orphan ("Clearing orphaned inode") frees the orphan's blocks and xattr block but not
+    /// the value inodes its entries name (e2fsck/super.c `release_inode_blocks`), which its
+    /// own pass 4 then finds (the kernel's and quill's orphan recovery release them).
+    pub value_inodes_leaked: Vec<u32>,
 }
 
 /// What the fast-commit area of a raw crash image holds for recovery (e2fsck 1.47.0 gets two
@@ -739,6 +744,17 @@ pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Rep
         .filter_map(|l| l.strip_prefix("Truncating orphaned inode "))
         .filter_map(|rest| rest.split(' ').next()?.parse().ok())
         .collect();
+    // Unattached inodes that are value inodes (read after the repair: e2fsck keeps their
+    // flags), when e2fsck cleared orphans.
+    let cleared_orphans = text.lines().any(|l| l.starts_with("Clearing orphaned inode "));
+    let value_inodes: Vec<u32> = if cleared_orphans {
+        let unattached: Vec<u32> = text.lines().filter_map(unattached_inode).collect();
+        value_inodes_among(path, &unattached)
+    } else {
+        Vec::new()
+    };
+    // The line before was about such an inode (its "Connect to /lost+found" follows).
+    let leaked_value_inode = std::cell::Cell::new(false);
     let unexpected = unexpected_fsck_lines(&text, &|l| {
         if repairs.dropped_torn_commit && after_dropped_commit(l) {
             return true;
@@ -749,6 +765,13 @@ pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Rep
             return true;
         }
         if unlinked_zero_length(l).is_some_and(|ino| area.unlinked.contains(&ino)) {
+            return true;
+        }
+        if let Some(ino) = unattached_inode(l).or_else(|| ref_count_one_too_many(l)) {
+            leaked_value_inode.set(value_inodes.contains(&ino));
+            return leaked_value_inode.get();
+        }
+        if leaked_value_inode.get() && l.trim() == "Connect to /lost+found? yes" {
             return true;
         }
         orphan_ea_released(l, &truncated).is_some()
@@ -765,8 +788,38 @@ pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Rep
     repairs.orphan_xattrs_dropped =
         text.lines().filter_map(|l| orphan_ea_released(l, &truncated)).collect();
     repairs.unlinked_cleared = text.lines().filter_map(unlinked_zero_length).collect();
+    repairs.value_inodes_leaked = value_inodes;
     e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy: {e}"))?;
     Ok(repairs)
+}
+
+/// "Unattached inode N": inode N.
+fn unattached_inode(line: &str) -> Option<u32> {
+    line.trim().strip_prefix("Unattached inode ")?.trim().parse().ok()
+}
+
+/// "Inode N ref count is 2, should be 1.  Fix? yes": a value inode e2fsck linked into
+/// lost+found holds its reference count (2 links counted).
+fn ref_count_one_too_many(line: &str) -> Option<u32> {
+    let rest = line.trim().strip_prefix("Inode ")?;
+    let (ino, rest) = rest.split_once(" ref count is ")?;
+    rest.starts_with("2, should be 1.").then_some(())?;
+    ino.parse().ok()
+}
+
+/// Which of `inodes` of the image at `path` are value inodes (EA_INODE_FL).
+fn value_inodes_among(path: &Path, inodes: &[u32]) -> Vec<u32> {
+    let Ok(bytes) = std::fs::read(path) else { return Vec::new() };
+    let dev: std::sync::Arc<dyn blockdev::BlockDevice> =
+        std::sync::Arc::new(blockdev::memory::MemDevice::from_bytes(bytes));
+    let Ok(image) = fs::Ext4Image::open(dev) else { return Vec::new() };
+    inodes
+        .iter()
+        .copied()
+        .filter(|&ino| {
+            image.read_inode(ino).is_ok_and(|inode| inode.flags & ondisk::ext4::EA_INODE_FL != 0)
+        })
+        .collect()
 }
 
 /// "Unattached zero-length inode N.  Clear? yes": inode N (see [`FastCommits::unlinked`]).
@@ -942,6 +995,19 @@ pub fn check_fsynced_intact(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn e2fsck_lines_about_a_leaked_value_inode_are_read() {
+        // What e2fsck 1.47.0 printed for a value inode of an orphan it cleared.
+        assert_eq!(unattached_inode("Unattached inode 29"), Some(29));
+        assert_eq!(unattached_inode("Unattached zero-length inode 29.  Clear? yes"), None);
+        assert_eq!(
+            ref_count_one_too_many("Inode 29 ref count is 2, should be 1.  Fix? yes"),
+            Some(29)
+        );
+        assert_eq!(ref_count_one_too_many("Inode 29 ref count is 3, should be 1.  Fix? yes"), None);
+    }
+
     use super::*;
     use crate::workload::pattern;
 

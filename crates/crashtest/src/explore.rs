@@ -56,8 +56,9 @@ pub struct Options {
     /// ext2 wins.
     pub ext2_every: usize,
     /// Every n-th workload runs on an inline_data image (`image=inline`, quill's mkfs with
-    /// inline_data: small files and directories live in their inodes, moving out as they
-    /// grow; 0: none). Where it falls on an ext2 or ext3 workload, those win.
+    /// inline_data and ea_inode: small files and directories live in their inodes, moving
+    /// out as they grow, and xattrs past one block in inodes of their own; 0: none). Where it
+    /// falls on an ext2 or ext3 workload, those win.
     pub inline_every: usize,
 }
 
@@ -509,6 +510,8 @@ fn check_state_here(
         "e2fsck-fy-but-1.47.0-miscounted-dirs"
     } else if !repairs.unlinked_cleared.is_empty() {
         "e2fsck-fy-cleared-fast-commit-unlinked-inodes"
+    } else if !repairs.value_inodes_leaked.is_empty() {
+        "e2fsck-fy-but-1.47.0-leaked-orphans-value-inodes"
     } else {
         "e2fsck-fy"
     });

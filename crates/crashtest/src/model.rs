@@ -50,6 +50,8 @@ pub struct Model {
     pub inodes: Vec<Inode>,
     /// Path -> inode, the root "" included.
     pub names: BTreeMap<String, usize>,
+    /// Xattr values may live in inodes of their own (ea_inode): no ENOSPC past one block.
+    pub value_inodes: bool,
 }
 
 impl Default for Model {
@@ -76,7 +78,17 @@ impl Model {
             created: 0,
             changed: 0,
         };
-        Model { inodes: vec![root], names: BTreeMap::from([(String::new(), 0)]) }
+        Model {
+            inodes: vec![root],
+            names: BTreeMap::from([(String::new(), 0)]),
+            value_inodes: false,
+        }
+    }
+
+    /// The empty model of a workload on an image of kind `image` (`Config::image`): the
+    /// `inline` images have ea_inode, so xattrs are not limited to one block.
+    pub fn for_image(image: &str) -> Model {
+        Model { value_inodes: image == "inline", ..Model::new() }
     }
 
     pub fn get(&self, path: &str) -> Option<&Inode> {
@@ -209,7 +221,7 @@ impl Model {
                 }
                 let mut xattrs = self.inodes[ino].xattrs.clone();
                 xattrs.insert(name.clone(), xattr_value(tag, *len));
-                if xattr_bytes(&xattrs) > XATTR_SPACE {
+                if !self.value_inodes && xattr_bytes(&xattrs) > XATTR_SPACE {
                     return refuse("the xattrs would not fit in one xattr block (ENOSPC)");
                 }
                 self.inodes[ino].xattrs = xattrs;
@@ -299,7 +311,7 @@ impl Model {
                 _ => None,
             })
             .collect();
-        Model { inodes: self.inodes.clone(), names }
+        Model { inodes: self.inodes.clone(), names, value_inodes: self.value_inodes }
     }
 
     /// The tree's shape: path -> (kind, hard-link group, symlink target), root excluded. A

@@ -89,7 +89,7 @@ fn formatted_image(image: &str) -> Result<&'static [u8], String> {
     static INLINE: OnceLock<Vec<u8>> = OnceLock::new();
     let made = match image {
         "ext4" => return Ok(EXT4.get_or_init(|| formatted(&[]))),
-        "inline" => return Ok(INLINE.get_or_init(|| formatted(&["inline_data"]))),
+        "inline" => return Ok(INLINE.get_or_init(|| formatted(&["inline_data", "ea_inode"]))),
         "ext3" => EXT3.get_or_init(|| make_with_e2fsprogs("ext3")),
         "ext2" => EXT2.get_or_init(|| make_with_e2fsprogs("ext2")),
         other => return Err(format!("image={other}: expected ext4, inline, ext3 or ext2")),
@@ -136,7 +136,7 @@ pub fn ext2_available() -> Result<(), String> {
 }
 
 /// A fresh image made by quill's mkfs with `features` on besides the defaults and
-/// fast_commit (the `inline` kind: inline_data).
+/// fast_commit (the `inline` kind: inline_data and ea_inode).
 fn formatted(features: &[&str]) -> Vec<u8> {
     let dev = MemDevice::new(IMAGE_BYTES);
     let opts = MkfsOptions {
@@ -275,7 +275,7 @@ pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64) -> Result<(), String
 
 /// The model's states for every thread of `w`, or why the workload is invalid.
 pub fn model_states(w: &Workload) -> Result<Vec<Vec<Model>>, String> {
-    let mut global = Model::new();
+    let mut global = Model::for_image(&w.config.image);
     for (k, op) in w.setup.iter().enumerate() {
         global.apply(op, k, tag(SETUP, k)).map_err(|e| format!("setup: {e}"))?;
     }

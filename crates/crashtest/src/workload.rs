@@ -188,8 +188,8 @@ impl std::str::FromStr for Op {
             Op::Symlink { len, .. } if *len == 0 || *len > 1000 => {
                 Err(format!("{line:?}: symlink targets are 1..=1000 bytes"))
             }
-            Op::SetXattr { len, .. } if *len > 3000 => {
-                Err(format!("{line:?}: xattr values are at most 3000 bytes"))
+            Op::SetXattr { len, .. } if *len > 8000 => {
+                Err(format!("{line:?}: xattr values are at most 8000 bytes"))
             }
             Op::SetXattr { name, .. } | Op::RemoveXattr { name, .. }
                 if !name.starts_with("user.") || name.len() > 200 =>
@@ -248,7 +248,8 @@ pub struct Config {
     /// them, so the checks must find acknowledged data lost.
     pub lying_device: bool,
     /// The image the workload runs on: `ext4` (quill's mkfs), `inline` (quill's mkfs with
-    /// inline_data: small files and directories in their inodes), `ext3` (mkfs.ext3: files,
+    /// inline_data and ea_inode: small files and directories in their inodes, xattrs past
+    /// one block in inodes of their own), `ext3` (mkfs.ext3: files,
     /// directories and the journal indirect-mapped) or `ext2` (mkfs.ext2: indirect-mapped, no
     /// journal; checked by e2fsck's repair, `check::check_fsynced_intact`).
     pub image: String,
@@ -421,7 +422,14 @@ fn setup_ops(rng: &mut Rng, root: &str, model: &mut Model, setup: &mut Vec<Op>) 
             add(Op::Write { path: path.clone(), offset: 0, len }, model, setup);
         }
         if rng.chance(4) {
-            let len = if rng.chance(2) { 1 + rng.below(40) } else { 200 + rng.below(2000) };
+            let len = if model.value_inodes && rng.chance(3) {
+                // Past a block: a value inode (ea_inode).
+                4100 + rng.below(3000)
+            } else if rng.chance(2) {
+                1 + rng.below(40)
+            } else {
+                200 + rng.below(2000)
+            };
             add(Op::SetXattr { path, name: XATTRS[0].into(), len }, model, setup);
         }
     }
@@ -499,7 +507,13 @@ fn core_op(rng: &mut Rng, m: &Model) -> Option<Op> {
         13 => {
             let path = pick(rng, &FILES, |p| matches!(m.kind(p), Some(Kind::File | Kind::Dir)))
                 .or_else(|| pick(rng, &DIRS, |p| m.is_dir(p)))?;
-            let len = if rng.chance(2) { 1 + rng.below(40) } else { 200 + rng.below(2500) };
+            let len = if m.value_inodes && rng.chance(3) {
+                4100 + rng.below(3000)
+            } else if rng.chance(2) {
+                1 + rng.below(40)
+            } else {
+                200 + rng.below(2500)
+            };
             let name = XATTRS[rng.below(3) as usize].into();
             Op::SetXattr { path: path.into(), name, len }
         }
@@ -573,7 +587,7 @@ fn sequence(rng: &mut Rng, model: &mut Model, ops: usize, none_one_in: u64) -> V
 /// fdatasync, sync or nothing.
 pub fn ace(seed: u64, config: Config) -> Workload {
     let mut rng = Rng::new(seed);
-    let mut model = Model::new();
+    let mut model = Model::for_image(&config.image);
     let mut setup = Vec::new();
     setup_ops(&mut rng, "", &mut model, &mut setup);
     let length = 1 + rng.below(3) as usize;
@@ -591,7 +605,7 @@ pub fn ace(seed: u64, config: Config) -> Workload {
 /// records replay must fit into leaves that lost names in the same transaction.
 pub fn mailbox(seed: u64, config: Config) -> Workload {
     let mut rng = Rng::new(seed);
-    let mut model = Model::new();
+    let mut model = Model::for_image(&config.image);
     let mut setup = Vec::new();
     let mut add = |op: Op, model: &mut Model| {
         model.apply(&op, setup.len(), tag(SETUP, setup.len())).expect("valid setup");
@@ -658,7 +672,7 @@ pub const MAILBOX: &str = "mail";
 pub fn threaded(seed: u64, threads: usize, length: usize, config: Config) -> Workload {
     let threads = threads.max(2);
     let mut rng = Rng::new(seed);
-    let mut model = Model::new();
+    let mut model = Model::for_image(&config.image);
     let mut setup = Vec::new();
     let mut w = Workload {
         name: format!("threads-{threads}x{length}"),
