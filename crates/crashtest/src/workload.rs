@@ -396,6 +396,19 @@ fn pick<'a>(rng: &mut Rng, from: &[&'a str], mut ok: impl FnMut(&str) -> bool) -
 }
 
 /// Setup for one root: some of ACE's directories and files, with data and xattrs, so that
+/// The length of an xattr value a generator sets: small, or up to `mid` + 200 bytes, or, where
+/// values may live in inodes of their own (`Model::value_inodes`), a third of the time past
+/// a block (drawn only there, so other workloads keep their seeds).
+fn xattr_value_len(rng: &mut Rng, model: &Model, mid: u64) -> u64 {
+    if model.value_inodes && rng.chance(3) {
+        4100 + rng.below(3000)
+    } else if rng.chance(2) {
+        1 + rng.below(40)
+    } else {
+        200 + rng.below(mid)
+    }
+}
+
 /// operations find things to overwrite, rename over and unlink.
 fn setup_ops(rng: &mut Rng, root: &str, model: &mut Model, setup: &mut Vec<Op>) {
     let add = |op: Op, model: &mut Model, setup: &mut Vec<Op>| {
@@ -422,14 +435,7 @@ fn setup_ops(rng: &mut Rng, root: &str, model: &mut Model, setup: &mut Vec<Op>) 
             add(Op::Write { path: path.clone(), offset: 0, len }, model, setup);
         }
         if rng.chance(4) {
-            let len = if model.value_inodes && rng.chance(3) {
-                // Past a block: a value inode (ea_inode).
-                4100 + rng.below(3000)
-            } else if rng.chance(2) {
-                1 + rng.below(40)
-            } else {
-                200 + rng.below(2000)
-            };
+            let len = xattr_value_len(rng, model, 2000);
             add(Op::SetXattr { path, name: XATTRS[0].into(), len }, model, setup);
         }
     }
@@ -507,13 +513,7 @@ fn core_op(rng: &mut Rng, m: &Model) -> Option<Op> {
         13 => {
             let path = pick(rng, &FILES, |p| matches!(m.kind(p), Some(Kind::File | Kind::Dir)))
                 .or_else(|| pick(rng, &DIRS, |p| m.is_dir(p)))?;
-            let len = if m.value_inodes && rng.chance(3) {
-                4100 + rng.below(3000)
-            } else if rng.chance(2) {
-                1 + rng.below(40)
-            } else {
-                200 + rng.below(2500)
-            };
+            let len = xattr_value_len(rng, m, 2500);
             let name = XATTRS[rng.below(3) as usize].into();
             Op::SetXattr { path: path.into(), name, len }
         }
