@@ -57,16 +57,21 @@ pub const RO_COMPAT_SHARED_BLOCKS: u32 = 0x4000;
 pub const RO_COMPAT_VERITY: u32 = 0x8000;
 pub const RO_COMPAT_ORPHAN_PRESENT: u32 = 0x10000;
 
-/// INCOMPAT bits quill reads and writes correctly today. Everything else (inline data,
-/// encryption, casefolding, large directories, EA inodes, MMP, and bits nobody defines) makes
-/// a read-write user refuse the file system.
+/// INCOMPAT bits quill reads and writes correctly today, which a writer without a mounted
+/// file system (`quill recover`: the journal replayed, the recover flag cleared) may touch.
+/// Everything else (encryption, casefolding, MMP, whose block such a writer does not take,
+/// and bits nobody defines) makes it refuse the file system. The file system itself
+/// (`fs::Filesystem`) keeps its own list, with MMP, which it takes.
 pub const INCOMPAT_SUPPORTED: u32 = INCOMPAT_FILETYPE
     | INCOMPAT_RECOVER
     | INCOMPAT_META_BG
     | INCOMPAT_EXTENTS
     | INCOMPAT_64BIT
     | INCOMPAT_FLEX_BG
-    | INCOMPAT_CSUM_SEED;
+    | INCOMPAT_CSUM_SEED
+    | INCOMPAT_LARGEDIR
+    | INCOMPAT_INLINE_DATA
+    | INCOMPAT_EA_INODE;
 
 /// INCOMPAT bits that change how the superblock, group descriptors or inodes must be read, or
 /// that mean the device is not a file system at all. Even a read-only reader refuses these:
