@@ -168,11 +168,19 @@ impl Filesystem {
     /// open_by_handle_at): its attributes, with the generation the handle is checked against.
     /// Numbers no file can have (the reserved inodes but the root, past the inode count),
     /// free inodes and unlinked ones still open are `NotFound`, as ext4's handle lookup
-    /// (`ext4_nfs_get_inode`) answers ESTALE for them.
+    /// (`ext4_nfs_get_inode`) answers ESTALE for them; so are value inodes (ea_inode), which
+    /// hold an xattr value, not a file (the kernel's iget refuses them as files).
     pub fn lookup_by_number(&self, ino: u32) -> Result<Attr> {
         let sb = &self.params;
         if ino != ROOT_INO && !(sb.first_ino..=sb.inodes_count).contains(&ino) {
             return Err(FsError::NotFound);
+        }
+        {
+            let slot = self.inodes.slot(ino);
+            let guard = self.lock_live(&slot)?;
+            if guard.as_ref().expect("loaded").inode.flags & ext4::EA_INODE_FL != 0 {
+                return Err(FsError::NotFound);
+            }
         }
         let attr = self.getattr(ino)?;
         if attr.nlink == 0 {

@@ -89,6 +89,11 @@ fn values_in_inodes_of_their_own_read_as_the_kernel_wrote_them() {
     let area = &one_record[128 + u16::from_le_bytes([one_record[128], one_record[129]]) as usize..];
     let entries = ondisk::ext4::xattr::parse_inode_xattrs(area).unwrap();
     let value_ino = entries.iter().find_map(|e| e.value_inode).expect("a value inode").ino;
+    // A value inode is no file to a handle lookup (the kernel's iget refuses it as one).
+    let fs = Filesystem::open(open_device(&image), read_only.clone()).unwrap();
+    assert!(matches!(fs.lookup_by_number(value_ino), Err(FsError::NotFound)));
+    assert!(fs.lookup_by_number(one).is_ok());
+    fs.unmount().unwrap();
     let clean = std::fs::read(&image).unwrap();
     let (at, value_record) = record(&image, value_ino);
     let block_of = |rec: &[u8]| {
