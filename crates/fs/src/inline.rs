@@ -240,14 +240,20 @@ impl Filesystem {
             content.resize(end as usize, 0);
         }
         content[offset as usize..end as usize].copy_from_slice(bytes);
+        self.rewrite_inline_file(ino, data, &content)
+    }
+
+    /// [`Filesystem::store_inline_file`] for a change of the contents (a write, a truncate):
+    /// mtime and ctime move to now with them, and stay as they were when they do not fit.
+    fn rewrite_inline_file(&self, ino: u32, data: &mut InodeData, bytes: &[u8]) -> Result<bool> {
         let times = (data.inode.mtime, data.inode.ctime);
         let now = crate::filesystem::now();
         (data.inode.mtime, data.inode.ctime) = (now, now);
-        if self.store_inline_file(ino, data, &content)? {
-            return Ok(true);
+        let stored = self.store_inline_file(ino, data, bytes)?;
+        if !stored {
+            (data.inode.mtime, data.inode.ctime) = times;
         }
-        (data.inode.mtime, data.inode.ctime) = times;
-        Ok(false)
+        Ok(stored)
     }
 
     /// Writeback of a small file into its inode, as the kernel writes a small file's data
@@ -331,15 +337,11 @@ impl Filesystem {
         }
         let mut bytes =
             self.inline_file_bytes(ino, data).map_err(|e| self.check_fs_error(ino, e))?;
-        if size <= self.block_size() as u64 {
+        if size <= u64::from(self.block_size()) {
             bytes.resize(size as usize, 0);
-            let times = (data.inode.mtime, data.inode.ctime);
-            let now = crate::filesystem::now();
-            (data.inode.mtime, data.inode.ctime) = (now, now);
-            if self.store_inline_file(ino, data, &bytes)? {
+            if self.rewrite_inline_file(ino, data, &bytes)? {
                 return Ok(true);
             }
-            (data.inode.mtime, data.inode.ctime) = times;
         }
         self.uninline_file(ino, data)?;
         Ok(false)
