@@ -109,7 +109,8 @@ impl<M: MetaIo> DirAccess<'_, M> {
     /// caller's transaction: the block is journaled and mapped, the inline data dropped.
     fn move_out(&mut self, block: &[u8]) -> Result<()> {
         let pblk = self.io.alloc_meta_block(self.ectx.goal)?;
-        crate::inline::leave_inode(self.data, self.extents)?;
+        let tid = self.io.fast_commit_tid();
+        crate::inline::leave_inode(self.data, self.extents, tid)?;
         let ectx = ExtentCtx { goal: pblk, ..self.ectx };
         block_map::insert(self.io, &ectx, &mut self.data.inode, 0, pblk, 1, false)?;
         self.data.inode.size = u64::from(self.block_size);

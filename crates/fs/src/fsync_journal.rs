@@ -208,6 +208,12 @@ impl FcTrack {
         self
     }
 
+    /// No fast commit expresses this inode's changes in `tid`, for `reason`, whatever later
+    /// writes in `tid` say ([`FcTrack::expressible_next`] does not undo it).
+    pub fn ineligible_in(&mut self, tid: Tid, reason: &'static str) {
+        self.at(tid).ineligible.get_or_insert(reason);
+    }
+
     /// The caller's next inode write is one a fast commit expresses (see the module table).
     pub fn expressible_next(&mut self) {
         self.next = Some(Ok(()));

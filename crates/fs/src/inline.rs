@@ -36,6 +36,8 @@ use ondisk::ext4::inline::{self as layout, InlineEntry, INLINE_XATTR_INDEX, INLI
 use ondisk::ext4::xattr::{encode_inode_xattrs, parse_inode_xattrs, XattrEntry};
 use ondisk::ext4::{self, dir as dirent, INODE_BLOCK_SIZE};
 
+use ondisk::Tid;
+
 use crate::error::{FsError, Result};
 use crate::extent_tree;
 use crate::filesystem::{Filesystem, Txn};
@@ -78,8 +80,10 @@ fn set_inline_value_in(inode: &ext4::Inode, raw: &mut [u8], value: Option<&[u8]>
 
 /// Drops `data`'s inline data: `system.data` removed, the flag cleared, `i_block` an empty
 /// extent root (`extents`) or an empty block map. The caller maps the contents' block and
-/// writes the inode in the same transaction.
-pub(crate) fn leave_inode(data: &mut InodeData, extents: bool) -> Result<()> {
+/// writes the inode in the same transaction, `tid` (when fast commits may run): no fast
+/// commit of `tid` may express the inode, though the write that maps the block would say it
+/// can (replay maps ranges only into inodes with extents, and the last commit's is inline).
+pub(crate) fn leave_inode(data: &mut InodeData, extents: bool, tid: Option<Tid>) -> Result<()> {
     set_inline_value(data, None)?;
     let inode = &mut data.inode;
     inode.flags &= !ext4::INLINE_DATA_FL;
@@ -89,6 +93,9 @@ pub(crate) fn leave_inode(data: &mut InodeData, extents: bool) -> Result<()> {
         extent_tree::init_root(&mut inode.block);
     }
     data.fc.ineligible_next("inline data moved out");
+    if let Some(tid) = tid {
+        data.fc.ineligible_in(tid, "inline data moved out");
+    }
     Ok(())
 }
 
@@ -390,7 +397,7 @@ impl Filesystem {
         bytes: &[u8],
         held: &mut Reservation,
     ) -> Result<()> {
-        leave_inode(data, self.has_extents())?;
+        leave_inode(data, self.has_extents(), Some(txn.handle.tid()))?;
         if bytes.is_empty() {
             return txn_write_inode(self, txn, ino, data, true);
         }

@@ -245,8 +245,10 @@ impl Filesystem {
                         Ok(started) if data.inode.has_inline_data() => {
                             // The inline bytes are in page 0, the first run: the first handle
                             // moves the file out with it (`inline.rs`).
+                            let tid = Some(started.handle.tid());
                             txn = Some(started);
-                            if let Err(err) = crate::inline::leave_inode(data, self.has_extents()) {
+                            let moved = crate::inline::leave_inode(data, self.has_extents(), tid);
+                            if let Err(err) = moved {
                                 failure = Some((err, false));
                                 break;
                             }
