@@ -28,6 +28,7 @@ pub mod iflags;
 pub mod inline;
 mod inode;
 pub mod mmp;
+pub mod quota;
 mod superblock;
 pub mod xattr;
 

@@ -94,6 +94,9 @@ mod off {
     pub const CHECKSUM_TYPE: usize = 0x175;
     pub const BACKUP_BGS: usize = 0x24C;
     pub const CHECKSUM_SEED: usize = 0x270;
+    pub const USR_QUOTA_INUM: usize = 0x240;
+    pub const GRP_QUOTA_INUM: usize = 0x244;
+    pub const PRJ_QUOTA_INUM: usize = 0x26C;
     pub const CHECKSUM: usize = 0x3FC;
     pub const CLUSTERS_PER_GROUP: usize = 0x24;
     pub const MAX_MNT_COUNT: usize = 0x36;
@@ -320,6 +323,9 @@ pub struct Superblock {
     pub kbytes_written: u64,
     /// `s_orphan_file_inum`: the orphan file (orphan_file feature), 0 for none.
     pub orphan_file_inum: u32,
+    /// `s_usr_quota_inum`, `s_grp_quota_inum`, `s_prj_quota_inum`: the user, group and
+    /// project quota files (quota feature), 0 where a type has none.
+    pub quota_inums: [u32; 3],
     /// `s_reserved_gdt_blocks`: descriptor blocks reserved after the table for online resize.
     pub reserved_gdt_blocks: u16,
     /// `s_log_cluster_size` and `s_clusters_per_group` (the block size and blocks per group
@@ -478,6 +484,11 @@ impl Superblock {
             kbytes_written: u64::from(le32(b, off::KBYTES_WRITTEN))
                 | (u64::from(le32(b, off::KBYTES_WRITTEN + 4)) << 32),
             orphan_file_inum: le32(b, off::ORPHAN_FILE_INUM),
+            quota_inums: [
+                le32(b, off::USR_QUOTA_INUM),
+                le32(b, off::GRP_QUOTA_INUM),
+                le32(b, off::PRJ_QUOTA_INUM),
+            ],
             reserved_gdt_blocks: le16(b, off::RESERVED_GDT_BLOCKS),
             log_cluster_size: le32(b, off::LOG_CLUSTER_SIZE),
             clusters_per_group: le32(b, off::CLUSTERS_PER_GROUP),
@@ -818,6 +829,9 @@ impl Superblock {
         put_le32(b, off::KBYTES_WRITTEN, self.kbytes_written as u32);
         put_le32(b, off::KBYTES_WRITTEN + 4, (self.kbytes_written >> 32) as u32);
         put_le32(b, off::ORPHAN_FILE_INUM, self.orphan_file_inum);
+        put_le32(b, off::USR_QUOTA_INUM, self.quota_inums[0]);
+        put_le32(b, off::GRP_QUOTA_INUM, self.quota_inums[1]);
+        put_le32(b, off::PRJ_QUOTA_INUM, self.quota_inums[2]);
         put_le16(b, off::RESERVED_GDT_BLOCKS, self.reserved_gdt_blocks);
         put_le32(b, off::LOG_CLUSTER_SIZE, self.log_cluster_size);
         put_le32(b, off::CLUSTERS_PER_GROUP, self.clusters_per_group);
