@@ -33,6 +33,8 @@ pub struct Handle {
     txn: Arc<Transaction>,
     credits: u32,
     used: u32,
+    /// Credits [`Handle::set_aside`] keeps out of [`Handle::credits_left`].
+    aside: u32,
     /// Log blocks this handle reserved for its credits (`Shared::handle_log_blocks`).
     log_reserved: u32,
     stopped: bool,
@@ -135,6 +137,7 @@ fn try_join(shared: &Arc<Shared>, credits: u32) -> Result<Admission> {
         txn,
         credits,
         used: 0,
+        aside: 0,
         log_reserved: log_blocks,
         stopped: false,
     }))
@@ -178,8 +181,17 @@ impl Handle {
         self.txn.tid
     }
 
+    /// Credits left for the caller's plan: those not used, less those set aside.
     pub fn credits_left(&self) -> u32 {
-        self.credits - self.used
+        (self.credits - self.used).saturating_sub(self.aside)
+    }
+
+    /// Sets `credits` of this handle's credits aside for changes its caller's plan does not
+    /// count (a file system's quota charges, which any inode write may make): callers that
+    /// spend credits as [`Handle::credits_left`] allows stop short of them, and the handle may
+    /// still use them. Conservative once used: `credits_left` keeps subtracting all of them.
+    pub fn set_aside(&mut self, credits: u32) {
+        self.aside = credits.min(self.credits);
     }
 
     /// Announces that this handle will modify `buffer` (JBD2 `get_write_access`).
