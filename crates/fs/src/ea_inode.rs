@@ -195,7 +195,7 @@ impl ValueInodes for Txn<'_> {
         }
         add_blocks(&mut data.inode, delta, fs.block_size());
         data.fc.ineligible_next("xattr value inode");
-        fs.write_inode(&mut self.handle, ino, &mut data, true)?;
+        fs.write_inode(self, ino, &mut data, true)?;
         let entry_hash = xattr_entry_hash(suffix, &hash.to_le_bytes());
         Ok(ValueInode { ino, size, entry_hash })
     }
@@ -207,7 +207,7 @@ impl ValueInodes for Txn<'_> {
         let count = ref_count(&data);
         if count > 1 {
             set_ref_count(&mut data, count - 1);
-            return fs.write_inode(&mut self.handle, value.ino, &mut data, false);
+            return fs.write_inode(self, value.ino, &mut data, false);
         }
         self.free_value_inode(value.ino, &mut data)
     }
@@ -246,7 +246,7 @@ impl Txn<'_> {
             crate::extent_tree::init_root(&mut inode.block);
         }
         data.fc.ineligible_next("xattr value inode freed");
-        fs.write_inode(&mut self.handle, ino, data, true)?;
+        fs.write_inode(self, ino, data, true)?;
         fs.groups.free_inode(&fs.journal, &mut self.handle, ino, false)
     }
 }

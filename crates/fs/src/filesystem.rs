@@ -13,9 +13,11 @@
 //! 4. Starting a journal handle (`Journal::start` may wait for a commit, which never needs an
 //!    inode lock, so holding inode locks here cannot deadlock). Block reservations are taken
 //!    before the handle starts, because a reservation may wait for a commit.
-//! 5. `orphans` (the orphan list; then the superblock copy `sb`).
-//! 6. One group lock at a time (allocation; `groups.rs`).
-//! 7. The journal's internal locks (state, buffers, cache shards).
+//! 5. A quota file's mutex (`quota.rs`: charges made by inode writes, inside the handle;
+//!    under it the quota inode's own write, which takes none of these locks).
+//! 6. `orphans` (the orphan list; then the superblock copy `sb`).
+//! 7. One group lock at a time (allocation; `groups.rs`).
+//! 8. The journal's internal locks (state, buffers, cache shards).
 //!
 //! # Errors
 //! An operation checks everything that can fail for ordinary reasons (ENOENT, EEXIST, ENOSPC
@@ -155,7 +157,8 @@ const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
     | feature::RO_COMPAT_DIR_NLINK
     | feature::RO_COMPAT_EXTRA_ISIZE
     | feature::RO_COMPAT_METADATA_CSUM
-    | feature::RO_COMPAT_PROJECT;
+    | feature::RO_COMPAT_PROJECT
+    | feature::RO_COMPAT_QUOTA;
 
 /// An open ext4 file system.
 pub struct Filesystem {
@@ -192,6 +195,9 @@ pub struct Filesystem {
     /// among owners whose operations hold only their own inode's lock. A leaf lock, taken
     /// inside a handle.
     pub(crate) value_inode_refs: Mutex<()>,
+    /// The quota files a read-write mount charges (the quota feature; `quota.rs`). Set once,
+    /// while opening, before any inode is loaded: every loaded inode knows its charge.
+    pub(crate) quotas: std::sync::OnceLock<crate::quota::Quotas>,
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -266,6 +272,10 @@ impl Filesystem {
         let image = Ext4Image::open(dev.clone())?;
         let mut sb = image.superblock().clone();
         let groups = Groups::new(&sb, image.group_descs())?;
+        if !options.read_only {
+            // Quota files quill could not charge refuse the open before anything is written.
+            crate::quota::check_files(&image)?;
+        }
         drop(image);
         // The state to restore at a clean unmount (ext4's s_mount_state).
         let mount_state = sb.state;
@@ -348,8 +358,19 @@ impl Filesystem {
             mmp,
             next_generation: AtomicU32::new(now().nsec),
             value_inode_refs: Mutex::new(()),
+            quotas: std::sync::OnceLock::new(),
         };
         if !fs.options.read_only {
+            let quotas = crate::quota::Quotas::load(&fs);
+            if let Err(err) = &quotas {
+                // Refused before anything changed, as an orphan quill cannot finish is.
+                let err = FsError::Unsupported(err.to_string());
+                fs.unmount()?;
+                return Err(err);
+            }
+            if let Ok(Some(quotas)) = quotas {
+                let _ = fs.quotas.set(quotas);
+            }
             if let Err(err) = fs.process_orphans() {
                 // An orphan quill cannot finish is refused before anything changed: leave the
                 // image as a clean unmount would (needs_recovery cleared again), orphans kept.
@@ -512,17 +533,30 @@ impl Filesystem {
         }
         let inode = inodes::parse_record(block, &raw)?;
         let orphan = self.orphans.lock().contains(ino);
-        Ok(InodeData::new(inode, raw, orphan))
+        let mut data = InodeData::new(inode, raw, orphan);
+        self.recharge(ino, &mut data)?;
+        Ok(data)
     }
 
-    /// Writes `data`'s inode into the inode table under `handle`, with its checksum.
+    /// Writes `data`'s inode into the inode table under `txn`, with its checksum, and charges
+    /// the quota files for what changed in its usage or owners (`quota.rs`).
     pub(crate) fn write_inode(
         &self,
-        handle: &mut Handle,
+        txn: &mut Txn<'_>,
         ino: u32,
         data: &mut InodeData,
         data_change: bool,
     ) -> Result<()> {
+        if let Some(quotas) = self.quotas.get() {
+            let charge = quotas.charge_of(self, txn, ino, data)?;
+            if charge != data.quota {
+                quotas.transfer(txn, &data.quota, &charge)?;
+                data.quota = charge;
+                // A fast commit's replay charges nothing.
+                data.fc.ineligible_in(txn.handle.tid(), crate::quota::QUOTA_CHANGE);
+            }
+        }
+        let handle = &mut txn.handle;
         let (block, offset) = self.inode_table_location(ino)?;
         let buffer = self.journal.read_buffer(block)?;
         // An orphan's i_dtime is the orphan list's next pointer, which another inode's removal
@@ -566,8 +600,12 @@ impl Filesystem {
         self.check_writable()?;
         // No handle is held here: the place to journal an error recorded by `fail`.
         self.save_error_state();
-        let credits = credits.min(self.journal.max_transaction_credits());
-        let handle = self.journal.start(credits)?;
+        // Quota charges come on top of what the operation planned, set aside so that an
+        // operation spending credits as they last never spends those.
+        let quota = self.quotas.get().map_or(0, |q| q.credits());
+        let credits = credits.saturating_add(quota).min(self.journal.max_transaction_credits());
+        let mut handle = self.journal.start(credits)?;
+        handle.set_aside(quota);
         Ok(Txn {
             fs: self,
             handle,

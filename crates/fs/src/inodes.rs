@@ -44,6 +44,9 @@ pub(crate) struct InodeData {
     pub flush_on_close: bool,
     /// What a fast commit of this inode's changes would hold (`fsync_journal.rs`).
     pub fc: crate::fsync_journal::FcTrack,
+    /// What the quota files charge this inode for, as last written (`quota.rs`; zero without
+    /// quotas).
+    pub quota: crate::quota::Charge,
 }
 
 impl InodeData {
@@ -57,6 +60,7 @@ impl InodeData {
             cache: FileCache::default(),
             flush_on_close: false,
             fc: Default::default(),
+            quota: Default::default(),
         }
     }
 

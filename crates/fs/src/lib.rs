@@ -54,6 +54,7 @@ mod mmp;
 mod ops;
 mod orphan;
 mod page_cache;
+mod quota;
 mod rename;
 mod seek;
 mod writeback;

@@ -178,7 +178,11 @@ impl Filesystem {
         {
             let slot = self.inodes.slot(ino);
             let guard = self.lock_live(&slot)?;
-            if guard.as_ref().expect("loaded").inode.flags & ext4::EA_INODE_FL != 0 {
+            // Value inodes and the project quota file are no files to a lookup, as the
+            // kernel's iget refuses them (EXT4_IGET_SPECIAL).
+            if guard.as_ref().expect("loaded").inode.flags & ext4::EA_INODE_FL != 0
+                || sb.quota_inums.contains(&ino)
+            {
                 return Err(FsError::NotFound);
             }
         }
@@ -671,7 +675,7 @@ impl Filesystem {
             let stale_slot = fs.journal.fast_commits_enabled()
                 && !fs.inode_slot_tail_clean(ino, 128 + usize::from(extra))?;
             data.fc.expressible_next();
-            fs.write_inode(&mut txn.handle, ino, data, true)?;
+            fs.write_inode(&mut txn, ino, data, true)?;
             *written = true;
             let data = &mut made.as_mut().expect("made above").0;
             let file_type = ondisk::ext4::dir::file_type_from_mode(mode);
@@ -778,7 +782,7 @@ impl Filesystem {
                 let delta = txn.take_blocks_delta();
                 add_blocks(&mut data.inode, delta, self.block_size());
                 data.fc.ineligible_next("delete");
-                self.write_inode(&mut txn.handle, ino, &mut data, true)?;
+                self.write_inode(txn, ino, &mut data, true)?;
             }
         }
         self.groups.free_inode(&self.journal, &mut txn.handle, ino, is_dir)
@@ -1281,7 +1285,7 @@ pub(crate) fn txn_write_inode(
     data: &mut InodeData,
     data_change: bool,
 ) -> Result<()> {
-    fs.write_inode(&mut txn.handle, ino, data, data_change)
+    fs.write_inode(txn, ino, data, data_change)
 }
 
 /// Adds `delta` file-system blocks to i_blocks (in the inode's unit).

@@ -317,6 +317,8 @@ pub(crate) fn process_orphans(fs: &Filesystem) -> Result<()> {
         let mut guard = fs.lock_inode(&slot)?;
         let data = guard.as_mut().expect("loaded");
         data.orphan = true;
+        // Loaded by `load_list` before the list was known: as an orphan it is charged.
+        fs.recharge(ino, data)?;
         if data.inode.links_count == 0 {
             fs.release_inode(&slot, data)?;
         } else {
@@ -324,7 +326,7 @@ pub(crate) fn process_orphans(fs: &Filesystem) -> Result<()> {
             fs.truncate_blocks(ino, data, size)?;
             let mut txn = fs.begin(8, 0)?;
             let result = remove(fs, &mut txn, ino, data)
-                .and_then(|()| fs.write_inode(&mut txn.handle, ino, data, true));
+                .and_then(|()| fs.write_inode(&mut txn, ino, data, true));
             fs.finish(result, txn)?;
         }
     }

@@ -339,7 +339,7 @@ impl Filesystem {
         inode.block = [0; ondisk::ext4::INODE_BLOCK_SIZE];
         let mut data = InodeData::new(inode, raw, false);
         data.fc.ineligible_next("rename");
-        if let Err(err) = self.write_inode(&mut txn.handle, ino, &mut data, true) {
+        if let Err(err) = self.write_inode(txn, ino, &mut data, true) {
             // Free the number again in this handle, as a failed create does.
             let _ = self.unmake_inode(txn, ino, false, Some((data, false)));
             return Err(err);

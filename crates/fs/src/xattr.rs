@@ -204,6 +204,22 @@ pub fn value_inode_names(
         .collect())
 }
 
+/// How many values in inodes of their own the attributes of `inode_area` and `file_acl`
+/// name, a shared block's included: each is one inode charged to the owner's quota, as
+/// `ext4_xattr_inode_alloc_quota` charges it and e2fsck counts it (`ea_block_quota`, every
+/// owner of a shared block charged alike).
+pub fn value_inode_count(
+    io: &mut dyn MetaIo,
+    ctx: &XattrCtx,
+    inode_area: &[u8],
+    file_acl: u64,
+) -> Result<u64> {
+    let inode = parse_area(ctx, inode_area)?;
+    let block = read_block(io, ctx, file_acl)?;
+    let in_block = block.as_ref().map_or(&[][..], |b| &b.entries);
+    Ok(inode.iter().chain(in_block).filter(|e| e.value_inode.is_some()).count() as u64)
+}
+
 /// Bytes of i_blocks the owner of `inode_area` and `file_acl` is charged for the values it
 /// keeps in inodes of their own: each value's size rounded up to whole blocks, as
 /// `ext4_xattr_inode_alloc_quota` charges the owner's quota (and with it i_blocks).
