@@ -386,6 +386,11 @@ fn ext2_and_ext3_images_are_byte_identical_to_mke2fs() {
         case.fs_type = "ext3";
         all.push(case);
     }
+    // Quota files mapped by direct blocks.
+    for mut case in cases(&[64], &[1024, 4096], &["quota"]) {
+        case.fs_type = "ext3";
+        all.push(case);
+    }
     // A 100 MiB journal with 1 KiB blocks reaches its triple-indirect block (past 65,804).
     for mut case in cases(&[300], &[1024], &[""]) {
         (case.fs_type, case.journal) = ("ext3", (Some(100), None));
@@ -431,6 +436,10 @@ fn feature_variants_are_byte_identical_to_mkfs_ext4() {
         "inline_data,^metadata_csum,^has_journal",
         "ea_inode",
         "ea_inode,inline_data,^metadata_csum",
+        "quota",
+        "quota,project",
+        "quota,project,orphan_file,^metadata_csum",
+        "quota,^has_journal,inline_data",
     ];
     check_matrix("features", &cases(&[64, 300], &[1024, 4096], &features));
 }
@@ -567,7 +576,7 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
 #[test]
 fn every_feature_outside_the_supported_list_is_refused_by_name() {
     let mut features = Features::default();
-    for name in ["bigalloc", "casefold", "quota", "encrypt"] {
+    for name in ["bigalloc", "casefold", "encrypt", "verity"] {
         let err = features.edit(name).unwrap_err().to_string();
         assert!(err.contains(name.trim_start_matches('^')), "{name}: {err}");
     }

@@ -120,6 +120,8 @@ pub(super) struct SuperblockFields<'a> {
     pub(super) journal_root: Option<([u8; ext4::INODE_BLOCK_SIZE], u64)>,
     pub(super) orphan_ino: u32,
     pub(super) mmp_block: Option<u64>,
+    /// The user, group and project quota inodes (0 for none).
+    pub(super) quota_inums: [u32; 3],
 }
 
 impl SuperblockFields<'_> {
@@ -193,6 +195,7 @@ impl SuperblockFields<'_> {
             sb.checksum_seed = crc32c_raw(!0, &self.uuid);
         }
         sb.orphan_file_inum = self.orphan_ino;
+        sb.quota_inums = self.quota_inums;
         if let Some(block) = self.mmp_block {
             sb.mmp_block = block;
             sb.mmp_update_interval = MMP_UPDATE_INTERVAL;

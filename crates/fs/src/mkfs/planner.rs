@@ -2,6 +2,7 @@
 //! the files it creates (root, lost+found, resize inode, journal, orphan file), in its order.
 
 use super::*;
+use ondisk::ext4::quota::{DiskDquot, MemQuotaFile, QuotaType, QUOTA_BLOCK_SIZE};
 
 /// The set of used blocks: disjoint, coalesced half-open runs keyed by start.
 #[derive(Debug, Default)]
@@ -166,6 +167,53 @@ impl FileBlocks {
     }
 }
 
+impl FileBlocks {
+    /// The block logical block `logical` is mapped to, if any.
+    pub(super) fn physical(&self, logical: u64) -> Option<u64> {
+        self.extents.iter().find_map(|&(l, start, len)| {
+            let l = u64::from(l);
+            (l..l + u64::from(len)).contains(&logical).then(|| start + logical - l)
+        })
+    }
+
+    /// Maps logical block `logical` (a hole) to `physical`, merging with a neighbouring run
+    /// contiguous on both sides as ext2fs's extent code does. An indirect map takes direct
+    /// blocks only (the quota files mkfs makes are six quota blocks).
+    pub(super) fn map_at(&mut self, logical: u64, physical: u64) -> Result<()> {
+        if let Some(indirect) = self.indirect.as_mut() {
+            if logical >= NDIR_BLOCKS {
+                return Err(FsError::Unsupported(format!(
+                    "mkfs maps only direct blocks out of order (block {logical})"
+                )));
+            }
+            indirect.slots[logical as usize] = physical as u32;
+        }
+        let logical = logical as u32;
+        let at = self.extents.partition_point(|e| e.0 < logical);
+        let joins_left = at > 0 && {
+            let (l, start, len) = self.extents[at - 1];
+            l + len == logical && start + u64::from(len) == physical
+        };
+        let joins_right = self
+            .extents
+            .get(at)
+            .is_some_and(|&(l, start, _)| logical + 1 == l && physical + 1 == start);
+        match (joins_left, joins_right) {
+            (true, true) => {
+                let right = self.extents.remove(at);
+                self.extents[at - 1].2 += 1 + right.2;
+            }
+            (true, false) => self.extents[at - 1].2 += 1,
+            (false, true) => {
+                let right = &mut self.extents[at];
+                (right.0, right.1, right.2) = (logical, physical, right.2 + 1);
+            }
+            (false, false) => self.extents.insert(at, (logical, physical, 1)),
+        }
+        Ok(())
+    }
+}
+
 impl Indirect {
     /// The chain of indices from `i_block` down to logical block `logical`'s pointer: the slot,
     /// then an index into each indirect block below it.
@@ -216,8 +264,29 @@ pub(super) struct Files {
     pub(super) orphan: Option<(u32, FileBlocks)>,
     /// The MMP block (mmp feature).
     pub(super) mmp_block: Option<u64>,
+    /// The quota files (quota feature), in type order.
+    pub(super) quota: Vec<QuotaFileMade>,
     /// `s_overhead_clusters`.
     pub(super) overhead: u64,
+}
+
+/// A quota file mkfs made: its type, inode, blocks and contents.
+pub(super) struct QuotaFileMade {
+    pub(super) kind: QuotaType,
+    pub(super) ino: u32,
+    pub(super) map: FileBlocks,
+    pub(super) bytes: Vec<u8>,
+}
+
+impl Files {
+    /// `s_usr_quota_inum`, `s_grp_quota_inum`, `s_prj_quota_inum`.
+    pub(super) fn quota_inums(&self) -> [u32; 3] {
+        let mut inums = [0; 3];
+        for quota in &self.quota {
+            inums[quota.kind as usize] = quota.ino;
+        }
+        inums
+    }
 }
 
 /// Extents hold at most this many inode-root entries.
@@ -514,8 +583,17 @@ impl Planner {
         } else {
             None
         };
+        // create_quota_inodes: root and lost+found are all there is to charge, to id 0.
+        let quota = if self.g.features.ro_compat(feature::RO_COMPAT_QUOTA) {
+            let bs = u64::from(self.g.block_size);
+            let blocks = |f: &FileBlocks| f.blocks() + f.map_blocks();
+            let space = (blocks(&root) + blocks(&lost_found)) * bs;
+            self.create_quota_files(space, 2)?
+        } else {
+            Vec::new()
+        };
         let orphan = if self.g.orphan_blocks > 0 { Some(self.create_orphan_file()?) } else { None };
-        Ok(Files { root, lost_found, resize_dind, journal, orphan, mmp_block, overhead })
+        Ok(Files { root, lost_found, resize_dind, journal, orphan, mmp_block, quota, overhead })
     }
 
     /// `ext2fs_find_inode_goal` for an inode without blocks: its flex group's first block.
@@ -641,6 +719,59 @@ impl Planner {
         indirect.set(at, data as u32);
         file.push(data, 1);
         Ok(data)
+    }
+
+    /// `quota_write_inode`: the user and group quota files in inodes 3 and 4, the project
+    /// one (with the project feature) in the first free inode, each holding id 0's usage of
+    /// `space` bytes and `inodes` inodes. ext2fs's file writes allocate a file system block
+    /// when they first leave it, so blocks are placed in the order the tree code first writes
+    /// to them (0, 2, 3, 4, 5, 1 with 1 KiB blocks), each from the block before it
+    /// (`ext2fs_bmap2` with BMAP_ALLOC).
+    fn create_quota_files(&mut self, space: u64, inodes: u64) -> Result<Vec<QuotaFileMade>> {
+        let mut kinds = vec![QuotaType::User, QuotaType::Group];
+        if self.g.features.ro_compat(feature::RO_COMPAT_PROJECT) {
+            kinds.push(QuotaType::Project);
+        }
+        let extents = self.g.features.incompat(feature::INCOMPAT_EXTENTS);
+        let per_block = u64::from(self.g.block_size) / QUOTA_BLOCK_SIZE as u64;
+        let mut made = Vec::new();
+        for kind in kinds {
+            let ino = match kind {
+                QuotaType::User => 3,
+                QuotaType::Group => 4,
+                QuotaType::Project => {
+                    let ino = (FIRST_INO..=self.g.inodes_per_group * self.g.groups)
+                        .find(|ino| !self.inodes_used.contains(ino))
+                        .ok_or(FsError::NoSpace)?;
+                    self.use_inode(ino, false);
+                    ino
+                }
+            };
+            let usage =
+                DiskDquot { id: 0, curspace: space, curinodes: inodes, ..Default::default() };
+            let file = MemQuotaFile::create(kind, &[usage]).map_err(FsError::OnDisk)?;
+            let mut map = FileBlocks::new(extents);
+            let mut placed: Vec<u64> = Vec::new();
+            for &blk in &file.writes {
+                let logical = u64::from(blk) / per_block;
+                if placed.contains(&logical) {
+                    continue;
+                }
+                placed.push(logical);
+                let goal = match logical.checked_sub(1).and_then(|prev| map.physical(prev)) {
+                    Some(prev) => prev,
+                    None if logical == 0 => self.inode_goal(ino),
+                    None => 0,
+                };
+                let block = self.alloc_block(goal)?;
+                map.map_at(logical, block)?;
+            }
+            if map.extents.len() > EXTENTS_IN_INODE {
+                return Err(FsError::Unsupported("a quota file would need an extent tree".into()));
+            }
+            made.push(QuotaFileMade { kind, ino, map, bytes: file.bytes() });
+        }
+        Ok(made)
     }
 
     /// `ext2fs_create_orphan_file`: the first free inode, blocks allocated one at a time from

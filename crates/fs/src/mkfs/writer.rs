@@ -83,6 +83,7 @@ impl ImageWriter {
                 .then(|| (journal_root, u64::from(g.journal_blocks) * u64::from(g.block_size))),
             orphan_ino: files.orphan.as_ref().map_or(0, |o| o.0),
             mmp_block: files.mmp_block,
+            quota_inums: files.quota_inums(),
         }
         .encode();
         let sb = Superblock::parse(&raw)?;
@@ -120,6 +121,7 @@ impl ImageWriter {
         writer.plan_resize_inode(planner, files);
         writer.plan_journal(planner, files, uuid)?;
         writer.plan_orphan_file(planner, files);
+        writer.plan_quota_files(planner, files);
         writer.plan_mmp(files);
         // 1 (mke2fs starts the counter at 1 for ext4) plus what this run writes.
         let backups = writer.backup_groups.len() as u64 * u64::from(g.block_size);
@@ -295,6 +297,17 @@ impl ImageWriter {
             orphan.flags = map.inode_flags();
             orphan.block = map.inode_root();
             records.insert(*ino, encode_inode(&orphan, isz));
+        }
+        for quota in &files.quota {
+            // quota_inode_init_new: immutable, owned by root, only the 1 KiB quota blocks
+            // written counted in i_size.
+            let map = &quota.map;
+            let blocks = map.blocks() + map.map_blocks();
+            let size = quota.bytes.len() as u64;
+            let mut inode = new_inode(ext4::MODE_REGULAR | 0o600, 1, size, blocks);
+            inode.flags = map.inode_flags() | ext4::iflags::IMMUTABLE_FL;
+            inode.block = map.inode_root();
+            records.insert(quota.ino, encode_inode(&inode, isz));
         }
         // Gather the records into whole inode-table blocks.
         let mut blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
@@ -483,6 +496,23 @@ impl ImageWriter {
                     data[tail + 4..].copy_from_slice(&crc.to_le_bytes());
                 }
                 self.queue.put(block * bs as u64, data);
+            }
+        }
+    }
+
+    /// The quota files' blocks (`Planner::create_quota_files` placed them).
+    pub(super) fn plan_quota_files(&mut self, planner: &Planner, files: &Files) {
+        let bs = planner.g.block_size as usize;
+        for quota in &files.quota {
+            self.put_indirect_blocks(&quota.map, bs);
+            for &(logical, start, len) in &quota.map.extents {
+                for i in 0..u64::from(len) {
+                    let at = (u64::from(logical) + i) as usize * bs;
+                    let mut data = vec![0u8; bs];
+                    let end = (at + bs).min(quota.bytes.len());
+                    data[..end - at].copy_from_slice(&quota.bytes[at..end]);
+                    self.queue.put((start + i) * bs as u64, data);
+                }
             }
         }
     }
