@@ -119,9 +119,21 @@ fn random_op(fs: &Filesystem, base: u32, model: &mut Model, rng: &mut Rng, c: &C
     let path = if dir.is_empty() { name.to_string() } else { format!("{dir}/{name}") };
     let dir_ino = if dir.is_empty() { base } else { lookup_path(fs, base, &dir).unwrap() };
     let existing = model.nodes.get(&path).cloned();
+    // With quota, files belong to many users, groups and projects (more ids than one quota
+    // data block holds), and owners change: every charge moves in the quota files.
+    let owner = if c.quota { (rng.below(40) as u32, 100 + rng.below(20) as u32) } else { (0, 0) };
+    if c.quota && existing.is_some() && rng.below(6) == 0 {
+        let ino = lookup_path(fs, base, &path).unwrap();
+        let set = fs::SetAttr { uid: Some(owner.0), gid: Some(owner.1), ..Default::default() };
+        fs.setattr(ino, &set).unwrap();
+        if c.mkfs.iter().any(|arg| arg.contains("project")) {
+            fs.set_project(ino, rng.below(5) as u32, 0).unwrap();
+        }
+        return;
+    }
     match rng.below(14) {
         0 | 1 => {
-            let r = fs.create(dir_ino, name.as_bytes(), 0o644, 0, 0);
+            let r = fs.create(dir_ino, name.as_bytes(), 0o644, owner.0, owner.1);
             match existing {
                 Some(_) => assert!(matches!(r, Err(FsError::Exists)), "create over {path}: {r:?}"),
                 None => {
@@ -442,6 +454,8 @@ struct Config {
     indirect: bool,
     /// The ea_inode feature: xattr values larger than a block are set too.
     ea_inode: bool,
+    /// The quota feature: files get many owners and projects, and change them.
+    quota: bool,
 }
 
 fn config(label: &'static str, mkfs: Vec<&'static str>, block_size: u64) -> Config {
@@ -454,6 +468,7 @@ fn config(label: &'static str, mkfs: Vec<&'static str>, block_size: u64) -> Conf
         data: DataMode::Ordered,
         indirect: false,
         ea_inode,
+        quota: false,
     }
 }
 
@@ -525,6 +540,32 @@ fn feature_configs() -> Vec<Config> {
         Config {
             ea_inode: true,
             ..config("ea_inode-4k-inline", vec!["-O", "ea_inode,inline_data", "-b", "4096"], 4096)
+        },
+    ]
+}
+
+/// Quota files kept by quill (e2fsck compares every id's usage after each unmount): user,
+/// group and project quotas with 4 KiB blocks; 1 KiB blocks with inline data and values in
+/// inodes of their own (both charged); ext3's indirect-mapped quota files.
+fn quota_configs() -> Vec<Config> {
+    let quota = |c: Config| Config { quota: true, ..c };
+    vec![
+        quota(config(
+            "quota-4k-prj",
+            vec!["-O", "quota,project", "-E", "quotatype=usrquota:grpquota:prjquota", "-b", "4096"],
+            4096,
+        )),
+        Config {
+            ea_inode: true,
+            ..quota(config(
+                "quota-1k-inline-ea_inode",
+                vec!["-O", "quota,project,inline_data,ea_inode", "-b", "1024"],
+                1024,
+            ))
+        },
+        Config {
+            indirect: true,
+            ..quota(config("quota-ext3-1k", vec!["-t", "ext3", "-O", "quota", "-b", "1024"], 1024))
         },
     ]
 }
@@ -629,6 +670,18 @@ fn random_operations_with_meta_bg_mmp_inline_data_and_ea_inode_match_the_model()
     }
     let seed = seed(test);
     for c in feature_configs() {
+        run_model(&c, seed, 150);
+    }
+}
+
+#[test]
+fn random_operations_with_quota_match_the_model_and_e2fscks_usage() {
+    let test = "random_operations_quota";
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return;
+    }
+    let seed = seed(test);
+    for c in quota_configs() {
         run_model(&c, seed, 150);
     }
 }
