@@ -26,6 +26,7 @@
 //! | `fast_commit` | fast-commit records and the area scan                                       |
 //! | `indirect_map`| `fs::indirect`: lookups and run lists over an ext2/ext3 indirect block map the input describes |
 //! | `inline_data` | `ext4::inline`: inline file bytes, inline directories (parse, encode, the block they convert to) |
+//! | `quota_tree`  | `ext4::quota`: a quota file's header, tree scan, lookups, and an insert into it |
 //! | `image`       | a small quill-made image damaged by a list of patches, opened, walked, modified and unmounted |
 
 mod ext4_targets;
@@ -35,6 +36,7 @@ mod inline_target;
 mod input;
 mod jbd2_targets;
 pub mod mutate;
+mod quota_target;
 pub mod samples;
 pub mod seeds;
 
@@ -44,12 +46,13 @@ pub use indirect_target::indirect_map;
 pub use inline_target::inline_data;
 pub use input::Input;
 pub use jbd2_targets::{fast_commit, jbd2};
+pub use quota_target::quota_tree;
 
 /// A fuzz target: takes any bytes, must not panic.
 pub type Target = fn(&[u8]);
 
 /// Every target by name, in the order the table above lists them.
-pub const TARGETS: [(&str, Target); 12] = [
+pub const TARGETS: [(&str, Target); 13] = [
     ("superblock", superblock),
     ("group_desc", group_desc),
     ("inode", inode),
@@ -61,5 +64,6 @@ pub const TARGETS: [(&str, Target); 12] = [
     ("fast_commit", fast_commit),
     ("indirect_map", indirect_map),
     ("inline_data", inline_data),
+    ("quota_tree", quota_tree),
     ("image", image),
 ];

@@ -47,7 +47,29 @@ pub fn seeds() -> Vec<Seed> {
     fast_commit_seeds(&mut out);
     indirect_map_seeds(&mut out);
     inline_data_seeds(&mut out);
+    quota_tree_seeds(&mut out);
     out
+}
+
+/// `quota_tree` inputs: the user file mke2fs makes (id 0), and a group file of 30 ids (three
+/// data blocks, the free-entry list in use), each with a new id to insert.
+fn quota_tree_seeds(out: &mut Vec<Seed>) {
+    use ondisk::ext4::quota::{DiskDquot, MemQuotaFile, QuotaType};
+    let usage = |id: u32| DiskDquot {
+        id,
+        curspace: 1024 * u64::from(id),
+        curinodes: 2,
+        ..Default::default()
+    };
+    let cases: [(&str, u8, Vec<u32>, u32); 2] = [
+        ("mke2fs-user", 0, vec![0], 1000),
+        ("group-30", 1, (0..30).map(|i| i * 37).collect(), 70_000),
+    ];
+    for (name, kind, ids, new_id) in cases {
+        let entries: Vec<DiskDquot> = ids.into_iter().map(usage).collect();
+        let file = MemQuotaFile::create(QuotaType::ALL[usize::from(kind)], &entries).expect("made");
+        push(out, "quota_tree", name.into(), &[&[kind], &new_id.to_le_bytes(), &file.bytes()]);
+    }
 }
 
 /// `inline_data` inputs: a 100-byte file (60 in i_block, 40 in the value), and directories

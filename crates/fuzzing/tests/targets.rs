@@ -142,6 +142,11 @@ fn inline_data_survives_seeds_and_mutations() {
 }
 
 #[test]
+fn quota_tree_survives_seeds_and_mutations() {
+    run_target("quota_tree");
+}
+
+#[test]
 fn extent_node_survives_seeds_and_mutations() {
     run_target("extent_node");
 }
