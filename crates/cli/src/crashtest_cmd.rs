@@ -57,6 +57,11 @@ pub struct CrashtestArgs {
     /// (0: never).
     #[arg(long, value_name = "N", default_value_t = 0)]
     inline_every: usize,
+    /// Every N-th workload runs on a quota image (quill's mkfs with `-O quota,project`:
+    /// blocks and inodes are charged in the quota files, which e2fsck checks on every crash
+    /// image) instead (0: never).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    quota_every: usize,
     /// Threads of a threaded workload.
     #[arg(long, default_value_t = 3)]
     threads: usize,
@@ -184,6 +189,7 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
         }
     }
     opts.inline_every = args.inline_every;
+    opts.quota_every = args.quota_every;
     if args.kernel_mount_every > 0 {
         match kernel_fc::unavailable() {
             Some(reason) => println!("SKIP: kernel recovery of crash images: {reason}"),

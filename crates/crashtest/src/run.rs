@@ -80,19 +80,21 @@ pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
     })
 }
 
-/// The freshly made image of kind `image` (`ext4`, `inline`, `ext3` or `ext2`) every
+/// The freshly made image of kind `image` (`ext4`, `inline`, `quota`, `ext3` or `ext2`) every
 /// workload starts from.
 fn formatted_image(image: &str) -> Result<&'static [u8], String> {
     static EXT3: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
     static EXT2: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
     static EXT4: OnceLock<Vec<u8>> = OnceLock::new();
     static INLINE: OnceLock<Vec<u8>> = OnceLock::new();
+    static QUOTA: OnceLock<Vec<u8>> = OnceLock::new();
     let made = match image {
         "ext4" => return Ok(EXT4.get_or_init(|| formatted(&[]))),
         "inline" => return Ok(INLINE.get_or_init(|| formatted(&["inline_data", "ea_inode"]))),
+        "quota" => return Ok(QUOTA.get_or_init(|| formatted(&["quota", "project"]))),
         "ext3" => EXT3.get_or_init(|| make_with_e2fsprogs("ext3")),
         "ext2" => EXT2.get_or_init(|| make_with_e2fsprogs("ext2")),
-        other => return Err(format!("image={other}: expected ext4, inline, ext3 or ext2")),
+        other => return Err(format!("image={other}: expected ext4, inline, quota, ext3 or ext2")),
     };
     made.as_deref().map_err(Clone::clone)
 }
@@ -199,9 +201,39 @@ fn fs_err(op: &Op, e: FsError) -> String {
     format!("{op}: {e}")
 }
 
+/// Who owns what a workload makes: root, or (`Owners::ByName`, on quota images, where every
+/// charge moves between ids) a user and group picked by the new name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Owners {
+    Root,
+    ByName,
+}
+
+impl Owners {
+    fn of_image(image: &str) -> Owners {
+        if image == "quota" {
+            Owners::ByName
+        } else {
+            Owners::Root
+        }
+    }
+
+    /// uid and gid of a file named `name`: one of five users and three groups.
+    fn of(self, name: &[u8]) -> (u32, u32) {
+        match self {
+            Owners::Root => (0, 0),
+            Owners::ByName => {
+                let h =
+                    name.iter().fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+                (1000 + h % 5, 100 + (h / 5) % 3)
+            }
+        }
+    }
+}
+
 /// Runs one operation through quill as a program would (files are opened around data
 /// operations and closed after, as `open; pwrite; close` does).
-pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64) -> Result<(), String> {
+pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64, owners: Owners) -> Result<(), String> {
     let e = |x| fs_err(op, x);
     let ino = |p: &str| fs.resolve(&full_path(root, p)).map_err(e);
     let parent = |p: &str| -> Result<(u32, Vec<u8>), String> {
@@ -218,11 +250,13 @@ pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64) -> Result<(), String
     match op {
         Op::Creat(p) => {
             let (dir, name) = parent(p)?;
-            fs.create(dir, &name, 0o644, 0, 0).map(drop).map_err(e)
+            let (uid, gid) = owners.of(&name);
+            fs.create(dir, &name, 0o644, uid, gid).map(drop).map_err(e)
         }
         Op::Mkdir(p) => {
             let (dir, name) = parent(p)?;
-            fs.mkdir(dir, &name, 0o755, 0, 0).map(drop).map_err(e)
+            let (uid, gid) = owners.of(&name);
+            fs.mkdir(dir, &name, 0o755, uid, gid).map(drop).map_err(e)
         }
         Op::Rmdir(p) => {
             let (dir, name) = parent(p)?;
@@ -261,7 +295,8 @@ pub fn exec(fs: &Filesystem, root: &str, op: &Op, tag: u64) -> Result<(), String
         Op::Truncate { path, size } => fs.truncate(ino(path)?, *size).map_err(e),
         Op::Symlink { path, len } => {
             let (dir, name) = parent(path)?;
-            fs.symlink(dir, &name, &symlink_target(tag, *len), 0, 0).map(drop).map_err(e)
+            let (uid, gid) = owners.of(&name);
+            fs.symlink(dir, &name, &symlink_target(tag, *len), uid, gid).map(drop).map_err(e)
         }
         Op::SetXattr { path, name, len } => fs
             .setxattr(ino(path)?, name.as_bytes(), &xattr_value(tag, *len), SetMode::Any)
@@ -305,11 +340,12 @@ pub fn record(w: &Workload) -> Result<Recording, String> {
     let expected = Expected::of(w)?;
     let mount = mount_options(&w.config)?;
     let roots = &expected.roots;
+    let owners = Owners::of_image(&w.config.image);
     let initial = {
         let dev = Arc::new(MemDevice::from_bytes(formatted_image(&w.config.image)?.to_vec()));
         let fs = Filesystem::open(dev.clone(), mount.clone()).map_err(|e| format!("open: {e}"))?;
         for (k, op) in w.setup.iter().enumerate() {
-            exec(&fs, "", op, tag(SETUP, k)).map_err(|e| format!("setup: {e}"))?;
+            exec(&fs, "", op, tag(SETUP, k), owners).map_err(|e| format!("setup: {e}"))?;
         }
         fs.unmount().map_err(|e| format!("unmount after setup: {e}"))?;
         dev.snapshot()
@@ -322,7 +358,7 @@ pub fn record(w: &Workload) -> Result<Recording, String> {
     let run_thread = |t: usize| -> Option<String> {
         for (i, op) in w.threads[t].iter().enumerate() {
             device.mark(start_mark(t, i));
-            if let Err(e) = exec(&fs, &roots[t], op, tag(t, i)) {
+            if let Err(e) = exec(&fs, &roots[t], op, tag(t, i), owners) {
                 return Some(format!("thread {t}, op {i} failed: {e}"));
             }
             device.mark(end_mark(t, i));
