@@ -358,7 +358,7 @@ impl Filesystem {
         let pool_blocks = block_map::new_blocks_per_insert(&data.inode) * 4;
         let meta = per_extent * 8 + 8;
         let step_max = if self.options.data == DataMode::Journal {
-            let room = self.journal.max_transaction_credits().saturating_sub(meta);
+            let room = self.max_op_credits().saturating_sub(meta);
             STEP_BLOCKS_MAX.min(room).max(1)
         } else {
             STEP_BLOCKS_MAX
@@ -710,10 +710,8 @@ impl Filesystem {
                 * block_map::removal_credits(&data.inode)
                 + block_map::worst_case_blocks_touched(&data.inode) * 4;
             // A small journal's transactions hold fewer credits than a full revoke step.
-            let revoke_step = u64::from(
-                self.journal.max_transaction_credits().saturating_sub(meta_credits).max(1),
-            )
-            .min(REVOKE_STEP_BLOCKS);
+            let revoke_step = u64::from(self.max_op_credits().saturating_sub(meta_credits).max(1))
+                .min(REVOKE_STEP_BLOCKS);
             if revoke {
                 let last_end = tail.last().map_or(first, |e| e.logical_end().min(end));
                 from = from.max(last_end.saturating_sub(revoke_step)).max(first);

@@ -583,6 +583,13 @@ impl Filesystem {
         self.next_generation.fetch_add(0x9E37_79B9, Ordering::Relaxed)
     }
 
+    /// The most credits one operation's own changes may plan for: a transaction's maximum
+    /// less what [`Filesystem::begin_with`] sets aside for quota charges.
+    pub(crate) fn max_op_credits(&self) -> u32 {
+        let quota = self.quotas.get().map_or(0, |q| q.credits());
+        self.journal.max_transaction_credits().saturating_sub(quota).max(1)
+    }
+
     /// Starts an operation: reserves `blocks` blocks, then starts a handle with `credits`.
     pub(crate) fn begin(&self, credits: u32, blocks: u64) -> Result<Txn<'_>> {
         self.check_writable()?;

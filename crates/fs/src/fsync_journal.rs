@@ -673,6 +673,8 @@ impl Filesystem {
             || inode.file_acl != 0
             || has_in_inode_xattrs(inode, &data.raw)
             || self.options.data == DataMode::Journal
+            // A replay that deletes the file would not take its usage off the quota files.
+            || self.quotas.get().is_some()
             || self.shares_journal_inode_block(ino)?
         {
             return Ok(None);

@@ -187,6 +187,7 @@ impl Filesystem {
             return Err(FsError::NotPermitted("only the owner may change the project"));
         }
         check_mutable(&data.inode)?;
+        self.quota_prepare([data.inode.uid, data.inode.gid, projid])?;
         let mut txn = self.begin(1, 0)?;
         data.inode.projid = projid;
         data.inode.ctime = now();

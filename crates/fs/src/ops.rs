@@ -434,6 +434,11 @@ impl Filesystem {
         {
             return Ok(self.attr_of(ino, data));
         }
+        if set.uid.is_some() || set.gid.is_some() {
+            let inode = &data.inode;
+            let owner = (set.uid.unwrap_or(inode.uid), set.gid.unwrap_or(inode.gid));
+            self.quota_prepare([owner.0, owner.1, inode.projid])?;
+        }
         let mut txn = self.begin(8, 2)?;
         let acl_changed = match set.mode {
             Some(mode) => match self.chmod_acl(&mut txn, ino, data, mode) {
@@ -608,6 +613,8 @@ impl Filesystem {
         if is_dir && pdata.inode.links_count >= LINK_MAX && !self.has_dir_nlink() {
             return Err(FsError::TooManyLinks);
         }
+        let projid = self.project_inherited(&pdata.inode).unwrap_or(0);
+        self.quota_prepare([uid, gid, projid])?;
         let mut txn = self.begin(NAMESPACE_CREDITS, NAMESPACE_BLOCKS)?;
         let parent_group = self.groups.geo.group_of_inode(parent);
         let ino =

@@ -52,6 +52,10 @@ pub const QUOTA_CHANGE: &str = "quota usage change";
 /// descriptors, map blocks and the quota inode (ext4's `EXT4_QUOTA_INIT_BLOCKS` is 25).
 pub const CREDITS_PER_FILE: u32 = 25;
 
+/// Blocks one new entry may take: five quota blocks (four tree levels and a data block),
+/// each at worst a file-system block of its own, and the quota file's map blocks.
+const INSERT_BLOCKS_MAX: u64 = 5 + 4;
+
 /// What one inode is charged: its ids and the usage they carry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Charge {
@@ -139,11 +143,17 @@ impl Quotas {
         } else {
             0
         };
-        Ok(Charge {
+        Ok(Charge { inodes: 1 + value_inodes, ..self.base_charge(fs, data) })
+    }
+
+    /// A live counted inode's ids and space (its inodes are the caller's to count).
+    fn base_charge(&self, fs: &Filesystem, data: &InodeData) -> Charge {
+        let inode = &data.inode;
+        Charge {
             ids: [inode.uid, inode.gid, inode.projid],
             space: inode.blocks_512(fs.block_size()) * 512,
-            inodes: 1 + value_inodes,
-        })
+            inodes: 0,
+        }
     }
 
     /// Moves usage from `old` (the charge on disk) to `new` in every quota file, under `txn`.
@@ -166,6 +176,28 @@ impl Quotas {
             }
         }
         Ok(())
+    }
+
+    /// Makes sure every quota file has an entry for its id among `ids` (user, group,
+    /// project), in a handle of its own with blocks reserved, before an operation that may
+    /// charge a new id changes anything (as the kernel's `dquot_initialize`): a full file
+    /// system then fails the operation with ENOSPC and nothing changed, instead of in the
+    /// middle of it. Entries are never removed, so they stay for the operation.
+    pub fn prepare(&self, fs: &Filesystem, ids: [u32; 3]) -> Result<()> {
+        let missing: Vec<&QuotaFile> = self
+            .files
+            .iter()
+            .filter(|f| !f.state.lock().entries.contains_key(&ids[f.kind as usize]))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        // A new entry takes at most the four tree blocks and a data block, with their map
+        // blocks: blocks of at least 1 KiB, an extent tree at most a few levels deep.
+        let mut txn = fs.begin(1, INSERT_BLOCKS_MAX * missing.len() as u64)?;
+        let result =
+            missing.iter().try_for_each(|file| file.add(&mut txn, ids[file.kind as usize], 0, 0));
+        fs.finish(result, txn)
     }
 
     /// The usage each quota file records, as (type, id, bytes, inodes) in type and id
@@ -202,7 +234,7 @@ pub(crate) fn check_files(image: &crate::image::Ext4Image) -> Result<()> {
         }
         let check = || {
             let inode = image.read_inode(ino)?;
-            check_quota_inode(ino, &inode)?;
+            check_quota_inode(kind, ino, &inode)?;
             let extents = image.extents(ino, &inode)?;
             let mut io = ImageFile { image, size: inode.size, extents };
             let info = QuotaInfo::parse(kind, &io.read_block(0)?)?;
@@ -221,7 +253,12 @@ fn refusal(kind: QuotaType, ino: u32, err: &FsError) -> FsError {
     ))
 }
 
-fn check_quota_inode(ino: u32, inode: &ext4::Inode) -> Result<()> {
+fn check_quota_inode(kind: QuotaType, ino: u32, inode: &ext4::Inode) -> Result<()> {
+    // The user and group files live in reserved inodes (3 and 4: mke2fs, tune2fs); elsewhere
+    // e2fsck would charge them like files, and quill would charge a quota file to itself.
+    if kind != QuotaType::Project && ino >= ext4::FIRST_INO_MIN {
+        return Err(FsError::Unsupported(format!("a {} quota file in inode {ino}", kind.name())));
+    }
     if inode.mode & ext4::MODE_TYPE_MASK != ext4::MODE_REGULAR || inode.links_count == 0 {
         return Err(FsError::corrupted(0, format!("inode {ino} is not a live regular file")));
     }
@@ -265,7 +302,7 @@ impl QuotaFileIo for ImageFile<'_> {
 impl QuotaFile {
     fn load(fs: &Filesystem, kind: QuotaType, ino: u32) -> Result<QuotaFile> {
         let data = fs.load_inode(ino)?;
-        check_quota_inode(ino, &data.inode)?;
+        check_quota_inode(kind, ino, &data.inode)?;
         let mut io = ReadFile { fs, ino, data: &data };
         let info = QuotaInfo::parse(kind, &io.read_block(0)?)?;
         let entries = qf::scan(&mut io, &info)?.into_iter().collect();
@@ -286,6 +323,9 @@ impl QuotaFile {
                 offset
             }
         };
+        if space == 0 && inodes == 0 {
+            return Ok(());
+        }
         let (block, at) = locate(fs, self.ino, &state.data, offset)?
             .ok_or_else(|| FsError::corrupted(0, format!("quota entry of id {id} in a hole")))?;
         let buffer = fs.journal.read_buffer(block)?;
@@ -442,9 +482,23 @@ impl Filesystem {
     /// orphan state was known).
     pub(crate) fn recharge(&self, ino: u32, data: &mut InodeData) -> Result<()> {
         if let Some(quotas) = self.quotas.get() {
-            data.quota = quotas.charge_of(self, &mut ReadIo { fs: self }, ino, data)?;
+            data.quota = match quotas.charge_of(self, &mut ReadIo { fs: self }, ino, data) {
+                Ok(charge) => charge,
+                // An xattr block that cannot be read (value inodes uncounted): the inode still
+                // loads, for reading; a write of it meets the damage again and fails.
+                Err(err) if err.is_corruption() => {
+                    Charge { inodes: 1, ..quotas.base_charge(self, data) }
+                }
+                Err(err) => return Err(err),
+            };
         }
         Ok(())
+    }
+
+    /// Entries for the ids a new inode or a change of owner or project will charge, made
+    /// before the operation starts ([`Quotas::prepare`]); nothing without quotas.
+    pub(crate) fn quota_prepare(&self, ids: [u32; 3]) -> Result<()> {
+        self.quotas.get().map_or(Ok(()), |q| q.prepare(self, ids))
     }
 
     /// The usage the quota files record, as (type, id, bytes, inodes), in type and id order;

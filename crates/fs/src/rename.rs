@@ -181,6 +181,10 @@ impl Filesystem {
                 }
             }
         }
+        if let Some((uid, gid)) = flags.whiteout {
+            // The whiteout is a new inode of the caller's (project 0, as mknod's).
+            self.quota_prepare([uid, gid, 0])?;
+        }
         let mut txn = self.begin(RENAME_CREDITS, RENAME_BLOCKS)?;
         let tid = txn.handle.tid();
         let t = now();

@@ -284,3 +284,47 @@ fn a_damaged_quota_file_refuses_read_write_naming_it_and_reads_read_only() {
         println!("{case}: {err}");
     }
 }
+
+/// A new id on a full file system: its quota entries need blocks, taken before the change
+/// starts (as the kernel's dquot_initialize), so the change fails with ENOSPC and nothing
+/// changed, and the file system stays writable.
+#[test]
+fn a_new_id_on_a_full_file_system_is_enospc_before_anything_changes() {
+    let test = "quota_full";
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return;
+    }
+    let scratch = Scratch::new("quota-full");
+    let image = scratch.path("fs.img");
+    common::mkfs(&image, "16M", &["-O", "quota,project", "-b", "1024", "-m", "0"]);
+    let fs = open(&image);
+    let small = fs.create(ROOT_INO, b"small", 0o644, 0, 0).unwrap().ino;
+    let big = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap().ino;
+    let chunk = vec![7u8; 256 * 1024];
+    let mut at = 0u64;
+    loop {
+        match fs.write(big, at, &chunk) {
+            Ok(n) if n == chunk.len() => at += n as u64,
+            Ok(_) | Err(FsError::NoSpace) => break,
+            Err(err) => panic!("filling: {err}"),
+        }
+    }
+    // Whatever the cache still holds goes to disk; the last blocks, one at a time.
+    let _ = fs.sync();
+    while fs.write(big, at, &[1u8; 1024]).is_ok() && fs.sync().is_ok() {
+        at += 1024;
+    }
+    let chown = SetAttr { uid: Some(4242), gid: Some(4242), ..Default::default() };
+    let r = fs.setattr(small, &chown);
+    assert!(matches!(r, Err(FsError::NoSpace)), "chown to a new id on a full fs: {r:?}");
+    let r = fs.set_project(small, 77, 0);
+    assert!(matches!(r, Err(FsError::NoSpace)), "a new project on a full fs: {r:?}");
+    assert!(!fs.is_read_only(), "ENOSPC must not turn the file system read-only");
+    assert_eq!(fs.getattr(small).unwrap().uid, 0, "nothing changed");
+    fs.unlink(ROOT_INO, b"big").unwrap();
+    fs.setattr(small, &chown).unwrap();
+    fs.set_project(small, 77, 0).unwrap();
+    assert!(usage_recorded(&fs).contains_key(&(QuotaType::User, 4242)));
+    fs.unmount().unwrap();
+    assert_fsck_clean(&image);
+}

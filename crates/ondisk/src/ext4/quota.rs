@@ -338,6 +338,30 @@ pub fn scan<Io: QuotaFileIo>(io: &mut Io, info: &QuotaInfo) -> Result<Vec<(u32, 
             stack.push((next, depth + 1));
         }
     }
+    // The free lists: what a later insert takes or rewrites must be neither the header nor a
+    // block the tree uses (e2fsprogs and the kernel trust them; a damaged list would have an
+    // insert overwrite live blocks). Free blocks are outside the tree; blocks with free
+    // entries are its data blocks, not full.
+    let mut free = std::collections::HashSet::new();
+    let mut blk = info.free_blk;
+    while blk != 0 {
+        if blk >= info.blocks || seen.contains(&blk) || !free.insert(blk) {
+            return Err(corrupted(format!("the free-block list reaches block {blk}")).into());
+        }
+        blk = le32(&io.read_block(blk)?, 0);
+    }
+    let mut listed = std::collections::HashSet::new();
+    let mut blk = info.free_entry;
+    while blk != 0 {
+        if !data_blocks.contains(&blk) || !listed.insert(blk) {
+            return Err(corrupted(format!("the free-entry list reaches block {blk}")).into());
+        }
+        let block = io.read_block(blk)?;
+        if usize::from(le16(&block, 8)) >= ENTRIES_PER_BLOCK {
+            return Err(corrupted(format!("full data block {blk} on the free-entry list")).into());
+        }
+        blk = le32(&block, 0);
+    }
     found.sort_unstable();
     for pair in found.windows(2) {
         if pair[0].0 == pair[1].0 {
@@ -645,6 +669,14 @@ mod tests {
         let mut bad = file.clone();
         put_le32(&mut bad.blocks[2], 4, 1);
         assert!(scan(&mut bad, &info).is_err());
+        // Free lists naming live blocks: the root as a free block, a tree block as one with
+        // free entries.
+        for (field, value) in [(16, TREE_ROOT), (20, 3)] {
+            let mut bad = file.clone();
+            put_le32(&mut bad.blocks[0], INFO_OFFSET + field, value);
+            let bad_info = QuotaInfo::parse(QuotaType::User, &bad.blocks[0]).unwrap();
+            assert!(scan(&mut bad, &bad_info).is_err(), "info field {field} = {value}");
+        }
         // Inserting an id the tree has.
         let mut info2 = info;
         assert!(insert(&mut file, &mut info2, &usage(5, 0, 0)).is_err());
