@@ -17,7 +17,8 @@
 //!   `dev=file|simssd`, and with `dev=simssd` the device's latency model: `ssd=default|970pro`
 //!   ([`SimSsdConfig::profile`]) and any of its fields on top (`ssd_flush_us=900`,
 //!   `ssd_channels=4`, …).
-//! - quill also: `atime=relatime|strictatime|noatime` (the mount's access-time mode).
+//! - quill also: `atime=relatime|strictatime|noatime` (the mount's access-time mode), and
+//!   `features=` (`-O` of quill's mkfs, `+` between names: `features=quota+project`).
 //! - `quill-fuse` also: `threads=N`, the FUSE request threads (default
 //!   [`quill_fuse::default_threads`]), and `fsync_inline=N`, the most fsyncs waiting on
 //!   request threads (default [`quill_fuse::default_fsync_inline`]), and
@@ -79,6 +80,9 @@ pub struct TargetSpec {
     /// quill targets: the journal's size (`journal_mib=`); None: mke2fs's default for the
     /// image size (64 MiB for the default 2 GiB image).
     pub journal_mib: Option<u32>,
+    /// quill targets: features quill's mkfs adds or removes (`features=`, an `-O` list with
+    /// `+` between names, since commas separate the target's options).
+    pub mkfs_features: Option<String>,
     /// quill-fuse: the FUSE side of the mount (`threads=`, `fsync_inline=`, `killpriv=`,
     /// `readdirplus=`, `read_ahead_kb=`, the timeouts, `writeback_cache=on|off`,
     /// `parallel_dirops=on|off`); the mount's defaults otherwise. Each run mounts with a copy
@@ -124,6 +128,7 @@ impl TargetSpec {
             io: IoMode::default(),
             fast_commit: false,
             journal_mib: None,
+            mkfs_features: None,
             fuse: quill_fuse::MountConfig::default(),
             mount_options: Vec::new(),
         };
@@ -193,6 +198,13 @@ impl TargetSpec {
                                     format!("{text}: journal_mib={value}? (4..=4096)")
                                 })?;
                             spec.journal_mib = Some(mib);
+                        }
+                        "features" => {
+                            let list = value.replace('+', ",");
+                            fs::mkfs::Features::default()
+                                .edit(&list)
+                                .map_err(|e| format!("{text}: features={value}: {e}"))?;
+                            spec.mkfs_features = Some(list);
                         }
                         "dev" => {
                             spec.quill_device = match value {
@@ -428,6 +440,9 @@ fn format_and_open_quill(
     if let Some(mib) = spec.journal_mib {
         mkfs.journal_blocks =
             Some((u64::from(mib) * (1 << 20) / u64::from(mkfs.block_size)) as u32);
+    }
+    if let Some(list) = &spec.mkfs_features {
+        mkfs.features.edit(list).map_err(|e| format!("quill mkfs -O {list}: {e}"))?;
     }
     if options.journal.fsync_journal {
         // iJournaling writes ext4 fast commits: the image needs their area (mke2fs's default
@@ -836,6 +851,15 @@ mod tests {
         let ssd = TargetSpec::parse("lib:ssd_flush_us=900,dev=simssd,ssd=970pro").unwrap();
         let want = SimSsdConfig { flush_us: 900, ..SimSsdConfig::samsung_970_pro() };
         assert_eq!(ssd.quill_device, QuillDevice::SimSsd(want));
+        assert_eq!(
+            TargetSpec::parse("quill-fuse:journal_mib=1024").unwrap().journal_mib,
+            Some(1024)
+        );
+        assert_eq!(
+            TargetSpec::parse("lib:features=quota+project").unwrap().mkfs_features.as_deref(),
+            Some("quota,project")
+        );
+        assert!(TargetSpec::parse("lib:features=bigalloc").is_err());
         assert_eq!(
             TargetSpec::parse("quill-fuse:journal_mib=1024").unwrap().journal_mib,
             Some(1024)

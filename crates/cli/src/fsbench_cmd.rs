@@ -34,7 +34,7 @@ Workloads:
   recovery          fill the journal, crash, time the replay (seconds)
 
 Targets (options after a colon, comma-separated):
-  lib[:preset=classic|dual|cjfs|fast18-io|fast18|all,data=ordered|journal,dev=file|simssd,SETTING=VALUE]
+  lib[:preset=classic|dual|cjfs|fast18-io|fast18|all,data=ordered|journal,dev=file|simssd,features=quota+project,SETTING=VALUE]
                     quill in-process
   quill-fuse[:...]  quill mounted through FUSE (same options but dev)
   kernel-ext4[:fast_commit,MOUNT-OPTION...]
