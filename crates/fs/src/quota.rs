@@ -352,14 +352,20 @@ impl QuotaFile {
         })();
         let grown = txn.take_blocks_delta();
         txn.blocks_delta = pending;
-        let offset = result?;
-        state.info = info;
+        // Blocks mapped before a failure stay the file's, counted and written with its inode
+        // (what commits under errors=continue is then a file with unused blocks, not blocks
+        // nothing owns).
         let data = &mut state.data;
         crate::ops::add_blocks(&mut data.inode, grown, fs.block_size());
         if data.inode != before {
             data.fc.ineligible_next(QUOTA_CHANGE);
-            fs.write_inode(txn, self.ino, data, true)?;
+            let written = fs.write_inode(txn, self.ino, data, true);
+            if result.is_ok() {
+                written?;
+            }
         }
+        let offset = result?;
+        state.info = info;
         Ok(offset)
     }
 }
