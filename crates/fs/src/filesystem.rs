@@ -272,10 +272,9 @@ impl Filesystem {
         let image = Ext4Image::open(dev.clone())?;
         let mut sb = image.superblock().clone();
         let groups = Groups::new(&sb, image.group_descs())?;
-        if !options.read_only {
-            // Quota files quill could not charge refuse the open before anything is written.
-            crate::quota::check_files(&image)?;
-        }
+        // Quota files quill could not charge refuse the open before anything is written.
+        let quota_files =
+            if options.read_only { Vec::new() } else { crate::quota::scan_files(&image)? };
         drop(image);
         // The state to restore at a clean unmount (ext4's s_mount_state).
         let mount_state = sb.state;
@@ -361,15 +360,16 @@ impl Filesystem {
             quotas: std::sync::OnceLock::new(),
         };
         if !fs.options.read_only {
-            let quotas = crate::quota::Quotas::load(&fs);
-            if let Err(err) = &quotas {
-                // Refused before anything changed, as an orphan quill cannot finish is.
-                let err = FsError::Unsupported(err.to_string());
-                fs.unmount()?;
-                return Err(err);
-            }
-            if let Ok(Some(quotas)) = quotas {
-                let _ = fs.quotas.set(quotas);
+            match crate::quota::Quotas::load(&fs, quota_files) {
+                Ok(Some(quotas)) => {
+                    let _ = fs.quotas.set(quotas);
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    // Refused before anything changed, as an orphan quill cannot finish is.
+                    fs.unmount()?;
+                    return Err(err);
+                }
             }
             if let Err(err) = fs.process_orphans() {
                 // An orphan quill cannot finish is refused before anything changed: leave the

@@ -7,7 +7,8 @@
 //! | the quota file format and its tree | `ondisk::ext4::quota` |
 //! | what an inode is charged ([`Charge`]) | [`Quotas::charge_of`] |
 //! | charging a change | `Filesystem::write_inode` calls [`Quotas::transfer`] with the charge as last written and the new one |
-//! | a quota file's blocks | [`QuotaFile`]: its inode, kept here (never in the inode cache), and an id → entry map |
+//! | a quota file's blocks | [`QuotaFile`]: its inode, kept here (never in the inode cache), and where each id's entry is |
+//! | checking the files before a read-write open writes | [`scan_files`], whose findings [`Quotas::load`] keeps |
 //!
 //! What an inode is charged, as e2fsck 1.47.0's pass 1 counts it (`check_blocks`) and
 //! `quota_compute_usage` does: the root and every inode from `s_first_ino` on, but not the
@@ -84,28 +85,35 @@ struct FileState {
     /// The quota inode (not in the inode cache: nothing else ever locks it).
     data: InodeData,
     info: QuotaInfo,
-    /// Where each id's entry is, as a byte offset in the file.
-    entries: HashMap<u32, u64>,
+    /// Where each id's entry is: its file-system block and the byte in it (a quota file only
+    /// grows, so an entry never moves, and a charge looks nothing up).
+    entries: HashMap<u32, (u64, usize)>,
+}
+
+/// A quota file as [`scan_files`] found it, before the open wrote anything.
+pub(crate) struct ScannedFile {
+    kind: QuotaType,
+    ino: u32,
+    info: QuotaInfo,
+    /// Each id's entry, as a byte offset in the file.
+    entries: Vec<(u32, u64)>,
 }
 
 impl Quotas {
-    /// Reads the quota files `fs` names, or `None` without the quota feature. A file that is
-    /// not a sound quota file refuses the read-write mount (charging into it could only
-    /// spread the damage; e2fsck rebuilds it).
-    pub fn load(fs: &Filesystem) -> Result<Option<Quotas>> {
+    /// The quota files [`scan_files`] found sound, with their inodes loaded through the
+    /// journal, or `None` without the quota feature.
+    pub fn load(fs: &Filesystem, scanned: Vec<ScannedFile>) -> Result<Option<Quotas>> {
         let sb = &fs.params;
         if sb.feature_ro_compat & feature::RO_COMPAT_QUOTA == 0 {
             return Ok(None);
         }
-        let mut files = Vec::new();
-        for kind in QuotaType::ALL {
-            let ino = sb.quota_inums[kind as usize];
-            if ino == 0 {
-                continue;
-            }
-            let file = QuotaFile::load(fs, kind, ino).map_err(|err| refusal(kind, ino, &err))?;
-            files.push(file);
-        }
+        let files = scanned
+            .into_iter()
+            .map(|file| {
+                let (kind, ino) = (file.kind, file.ino);
+                QuotaFile::load(fs, file).map_err(|err| refusal(kind, ino, &err))
+            })
+            .collect::<Result<_>>()?;
         let prj = sb.quota_inums[QuotaType::Project as usize];
         Ok(Some(Quotas { files, first_ino: sb.first_ino, uncharged: [prj, sb.orphan_file_inum] }))
     }
@@ -195,8 +203,9 @@ impl Quotas {
         // A new entry takes at most the four tree blocks and a data block, with their map
         // blocks: blocks of at least 1 KiB, an extent tree at most a few levels deep.
         let mut txn = fs.begin(1, INSERT_BLOCKS_MAX * missing.len() as u64)?;
-        let result =
-            missing.iter().try_for_each(|file| file.add(&mut txn, ids[file.kind as usize], 0, 0));
+        let result = missing.iter().try_for_each(|file| {
+            file.entry(&mut txn, &mut file.state.lock(), ids[file.kind as usize]).map(drop)
+        });
         fs.finish(result, txn)
     }
 
@@ -206,43 +215,45 @@ impl Quotas {
         let mut out = Vec::new();
         for file in &self.files {
             let state = file.state.lock();
-            let mut io = ReadFile { fs, ino: file.ino, data: &state.data };
-            let mut ids: Vec<_> = state.entries.iter().map(|(&id, &off)| (id, off)).collect();
+            let mut ids: Vec<_> = state.entries.iter().map(|(&id, &home)| (id, home)).collect();
             ids.sort_unstable();
-            for (id, off) in ids {
-                let block = io.read_block((off / QUOTA_BLOCK_SIZE as u64) as u32)?;
-                let at = (off % QUOTA_BLOCK_SIZE as u64) as usize;
-                let d = DiskDquot::parse(block[at..at + qf::ENTRY_SIZE].try_into().expect("entry"));
-                out.push((file.kind, id, d.curspace, d.curinodes));
+            for (id, (block, at)) in ids {
+                let entry = fs.journal.read_buffer(block)?.read(|b| {
+                    DiskDquot::parse(b[at..at + qf::ENTRY_SIZE].try_into().expect("entry"))
+                });
+                out.push((file.kind, id, entry.curspace, entry.curinodes));
             }
         }
         Ok(out)
     }
 }
 
-/// Checks, before a read-write open writes anything, that every quota file the superblock
-/// names is a sound quota tree (what [`Quotas::load`] reads again through the journal).
-pub(crate) fn check_files(image: &crate::image::Ext4Image) -> Result<()> {
+/// Reads every quota file the superblock names, before a read-write open writes anything:
+/// one that is not a sound quota tree refuses the open, naming it (charging into it could only
+/// spread the damage; e2fsck rebuilds it). [`Quotas::load`] keeps what was found.
+pub(crate) fn scan_files(image: &crate::image::Ext4Image) -> Result<Vec<ScannedFile>> {
     let sb = image.superblock();
     if sb.feature_ro_compat & feature::RO_COMPAT_QUOTA == 0 {
-        return Ok(());
+        return Ok(Vec::new());
     }
+    let mut files = Vec::new();
     for kind in QuotaType::ALL {
         let ino = sb.quota_inums[kind as usize];
         if ino == 0 {
             continue;
         }
-        let check = || {
+        let scan = || {
             let inode = image.read_inode(ino)?;
             check_quota_inode(kind, ino, &inode)?;
             let extents = image.extents(ino, &inode)?;
             let mut io = ImageFile { image, size: inode.size, extents };
             let info = QuotaInfo::parse(kind, &io.read_block(0)?)?;
-            qf::scan(&mut io, &info).map(drop)
+            let entries = qf::scan(&mut io, &info)?;
+            Ok::<_, FsError>(ScannedFile { kind, ino, info, entries })
         };
-        check().map_err(|err| refusal(kind, ino, &err))?;
+        files.push(scan().map_err(|err| refusal(kind, ino, &err))?);
     }
-    Ok(())
+    Ok(files)
 }
 
 /// Why a read-write open is refused: the quota file cannot be charged.
@@ -300,13 +311,27 @@ impl QuotaFileIo for ImageFile<'_> {
 }
 
 impl QuotaFile {
-    fn load(fs: &Filesystem, kind: QuotaType, ino: u32) -> Result<QuotaFile> {
+    /// The quota file `scanned` describes, its inode loaded through the journal (the same
+    /// bytes the scan read: nothing was written in between).
+    fn load(fs: &Filesystem, scanned: ScannedFile) -> Result<QuotaFile> {
+        let ScannedFile { kind, ino, info, entries } = scanned;
         let data = fs.load_inode(ino)?;
-        check_quota_inode(kind, ino, &data.inode)?;
-        let mut io = ReadFile { fs, ino, data: &data };
-        let info = QuotaInfo::parse(kind, &io.read_block(0)?)?;
-        let entries = qf::scan(&mut io, &info)?.into_iter().collect();
+        let entries = entries
+            .into_iter()
+            .map(|(id, offset)| Ok((id, entry_home(fs, ino, &data, id, offset)?)))
+            .collect::<Result<_>>()?;
         Ok(QuotaFile { kind, ino, state: Mutex::new(FileState { data, info, entries }) })
+    }
+
+    /// Where `id`'s entry is, made (with nothing charged) if the file has none yet.
+    fn entry(&self, txn: &mut Txn<'_>, state: &mut FileState, id: u32) -> Result<(u64, usize)> {
+        if let Some(&home) = state.entries.get(&id) {
+            return Ok(home);
+        }
+        let offset = self.insert(txn, state, id)?;
+        let home = entry_home(txn.fs, self.ino, &state.data, id, offset)?;
+        state.entries.insert(id, home);
+        Ok(home)
     }
 
     /// Adds `space` bytes and `inodes` inodes to `id`'s entry, making the entry if the file
@@ -314,20 +339,7 @@ impl QuotaFile {
     fn add(&self, txn: &mut Txn<'_>, id: u32, space: i64, inodes: i64) -> Result<()> {
         let fs = txn.fs;
         let mut state = self.state.lock();
-        let state = &mut *state;
-        let offset = match state.entries.get(&id) {
-            Some(&offset) => offset,
-            None => {
-                let offset = self.insert(txn, state, id)?;
-                state.entries.insert(id, offset);
-                offset
-            }
-        };
-        if space == 0 && inodes == 0 {
-            return Ok(());
-        }
-        let (block, at) = locate(fs, self.ino, &state.data, offset)?
-            .ok_or_else(|| FsError::corrupted(0, format!("quota entry of id {id} in a hole")))?;
+        let (block, at) = self.entry(txn, &mut state, id)?;
         let buffer = fs.journal.read_buffer(block)?;
         txn.handle
             .modify(&buffer, |b| qf::add_usage(&mut b[at..at + qf::ENTRY_SIZE], space, inodes))?;
@@ -388,6 +400,18 @@ fn locate(
     }
 }
 
+/// The block and byte of `id`'s entry at byte `offset` of quota file `ino`.
+fn entry_home(
+    fs: &Filesystem,
+    ino: u32,
+    data: &InodeData,
+    id: u32,
+    offset: u64,
+) -> Result<(u64, usize)> {
+    locate(fs, ino, data, offset)?
+        .ok_or_else(|| FsError::corrupted(0, format!("quota entry of id {id} in a hole")))
+}
+
 /// A quota block as the file holds it now (zeros in a hole or past the end, as e2fsprogs
 /// reads one).
 fn read_quota_block(
@@ -406,25 +430,6 @@ fn read_quota_block(
         buffer.read(|b| out.copy_from_slice(&b[at..at + QUOTA_BLOCK_SIZE]));
     }
     Ok(out)
-}
-
-/// A quota file read outside any change (mount, diagnostics).
-struct ReadFile<'a> {
-    fs: &'a Filesystem,
-    ino: u32,
-    data: &'a InodeData,
-}
-
-impl QuotaFileIo for ReadFile<'_> {
-    type Error = FsError;
-
-    fn read_block(&mut self, blk: u32) -> Result<[u8; QUOTA_BLOCK_SIZE]> {
-        read_quota_block(self.fs, self.ino, self.data, blk)
-    }
-
-    fn write_block(&mut self, blk: u32, _: &[u8; QUOTA_BLOCK_SIZE]) -> Result<()> {
-        Err(crate::adapters::read_only_misuse(u64::from(blk)))
-    }
 }
 
 /// A quota file changed under a handle: blocks are journaled as metadata (as

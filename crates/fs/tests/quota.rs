@@ -10,7 +10,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{
     assert_fsck_clean, can_loop_mount, compare, have, kernel_tree, open_device, quill_tree, Mount,
@@ -18,6 +18,18 @@ use common::{
 };
 use fs::{Filesystem, FsError, MountOptions, SetAttr, SetMode, ROOT_INO};
 use ondisk::ext4::quota::QuotaType;
+
+/// A fresh image of `size` made by mkfs.ext4 with `args`, in a scratch directory named for
+/// `test` (kept while the first is); `None`, after a SKIP line, without mkfs.ext4 and e2fsck.
+fn formatted(test: &str, size: &str, args: &[&str]) -> Option<(Scratch, PathBuf)> {
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+        return None;
+    }
+    let scratch = Scratch::new(test);
+    let image = scratch.path("fs.img");
+    common::mkfs(&image, size, args);
+    Some((scratch, image))
+}
 
 fn open(image: &Path) -> Filesystem {
     Filesystem::open(open_device(image), MountOptions::default()).unwrap()
@@ -156,13 +168,11 @@ fn quill_charges_what_e2fsck_counts_after_unmount_and_after_a_crash() {
 
 #[test]
 fn values_in_inodes_of_their_own_and_inline_files_are_charged_as_e2fsck_counts() {
-    let test = "quota_ea_inode";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+    let Some((_scratch, image)) =
+        formatted("quota_ea_inode", "64M", &["-O", "quota,ea_inode,inline_data", "-b", "1024"])
+    else {
         return;
-    }
-    let scratch = Scratch::new("quota-ea-inode");
-    let image = scratch.path("fs.img");
-    common::mkfs(&image, "64M", &["-O", "quota,ea_inode,inline_data", "-b", "1024"]);
+    };
     let fs = open(&image);
     for i in 0..12u32 {
         let ino = fs.create(ROOT_INO, format!("v{i}").as_bytes(), 0o644, i, i).unwrap().ino;
@@ -247,13 +257,11 @@ fn the_kernel_reads_a_quota_image_quill_wrote() {
 
 #[test]
 fn a_damaged_quota_file_refuses_read_write_naming_it_and_reads_read_only() {
-    let test = "quota_damaged";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+    let Some((_scratch, image)) =
+        formatted("quota_damaged", "64M", &["-O", "quota,^metadata_csum", "-b", "1024"])
+    else {
         return;
-    }
-    let scratch = Scratch::new("quota-damaged");
-    let image = scratch.path("fs.img");
-    common::mkfs(&image, "64M", &["-O", "quota,^metadata_csum", "-b", "1024"]);
+    };
     let fs = open(&image);
     fs.create(ROOT_INO, b"kept", 0o644, 3, 3).unwrap();
     fs.unmount().unwrap();
@@ -290,13 +298,11 @@ fn a_damaged_quota_file_refuses_read_write_naming_it_and_reads_read_only() {
 /// changed, and the file system stays writable.
 #[test]
 fn a_new_id_on_a_full_file_system_is_enospc_before_anything_changes() {
-    let test = "quota_full";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
+    let Some((_scratch, image)) =
+        formatted("quota_full", "16M", &["-O", "quota,project", "-b", "1024", "-m", "0"])
+    else {
         return;
-    }
-    let scratch = Scratch::new("quota-full");
-    let image = scratch.path("fs.img");
-    common::mkfs(&image, "16M", &["-O", "quota,project", "-b", "1024", "-m", "0"]);
+    };
     let fs = open(&image);
     let small = fs.create(ROOT_INO, b"small", 0o644, 0, 0).unwrap().ino;
     let big = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap().ino;

@@ -615,75 +615,46 @@ fn run_model(c: &Config, seed: u64, steps: usize) {
     println!("{}: {threads} threads x {steps} operations matched the model", c.label);
 }
 
-#[test]
-fn random_operations_from_several_threads_match_the_model_before_and_after_remount() {
-    if !have("mkfs.ext4", "random_operations") || !have("e2fsck", "random_operations") {
+/// Runs every configuration of `configs` as [`run_model`] does, 150 operations per thread, with
+/// the seed of `test` (skipped with a printed reason without mkfs.ext4 and e2fsck).
+fn run_configs(test: &str, configs: Vec<Config>) {
+    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
         return;
     }
-    let seed = seed("random_operations");
-    for c in configs() {
+    let seed = seed(test);
+    for c in configs {
         run_model(&c, seed, 150);
     }
+}
+
+#[test]
+fn random_operations_from_several_threads_match_the_model_before_and_after_remount() {
+    run_configs("random_operations", configs());
 }
 
 #[test]
 fn random_operations_under_data_journal_and_with_2k_and_64k_blocks_match_the_model() {
-    let test = "random_operations_more_configs";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
-        return;
-    }
-    let seed = seed(test);
-    for c in more_configs() {
-        run_model(&c, seed, 150);
-    }
+    run_configs("random_operations_more_configs", more_configs());
 }
 
 #[test]
 fn random_operations_on_ext3_match_the_model() {
-    let test = "random_operations_ext3";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
-        return;
-    }
-    let seed = seed(test);
-    for c in ext3_configs() {
-        run_model(&c, seed, 150);
-    }
+    run_configs("random_operations_ext3", ext3_configs());
 }
 
 #[test]
 fn random_operations_without_a_journal_match_the_model() {
-    let test = "random_operations_no_journal";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
-        return;
-    }
-    let seed = seed(test);
-    for c in no_journal_configs() {
-        run_model(&c, seed, 150);
-    }
+    run_configs("random_operations_no_journal", no_journal_configs());
 }
 
 #[test]
 fn random_operations_with_meta_bg_mmp_inline_data_and_ea_inode_match_the_model() {
-    let test = "random_operations_features";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
-        return;
-    }
-    let seed = seed(test);
-    for c in feature_configs() {
-        run_model(&c, seed, 150);
-    }
+    run_configs("random_operations_features", feature_configs());
 }
 
 #[test]
 fn random_operations_with_quota_match_the_model_and_e2fscks_usage() {
-    let test = "random_operations_quota";
-    if !have("mkfs.ext4", test) || !have("e2fsck", test) {
-        return;
-    }
-    let seed = seed(test);
-    for c in quota_configs() {
-        run_model(&c, seed, 150);
-    }
+    run_configs("random_operations_quota", quota_configs());
 }
 
 #[test]
