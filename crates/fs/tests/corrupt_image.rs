@@ -1984,12 +1984,8 @@ fn line_allowed(line: &str, case: &Case, extra_inos: &BTreeSet<u32>) -> bool {
     if line.contains("could be narrower") || line.contains("could be shorter") {
         return true;
     }
-    // Nor is the clock: e2fsck reads the coarse clock (time(2)), which can lag the precise
-    // one quill stamped s_wtime with by a tick, so an e2fsck run right after the unmount may
-    // see the write time a second "in the future".
-    if line.starts_with("Superblock last write time is in the future")
-        || line.contains("probably due to the hardware clock being incorrectly set")
-    {
+    // Nor is the clock.
+    if common::e2fsck_clock_line(line) {
         return true;
     }
     if case.allow.iter().any(|a| line.contains(a)) {

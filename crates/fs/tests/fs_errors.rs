@@ -73,11 +73,7 @@ fn fsck_verdict(path: &Path) -> Vec<String> {
                 || l.starts_with("e2fsck ")
                 || l.starts_with("Pass ")
                 || l.contains("files (")
-                // The coarse clock e2fsck reads can lag the one quill stamped s_wtime with by
-                // a tick: "in the future", and the line e2fsck adds when that is by less than
-                // a day.
-                || l.starts_with("Superblock last write time is in the future")
-                || l.contains("probably due to the hardware clock being incorrectly set"))
+                || common::e2fsck_clock_line(l))
         })
         .collect()
 }

@@ -254,6 +254,15 @@ pub fn unexpected_fsck_lines(text: &str) -> Vec<&str> {
     crashtest::check::unexpected_fsck_lines(text, &|_| false)
 }
 
+/// Whether `line` is e2fsck's note about the clock, never a problem of the image: e2fsck reads
+/// the coarse clock (time(2)), which can lag the precise one quill stamped s_wtime with by a
+/// tick, so a run right after an unmount may see the write time a second "in the future"
+/// (and adds that it is by less than a day).
+pub fn e2fsck_clock_line(line: &str) -> bool {
+    line.starts_with("Superblock last write time is in the future")
+        || line.contains("probably due to the hardware clock being incorrectly set")
+}
+
 /// Runs `e2fsck -fy` (repairing the image in place) and returns (exit code, output).
 pub fn e2fsck_fix(image: &Path) -> (i32, String) {
     run_on_image("e2fsck", "-fy", image)
