@@ -23,6 +23,10 @@ impl MetaIo for ReadIo<'_> {
         self.fs.block_size() as usize
     }
 
+    fn cluster_blocks(&self) -> u32 {
+        self.fs.groups.geo.cluster_blocks()
+    }
+
     fn blocks_count(&self) -> u64 {
         self.fs.params.blocks_count
     }
@@ -108,7 +112,8 @@ impl<M: MetaIo> DirAccess<'_, M> {
     /// Moves the inline directory into a new block holding `block` (its first), in the
     /// caller's transaction: the block is journaled and mapped, the inline data dropped.
     fn move_out(&mut self, block: &[u8]) -> Result<()> {
-        let pblk = self.io.alloc_meta_block(self.ectx.goal)?;
+        let pblk =
+            crate::clusters::alloc_block(self.io, &self.ectx, &self.data.inode, 0, self.ectx.goal)?;
         let tid = self.io.fast_commit_tid();
         crate::inline::leave_inode(self.data, self.extents, tid)?;
         let ectx = ExtentCtx { goal: pblk, ..self.ectx };
@@ -195,7 +200,7 @@ impl<M: MetaIo> DirIo for DirAccess<'_, M> {
             Some(last) => self.map(last)? + 1,
             None => self.ectx.goal,
         };
-        let pblk = self.io.alloc_meta_block(goal)?;
+        let pblk = crate::clusters::alloc_block(self.io, &self.ectx, &self.data.inode, lblk, goal)?;
         let ectx = ExtentCtx { goal: pblk, ..self.ectx };
         block_map::insert(self.io, &ectx, &mut self.data.inode, lblk, pblk, 1, false)?;
         self.data.inode.size += u64::from(self.block_size);

@@ -84,8 +84,20 @@ pub fn insert(
 }
 
 /// Unmaps logical blocks `start .. end` of `inode` and frees their blocks (data and emptied
-/// map blocks); returns the data blocks freed ([`extent_tree::remove_range`]).
+/// map blocks); returns the data blocks unmapped ([`extent_tree::remove_range`]). With
+/// bigalloc a cluster is freed once none of its blocks stays mapped (`clusters.rs`).
 pub fn remove_range(
+    io: &mut dyn MetaIo,
+    ctx: &ExtentCtx,
+    inode: &mut ext4::Inode,
+    start: u32,
+    end: u64,
+) -> Result<u64> {
+    crate::clusters::remove_range(io, ctx, inode, start, end)
+}
+
+/// [`remove_range`] with every unmapped data run handed to `io.free_data_blocks` as it is.
+pub(crate) fn remove_range_blocks(
     io: &mut dyn MetaIo,
     ctx: &ExtentCtx,
     inode: &mut ext4::Inode,

@@ -35,6 +35,7 @@ use ondisk::ext4;
 use crate::adapters::{extent_ctx, ReadIo};
 use crate::block_map;
 use crate::clean_cache::CachedDevice;
+use crate::clusters;
 use crate::error::{FsError, Result};
 use crate::extent_tree::{ExtentCtx, Lookup};
 use crate::filesystem::{now, DataMode, ErrorPolicy, Filesystem, Txn};
@@ -395,8 +396,9 @@ impl Filesystem {
         // Extent-tree blocks come from the metadata pool, as many as it can spare (an
         // overwrite or an append to the last extent needs none); the data blocks were
         // reserved when the data was cached.
-        txn.reservation.absorb(self.groups.reserve_up_to(step.pool_blocks));
-        let data_part = held.split(i64::from(step.step_blocks));
+        let geo = &self.groups.geo;
+        txn.reservation.absorb(self.groups.reserve_up_to(geo.meta_blocks(step.pool_blocks)));
+        let data_part = held.split(geo.data_blocks(u64::from(step.step_blocks)) as i64);
         let data_given = data_part.blocks;
         txn.reservation.absorb(data_part);
         let mut data_allocated = 0i64;
@@ -411,6 +413,7 @@ impl Filesystem {
                 let lblk = (pos / bs) as u32;
                 let run_end_lblk = ((step_end - 1) / bs) as u32;
                 let lookup = block_map::lookup(txn, &ectx, &data.inode, lblk)?;
+                let mut taken = None;
                 let (pblk, run, fresh) = match lookup {
                     Lookup::Mapped { pblk, len, unwritten } => {
                         let run = len.min(run_end_lblk - lblk + 1);
@@ -421,11 +424,13 @@ impl Filesystem {
                             .min(len_to_next.unwrap_or(u32::MAX))
                             .min(block_map::run_room(&data.inode, bs as u32, lblk));
                         let goal = self.data_goal(txn, &ectx, data, lblk)?;
-                        let (pblk, got) = txn.alloc_data(goal, want)?;
-                        data_allocated += i64::from(got);
+                        let new =
+                            clusters::alloc_run(txn, &ectx, &data.inode, lblk, goal, want, false)?;
+                        taken = new.taken;
+                        data_allocated += taken.map_or(0, |(_, count)| count as i64);
                         *mapped = true;
-                        ectx.goal = pblk + u64::from(got);
-                        (pblk, got, true)
+                        ectx.goal = new.pblk + u64::from(new.len);
+                        (new.pblk, new.len, true)
                     }
                 };
                 let run_bytes_end = ((u64::from(lblk) + u64::from(run)) * bs).min(step_end);
@@ -438,7 +443,9 @@ impl Filesystem {
                         // still commits under errors=continue, so they do not leak (e2fsck:
                         // block bitmap differences). Under errors=remount-ro the journal is
                         // aborted and this fails harmlessly.
-                        let _ = txn.free_data_blocks(pblk, u64::from(run));
+                        if let Some((start, count)) = taken {
+                            let _ = txn.free_data_blocks(start, count);
+                        }
                     }
                     return Err(err);
                 }
@@ -859,7 +866,10 @@ impl Filesystem {
             let step = (last - lblk).min(u64::from(STEP_BLOCKS_MAX)) as u32;
             let per_extent = block_map::worst_case_blocks_touched(&data.inode) + 6;
             let pool = block_map::new_blocks_per_insert(&data.inode) * 4;
-            let mut txn = self.begin(per_extent * 8 + 8, u64::from(step) + pool)?;
+            let geo = &self.groups.geo;
+            let blocks = geo.data_blocks(u64::from(step)) + geo.meta_blocks(pool);
+            let reservation = self.groups.reserve(&self.journal, blocks)?;
+            let mut txn = self.begin_with(per_extent * 8 + 8, reservation)?;
             let result = (|| {
                 let mut ectx = extent_ctx(self, ino, data);
                 let step_end = lblk + u64::from(step);
@@ -872,18 +882,26 @@ impl Filesystem {
                                 .min(len_to_next.unwrap_or(u32::MAX))
                                 .min(ext4::EXTENT_LEN_INIT_MAX - 1);
                             let goal = self.data_goal(&mut txn, &ectx, data, l)?;
-                            let (pblk, got) = txn.alloc_data(goal, want)?;
-                            ectx.goal = pblk + u64::from(got);
+                            let new = clusters::alloc_run(
+                                &mut txn,
+                                &ectx,
+                                &data.inode,
+                                l,
+                                goal,
+                                want,
+                                false,
+                            )?;
+                            ectx.goal = new.pblk + u64::from(new.len);
                             block_map::insert(
                                 &mut txn,
                                 &ectx,
                                 &mut data.inode,
                                 l,
-                                pblk,
-                                got,
+                                new.pblk,
+                                new.len,
                                 true,
                             )?;
-                            lblk += u64::from(got);
+                            lblk += u64::from(new.len);
                         }
                     }
                 }

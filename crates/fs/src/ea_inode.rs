@@ -29,6 +29,7 @@ use ondisk::ext4::{self, Timestamp, EA_INODE_FL};
 
 use crate::adapters::{extent_ctx, ReadIo};
 use crate::block_map;
+use crate::clusters;
 use crate::error::{FsError, Result};
 use crate::extent_tree::Lookup;
 use crate::filesystem::{Filesystem, Txn};
@@ -176,7 +177,7 @@ impl ValueInodes for Txn<'_> {
             let bs = fs.block_size() as usize;
             let mut ectx = extent_ctx(fs, ino, &data);
             for (lblk, chunk) in value.chunks(bs).enumerate() {
-                let pblk = self.alloc_meta_block(ectx.goal)?;
+                let pblk = clusters::alloc_block(self, &ectx, &data.inode, lblk as u32, ectx.goal)?;
                 let mut block = vec![0u8; bs];
                 block[..chunk.len()].copy_from_slice(chunk);
                 self.write_meta(pblk, &block)?;
@@ -223,13 +224,7 @@ impl Txn<'_> {
         let freed = (|| -> Result<()> {
             let ectx = extent_ctx(fs, ino, data);
             let (runs, map_blocks) = block_map::runs_and_map_blocks(self, &ectx, &data.inode)?;
-            for run in runs {
-                self.free_data_blocks(run.start, u64::from(run.len))?;
-            }
-            for block in map_blocks {
-                self.free_meta_block(block)?;
-            }
-            Ok(())
+            clusters::free_runs(self, &runs, &map_blocks)
         })();
         self.revoke_freed_data = revoke;
         self.take_blocks_delta();

@@ -182,6 +182,14 @@ impl Replay {
         // The replay writes the file system as quill does: refuse features it cannot write
         // (casefold names, encryption, ea_inode …) before anything is staged.
         crate::filesystem::check_features(&sb, false)?;
+        // Its bitmaps and block maps go block by block; quill writes no fast commits on
+        // bigalloc, the kernel's are replayed by its own mount or e2fsck.
+        if sb.has_bigalloc() {
+            return Err(FsError::Unsupported(
+                "fast commits on a bigalloc file system (quill replays them block by block,                  not in clusters)"
+                    .into(),
+            ));
+        }
         let descs = image.group_descs().to_vec();
         let groups = Arc::new(Groups::new(&sb, &descs)?);
         let excluded = valid

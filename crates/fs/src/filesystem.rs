@@ -158,7 +158,8 @@ const RO_COMPAT_WRITABLE: u32 = feature::RO_COMPAT_SPARSE_SUPER
     | feature::RO_COMPAT_EXTRA_ISIZE
     | feature::RO_COMPAT_METADATA_CSUM
     | feature::RO_COMPAT_PROJECT
-    | feature::RO_COMPAT_QUOTA;
+    | feature::RO_COMPAT_QUOTA
+    | feature::RO_COMPAT_BIGALLOC;
 
 /// An open ext4 file system.
 pub struct Filesystem {
@@ -324,7 +325,10 @@ impl Filesystem {
         // a file system with the fast_commit feature. Without it fsyncs commit the transaction,
         // and each counts as a fallback for that reason (fsync_journal.rs).
         let mut journal_config = options.journal.clone();
-        journal_config.fsync_journal &= sb.feature_compat & feature::COMPAT_FAST_COMMIT != 0;
+        // Nor on bigalloc: quill's replay does not allocate in clusters (`fast_commit.rs`
+        // refuses such a replay), so every fsync commits the transaction there.
+        journal_config.fsync_journal &=
+            sb.feature_compat & feature::COMPAT_FAST_COMMIT != 0 && !sb.has_bigalloc();
         let journal = match location {
             None if options.read_only => {
                 Journal::without_log_read_only(dev.clone(), sb.block_size(), journal_config)?
@@ -590,10 +594,12 @@ impl Filesystem {
         self.journal.max_transaction_credits().saturating_sub(quota).max(1)
     }
 
-    /// Starts an operation: reserves `blocks` blocks, then starts a handle with `credits`.
+    /// Starts an operation: reserves `blocks` new metadata blocks (directory, tree, xattr
+    /// blocks: a cluster each with bigalloc), then starts a handle with `credits`.
     pub(crate) fn begin(&self, credits: u32, blocks: u64) -> Result<Txn<'_>> {
         self.check_writable()?;
-        let reservation = self.groups.reserve(&self.journal, blocks)?;
+        let reservation =
+            self.groups.reserve(&self.journal, self.groups.geo.meta_blocks(blocks))?;
         self.begin_with(credits, reservation)
     }
 
@@ -658,6 +664,14 @@ pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
     }
     if read_only {
         return Ok(());
+    }
+    // ext4_fill_super: "Can't support bigalloc feature without extents feature" (mke2fs
+    // refuses to make one).
+    if sb.has_bigalloc() && sb.feature_incompat & feature::INCOMPAT_EXTENTS == 0 {
+        return Err(FsError::Unsupported(
+            "cannot write a file system with bigalloc but without extents (open it read-only)"
+                .into(),
+        ));
     }
     let incompat = sb.feature_incompat & !INCOMPAT_WRITABLE;
     if incompat != 0 {
@@ -799,20 +813,42 @@ impl MetaIo for Txn<'_> {
     fn free_meta_block(&mut self, block: u64) -> Result<()> {
         self.handle.revoke(block)?;
         let fs = self.fs;
-        fs.groups.free_blocks(&fs.journal, &mut self.handle, block, 1)?;
-        self.blocks_delta -= 1;
+        // With bigalloc the block took a cluster of its own (the kernel's
+        // `ext4_new_meta_blocks`): the cluster goes, and i_blocks counted all of it.
+        let cluster = u64::from(fs.groups.geo.cluster_blocks());
+        fs.groups.free_blocks(&fs.journal, &mut self.handle, block - block % cluster, cluster)?;
+        self.blocks_delta -= cluster as i64;
         Ok(())
     }
 
     fn free_data_blocks(&mut self, start: u64, count: u64) -> Result<()> {
         let fs = self.fs;
+        if fs.groups.geo.cluster_bits == 0 {
+            self.revoke_data(start, count)?;
+        }
+        fs.groups.free_blocks(&fs.journal, &mut self.handle, start, count)?;
+        self.blocks_delta -= count as i64;
+        Ok(())
+    }
+
+    fn cluster_blocks(&self) -> u32 {
+        self.fs.groups.geo.cluster_blocks()
+    }
+
+    fn alloc_data_blocks(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        self.alloc_data(goal, want)
+    }
+
+    fn claim_fresh(&mut self, block: u64) {
+        self.fresh.insert(block);
+    }
+
+    fn revoke_data(&mut self, start: u64, count: u64) -> Result<()> {
         if self.revoke_freed_data {
             for block in start..start + count {
                 self.handle.revoke(block)?;
             }
         }
-        fs.groups.free_blocks(&fs.journal, &mut self.handle, start, count)?;
-        self.blocks_delta -= count as i64;
         Ok(())
     }
 

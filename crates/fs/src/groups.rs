@@ -49,6 +49,12 @@ pub(crate) struct Geometry {
     /// Group descriptors carry checksums, so the UNINIT flags and itable_unused mean something.
     pub uninit_flags: bool,
     pub metadata_csum: bool,
+    /// log2 of the blocks per allocation cluster (bigalloc; 0 otherwise). The block bitmaps,
+    /// the descriptors' free counts and `pending_free` count clusters; every other count here
+    /// (the global counters, reservations, what allocation returns) counts blocks.
+    pub cluster_bits: u32,
+    /// Bits of a block bitmap a group uses: its clusters (its blocks without bigalloc).
+    pub clusters_per_group: u32,
 }
 
 impl Geometry {
@@ -70,7 +76,39 @@ impl Geometry {
                 .div_ceil(u64::from(block_size)) as u32,
             uninit_flags: sb.has_group_desc_csum(),
             metadata_csum: sb.has_metadata_csum(),
+            cluster_bits: sb.cluster_ratio().trailing_zeros(),
+            clusters_per_group: if sb.has_bigalloc() {
+                sb.clusters_per_group
+            } else {
+                sb.blocks_per_group
+            },
         }
+    }
+
+    /// Blocks per allocation cluster (1 without bigalloc).
+    pub fn cluster_blocks(&self) -> u32 {
+        1 << self.cluster_bits
+    }
+
+    /// Blocks to reserve for `blocks` new metadata blocks: each takes a cluster.
+    pub fn meta_blocks(&self, blocks: u64) -> u64 {
+        blocks << self.cluster_bits
+    }
+
+    /// Blocks to reserve for `blocks` new data blocks in a row: whole clusters, one more for
+    /// a run that starts inside one (none extra without bigalloc).
+    pub fn data_blocks(&self, blocks: u64) -> u64 {
+        if self.cluster_bits == 0 {
+            return blocks;
+        }
+        let cluster = u64::from(self.cluster_blocks());
+        blocks.div_ceil(cluster) * cluster + cluster
+    }
+
+    /// Bits of `group`'s block bitmap that stand for clusters of the file system (the last
+    /// group may be short).
+    pub fn clusters_in_group(&self, group: u32) -> u32 {
+        self.blocks_in_group(group).div_ceil(self.cluster_blocks())
     }
 
     pub fn group_first_block(&self, group: u32) -> u64 {
@@ -210,7 +248,7 @@ impl Groups {
         let mut free_inodes = 0i64;
         let mut used_dirs = 0i64;
         for desc in descs {
-            free_blocks += i64::from(desc.free_blocks);
+            free_blocks += i64::from(desc.free_blocks) << geo.cluster_bits;
             free_inodes += i64::from(desc.free_inodes);
             used_dirs += i64::from(desc.used_dirs);
         }
@@ -331,11 +369,14 @@ impl Groups {
         let before: u64 = state.pending_free.values().map(|(len, _)| u64::from(*len)).sum();
         state.pending_free.retain(|_, (_, tid)| !durable.is_at_or_after(*tid));
         let after: u64 = state.pending_free.values().map(|(len, _)| u64::from(*len)).sum();
-        self.counters.pending_blocks.fetch_sub((before - after) as i64, Ordering::AcqRel);
+        let blocks = ((before - after) << self.geo.cluster_bits) as i64;
+        self.counters.pending_blocks.fetch_sub(blocks, Ordering::AcqRel);
     }
 
     /// Allocates up to `want` contiguous blocks, preferring `goal`; returns (first, count).
-    /// Searches the goal's group from the goal, then the following groups.
+    /// Searches the goal's group from the goal, then the following groups. With bigalloc it
+    /// hands out whole clusters: `first` is a cluster's first block and `count` a multiple of
+    /// the cluster size, at least `want` rounded up to one when the space is there.
     pub fn alloc_blocks(
         &self,
         journal: &Journal,
@@ -352,18 +393,21 @@ impl Groups {
             goal
         };
         let goal_group = geo.group_of_block(goal);
-        let want = want.min(reservation.blocks.max(1) as u32);
+        let bits = geo.cluster_bits;
+        let want = want.min(reservation.blocks.max(1) as u32).div_ceil(geo.cluster_blocks());
         for step in 0..geo.group_count {
             let group = (goal_group + step) % geo.group_count;
             if self.free_blocks_hint[group as usize].load(Ordering::Relaxed) == 0 {
                 continue;
             }
-            let start = if step == 0 { (goal - geo.group_first_block(group)) as u32 } else { 0 };
+            let start =
+                if step == 0 { ((goal - geo.group_first_block(group)) >> bits) as u32 } else { 0 };
             if let Some((offset, len)) = self.alloc_in_group(journal, handle, group, start, want)? {
-                let consumed = i64::from(len).min(reservation.blocks);
+                let blocks = len << bits;
+                let consumed = i64::from(blocks).min(reservation.blocks);
                 reservation.blocks -= consumed;
                 self.counters.reserved_blocks.fetch_sub(consumed, Ordering::AcqRel);
-                return Ok((geo.group_first_block(group) + u64::from(offset), len));
+                return Ok((geo.group_first_block(group) + (u64::from(offset) << bits), blocks));
             }
         }
         Err(FsError::NoSpace)
@@ -386,7 +430,7 @@ impl Groups {
             self.sweep_pending(&mut state, durable);
         }
         let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Block)?;
-        let limit = self.geo.blocks_in_group(group);
+        let limit = self.geo.clusters_in_group(group);
         let found = bitmap.read(|bits| {
             let is_free =
                 |i: u32| bits[(i / 8) as usize] & (1 << (i % 8)) == 0 && !pending_covers(&state, i);
@@ -403,8 +447,9 @@ impl Groups {
         };
         // ext4_mb_mark_diskspace_used: a bitmap that offers metadata blocks is corrupted, and
         // handing them out would overwrite the metadata.
-        let first = self.geo.group_first_block(group) + u64::from(offset);
-        if let Some(meta) = self.system_zone_overlap(first, u64::from(len)) {
+        let bits = self.geo.cluster_bits;
+        let first = self.geo.group_first_block(group) + (u64::from(offset) << bits);
+        if let Some(meta) = self.system_zone_overlap(first, u64::from(len) << bits) {
             return Err(FsError::corrupted(
                 bitmap.block(),
                 format!("group {group}: the block bitmap marks metadata block {meta} free"),
@@ -422,13 +467,14 @@ impl Groups {
         desc.flags &= !ext4::BG_BLOCK_UNINIT;
         self.write_desc(journal, handle, group, desc)?;
         self.free_blocks_hint[group as usize].store(desc.free_blocks, Ordering::Relaxed);
-        self.counters.free_blocks.fetch_sub(i64::from(len), Ordering::AcqRel);
+        self.counters.free_blocks.fetch_sub(i64::from(len) << bits, Ordering::AcqRel);
         Ok(Some((offset, len)))
     }
 
     /// Frees `count` blocks from `start` (which may span groups) in `handle`'s transaction.
     /// Freeing a block that is already free is corruption (a doubly owned block): the caller's
-    /// metadata and the bitmap disagree.
+    /// metadata and the bitmap disagree. With bigalloc the range must be whole clusters (the
+    /// callers decide when a cluster's last block goes: `block_map::free_runs`).
     pub fn free_blocks(
         &self,
         journal: &Journal,
@@ -440,6 +486,13 @@ impl Groups {
         let end = start.checked_add(count).filter(|&e| e <= geo.blocks_count);
         if start < u64::from(geo.first_data_block) || end.is_none() {
             return Err(FsError::BlockOutOfRange { block: start, blocks_count: geo.blocks_count });
+        }
+        let mask = u64::from(geo.cluster_blocks()) - 1;
+        if start & mask != 0 || count & mask != 0 {
+            return Err(FsError::Invalid(format!(
+                "freeing blocks {start}+{count}: not whole clusters of {} blocks",
+                mask + 1
+            )));
         }
         // ext4_free_blocks: "freeing blocks not in datazone" (an extent or xattr block that
         // claims metadata blocks must not release them).
@@ -455,8 +508,8 @@ impl Groups {
             let group = geo.group_of_block(block);
             let group_end = geo.group_first_block(group) + u64::from(geo.blocks_in_group(group));
             let piece_end = end.min(group_end);
-            let offset = (block - geo.group_first_block(group)) as u32;
-            let len = (piece_end - block) as u32;
+            let offset = ((block - geo.group_first_block(group)) >> geo.cluster_bits) as u32;
+            let len = (piece_end - block).div_ceil(u64::from(geo.cluster_blocks())) as u32;
             self.free_in_group(journal, handle, group, offset, len)?;
             block = piece_end;
         }
@@ -494,8 +547,9 @@ impl Groups {
         self.write_desc(journal, handle, group, desc)?;
         self.free_blocks_hint[group as usize].store(desc.free_blocks, Ordering::Relaxed);
         state.pending_free.insert(offset, (len, handle.tid()));
-        self.counters.pending_blocks.fetch_add(i64::from(len), Ordering::AcqRel);
-        self.counters.free_blocks.fetch_add(i64::from(len), Ordering::AcqRel);
+        let blocks = i64::from(len) << self.geo.cluster_bits;
+        self.counters.pending_blocks.fetch_add(blocks, Ordering::AcqRel);
+        self.counters.free_blocks.fetch_add(blocks, Ordering::AcqRel);
         Ok(())
     }
 
@@ -728,7 +782,9 @@ impl Groups {
                 let group = geo.group_of_block(block);
                 let first = geo.group_first_block(group);
                 let piece_end = end.min(first + u64::from(geo.blocks_in_group(group)));
-                let (from, to) = ((block - first) as u32, (piece_end - first) as u32);
+                let cluster = u64::from(geo.cluster_blocks());
+                let from = ((block - first) / cluster) as u32;
+                let to = (piece_end - first).div_ceil(cluster) as u32;
                 let mut state = self.slots[group as usize].lock();
                 let bitmap = self.bitmap(journal, group, &mut state, BitmapKind::Block)?;
                 let all_set = bitmap
@@ -794,7 +850,7 @@ impl Groups {
 
     fn bitmap_csum(&self, kind: BitmapKind, bits: &[u8]) -> u32 {
         let per_group = match kind {
-            BitmapKind::Block => self.geo.blocks_per_group,
+            BitmapKind::Block => self.geo.clusters_per_group,
             BitmapKind::Inode => self.geo.inodes_per_group,
         };
         ext4::bitmap_checksum(&self.sb, &bits[..(per_group / 8) as usize])
@@ -818,7 +874,7 @@ impl Groups {
         let mut mark = |block: u64, len: u64| {
             for b in block..block + len {
                 if b >= first && b < first + u64::from(in_group) {
-                    let i = (b - first) as usize;
+                    let i = ((b - first) >> geo.cluster_bits) as usize;
                     bits[i / 8] |= 1 << (i % 8);
                 }
             }
@@ -829,7 +885,7 @@ impl Groups {
             mark(layout.inode_bitmap, 1);
             mark(layout.inode_table, u64::from(geo.itable_blocks));
         }
-        mark_bitmap_end(&mut bits, in_group);
+        mark_bitmap_end(&mut bits, geo.clusters_in_group(group));
         bits
     }
 

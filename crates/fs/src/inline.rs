@@ -374,7 +374,7 @@ impl Filesystem {
         let mut held = if bytes.is_empty() {
             self.groups.no_reservation()
         } else {
-            self.groups.reserve(&self.journal, 1)?
+            self.groups.reserve(&self.journal, self.groups.geo.meta_blocks(1))?
         };
         let credits = self.write_step_credits(data, 1).credits + 4;
         let mut txn = self.begin_with(credits, self.groups.no_reservation())?;

@@ -38,6 +38,7 @@ mod acl;
 mod adapters;
 mod atime;
 mod clean_cache;
+mod clusters;
 mod data;
 mod dcache;
 mod ea_inode;

@@ -34,8 +34,37 @@ pub trait MetaIo {
     /// once it is reused.
     fn free_meta_block(&mut self, block: u64) -> Result<()>;
 
-    /// Frees `count` file-data blocks starting at `start`.
+    /// Frees `count` file-data blocks starting at `start` (with bigalloc, whole clusters:
+    /// `block_map` decides when a cluster's last block goes, `clusters.rs`).
     fn free_data_blocks(&mut self, start: u64, count: u64) -> Result<()>;
+
+    /// Blocks per allocation cluster (bigalloc), 1 otherwise. With clusters, a metadata block
+    /// takes a whole cluster (`alloc_meta_block` returns its first block and `free_meta_block`
+    /// frees the cluster holding the block), and a file's blocks go through `clusters.rs`.
+    fn cluster_blocks(&self) -> u32 {
+        1
+    }
+
+    /// Allocates up to `want` contiguous blocks for file data near `goal` (0: no preference);
+    /// returns (first, count), count >= 1. With clusters: whole clusters, `first` a cluster's
+    /// first block.
+    fn alloc_data_blocks(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+        let _ = want;
+        Ok((self.alloc_meta_block(goal)?, 1))
+    }
+
+    /// File-data blocks `start .. start + count` are leaving their file: where the operation
+    /// journals such blocks (directories, data=journal) they are revoked. Without clusters
+    /// `free_data_blocks` does this itself; with them `clusters.rs` revokes the blocks the file
+    /// mapped, not the whole clusters it frees.
+    fn revoke_data(&mut self, _start: u64, _count: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Block `block` of a cluster its file owns already becomes a metadata block (a directory
+    /// block) written whole in this operation: like a block `alloc_meta_block` hands out,
+    /// nothing on the device points to it yet.
+    fn claim_fresh(&mut self, _block: u64) {}
 
     /// The first block of `start .. start + len` that holds the file system's own metadata
     /// (superblock and descriptor copies, bitmaps, inode tables: the kernel's system zone),

@@ -20,7 +20,6 @@ use crate::filesystem::{now, Filesystem, Txn};
 use crate::fsync_journal::FsyncPlan;
 use crate::inode_flags;
 use crate::inodes::{self, InodeData, InodeGuard, InodeSlot};
-use crate::meta_io::MetaIo;
 use crate::xattr::{self, SetMode, XattrCtx};
 
 /// The root directory's inode number.
@@ -124,7 +123,8 @@ impl Filesystem {
     /// The attributes of a locked inode: the size and block count include cached writes.
     pub(crate) fn attr_of(&self, ino: u32, data: &InodeData) -> Attr {
         let inode = &data.inode;
-        let delayed_512 = data.cache.hole_pages() * u64::from(self.block_size() / 512);
+        let delayed_blocks = data.cache.hole_blocks(self.groups.geo.cluster_bits);
+        let delayed_512 = delayed_blocks * u64::from(self.block_size() / 512);
         let rdev = if matches!(inode.file_type(), ext4::MODE_CHRDEV | ext4::MODE_BLKDEV) {
             decode_rdev(&inode.block)
         } else {
@@ -339,8 +339,7 @@ impl Filesystem {
 
     pub fn statfs(&self) -> StatFs {
         let counters = &self.groups.counters;
-        // With bigalloc (read-only) the descriptors count free clusters.
-        let free = self.groups.available_blocks() * self.params.cluster_ratio();
+        let free = self.groups.available_blocks();
         StatFs {
             block_size: self.block_size(),
             blocks: self.params.blocks_count,
@@ -771,12 +770,7 @@ impl Filesystem {
             // A new directory's or slow symlink's blocks were journaled: revoke them.
             txn.revoke_freed_data = true;
             let (runs, map_blocks) = block_map::runs_and_map_blocks(txn, &ectx, &data.inode)?;
-            for e in runs {
-                txn.free_data_blocks(e.start, u64::from(e.len))?;
-            }
-            for block in map_blocks {
-                txn.free_meta_block(block)?;
-            }
+            crate::clusters::free_runs(txn, &runs, &map_blocks)?;
             if written {
                 data.inode.links_count = 0;
                 data.inode.mode = 0;

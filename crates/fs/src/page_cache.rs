@@ -55,10 +55,11 @@ impl FileCache {
         self.pages.is_empty()
     }
 
-    /// Pages over holes: blocks the file will own after writeback (counted in `st_blocks`,
-    /// as ext4 counts delayed-allocation blocks).
-    pub fn hole_pages(&self) -> u64 {
-        self.pages.values().filter(|p| p.hole).count() as u64
+    /// Blocks the file will own after writeback for its pages over holes (counted in
+    /// `st_blocks`, as ext4 counts delayed-allocation blocks): [`hole_blocks`].
+    pub fn hole_blocks(&self, cluster_bits: u32) -> u64 {
+        let holes = self.pages.iter().filter(|(_, p)| p.hole).map(|(&lblk, _)| lblk);
+        hole_blocks(cluster_bits, holes) as u64
     }
 
     /// Adds `reservation` to the blocks held for hole pages.
@@ -154,4 +155,20 @@ impl DirtyInodes {
             .map(|(_, slot)| slot.clone())
             .collect()
     }
+}
+
+/// Blocks to reserve for cached pages over holes at `lblks` (ascending): a block each, or with
+/// bigalloc (`cluster_bits` > 0) a cluster for each logical cluster they fall in (it may be one
+/// the file owns already, and then is reserved for nothing until writeback gives it back).
+pub(crate) fn hole_blocks(cluster_bits: u32, lblks: impl Iterator<Item = u32>) -> i64 {
+    let mut blocks = 0;
+    let mut last_cluster = None;
+    for lblk in lblks {
+        let cluster = lblk >> cluster_bits;
+        if last_cluster != Some(cluster) {
+            blocks += 1i64 << cluster_bits;
+            last_cluster = Some(cluster);
+        }
+    }
+    blocks
 }

@@ -37,6 +37,7 @@ use parking_lot::Mutex;
 
 use crate::adapters::{extent_ctx, ReadIo};
 use crate::block_map;
+use crate::clusters;
 use crate::error::{FsError, Result};
 use crate::extent_tree::Lookup;
 use crate::filesystem::{Filesystem, Txn};
@@ -481,7 +482,7 @@ impl WriteFile<'_, '_, '_> {
             },
             None => ectx.goal,
         };
-        let block = self.txn.alloc_meta_block(goal)?;
+        let block = clusters::alloc_block(&mut *self.txn, &ectx, &self.data.inode, lblk, goal)?;
         self.txn.write_meta(block, &vec![0u8; bs as usize])?;
         block_map::insert(&mut *self.txn, &ectx, &mut self.data.inode, lblk, block, 1, false)?;
         Ok((block, (offset % bs) as usize))

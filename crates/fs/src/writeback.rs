@@ -24,10 +24,10 @@ use crate::block_map;
 use crate::error::{FsError, Result};
 use crate::extent_tree::Lookup;
 use crate::filesystem::{now, Filesystem, Txn};
-use crate::groups::Reservation;
+use crate::groups::{Geometry, Reservation};
 use crate::inodes::{InodeData, InodeSlot};
 use crate::ops::txn_write_inode;
-use crate::page_cache::Page;
+use crate::page_cache::{hole_blocks, Page};
 
 /// Most blocks one cached write reserves at a time.
 const CACHE_CHUNK_BLOCKS: u64 = 256;
@@ -54,7 +54,9 @@ impl Filesystem {
             let chunk_end = end.min((first + chunk_blocks) * bs);
             let last = (chunk_end - 1) / bs;
             let new_pages = self.pages_to_add(slot.ino, data, first as u32, last as u32)?;
-            let holes = new_pages.iter().filter(|(_, source)| source.is_none()).count() as u64;
+            let hole_pages = new_pages.iter().filter(|(_, source)| source.is_none());
+            let holes =
+                hole_blocks(self.groups.geo.cluster_bits, hole_pages.map(|&(lblk, _)| lblk)) as u64;
             let reservation = if holes > 0 {
                 match self.groups.reserve(&self.journal, holes) {
                     Ok(reservation) => Some(reservation),
@@ -207,7 +209,7 @@ impl Filesystem {
         let mut inline_before =
             data.inode.has_inline_data().then(|| (data.inode.clone(), data.raw.clone()));
         let target_size = data.size();
-        let runs = dirty_runs(data);
+        let runs = dirty_runs(data, &self.groups.geo);
         let mut credits_left_to_plan: u64 = runs
             .iter()
             .map(|run| {
@@ -473,16 +475,22 @@ struct DirtyRun {
 }
 
 /// `data`'s cached pages as runs of consecutive blocks, each at most [`RUN_BLOCKS_MAX`].
-fn dirty_runs(data: &InodeData) -> Vec<DirtyRun> {
+fn dirty_runs(data: &InodeData, geo: &Geometry) -> Vec<DirtyRun> {
     let mut runs: Vec<DirtyRun> = Vec::new();
-    for (&lblk, page) in &data.cache.pages {
+    for &lblk in data.cache.pages.keys() {
         match runs.last_mut() {
             Some(run) if lblk == run.first + run.count && run.count < RUN_BLOCKS_MAX => {
                 run.count += 1;
-                run.holes += i64::from(page.hole);
             }
-            _ => runs.push(DirtyRun { first: lblk, count: 1, holes: i64::from(page.hole) }),
+            _ => runs.push(DirtyRun { first: lblk, count: 1, holes: 0 }),
         }
+    }
+    for run in &mut runs {
+        let pages = data.cache.pages.range(run.first..run.first + run.count);
+        run.holes = hole_blocks(
+            geo.cluster_bits,
+            pages.filter(|(_, page)| page.hole).map(|(&lblk, _)| lblk),
+        );
     }
     runs
 }

@@ -221,8 +221,9 @@ pub fn value_inode_count(
 }
 
 /// Bytes of i_blocks the owner of `inode_area` and `file_acl` is charged for the values it
-/// keeps in inodes of their own: each value's size rounded up to whole blocks, as
-/// `ext4_xattr_inode_alloc_quota` charges the owner's quota (and with it i_blocks).
+/// keeps in inodes of their own: each value's size rounded up to whole blocks (clusters with
+/// bigalloc: `round_up_cluster`), as `ext4_xattr_inode_alloc_quota` charges the owner's quota
+/// (and with it i_blocks).
 pub fn value_inode_charge(
     io: &mut dyn MetaIo,
     ctx: &XattrCtx,
@@ -232,7 +233,7 @@ pub fn value_inode_charge(
     if !ctx.ea_inode {
         return Ok(0);
     }
-    let bs = io.block_size() as u64;
+    let unit = io.block_size() as u64 * u64::from(io.cluster_blocks());
     let inode = parse_area(ctx, inode_area)?;
     let block = read_block(io, ctx, file_acl)?;
     let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
@@ -240,7 +241,7 @@ pub fn value_inode_charge(
         .iter()
         .chain(block_entries)
         .filter_map(|e| e.value_inode)
-        .map(|v| u64::from(v.size).div_ceil(bs) * bs)
+        .map(|v| u64::from(v.size).div_ceil(unit) * unit)
         .sum())
 }
 

@@ -5,7 +5,8 @@
 //! grown, truncated across the levels, punched, deleted) is e2fsck-clean and read identically
 //! by the kernel; and on the image converted to ext4 (`tune2fs -O extents`, which leaves the
 //! old files indirect) quill changes the old files and directories in place, as the kernel
-//! reads them after. ext2 and ext4 made without a journal are read and written the same way.
+//! reads them after. ext2 and ext4 made without a journal are read and written the same way,
+//! and so is bigalloc (clusters of blocks), whose files are extent-mapped.
 //! Damaged indirect maps give errors where the walk meets them, never a panic, a hang or a
 //! write.
 //! Needs root, loop devices and e2fsprogs; skips with a printed reason otherwise.
@@ -153,11 +154,14 @@ fn without_a_journal_ext2_and_ext4_are_read_and_written_as_the_kernel_does() {
 }
 
 /// bigalloc (clusters of 16 blocks, 4 KiB and 1 KiB blocks): a tree the kernel writes reads
-/// identically in quill opened read-only; a read-write open is refused naming the feature
-/// (quill does not allocate in clusters), and statfs counts free space in blocks.
+/// identically in quill, read-only and read-write, and statfs counts free space in blocks;
+/// quill's changes (the ext3 test's, plus preallocation and punches inside clusters the file
+/// keeps) leave an image e2fsck finds clean (cluster rules, i_blocks in clusters, free
+/// clusters) and the kernel reads identically; the kernel then changes quill's files and
+/// quill reads what it wrote.
 #[test]
-fn bigalloc_images_read_identically_read_only_and_refuse_read_write() {
-    let test = "bigalloc_kernel_to_quill";
+fn bigalloc_images_are_read_and_written_both_ways() {
+    let test = "bigalloc_both_ways";
     if !can_loop_mount(test) {
         return;
     }
@@ -183,10 +187,38 @@ fn bigalloc_images_read_identically_read_only_and_refuse_read_write() {
             "{label}: free space in blocks: {statfs:?}"
         );
         assert_reads_as_written(label, &image, &expected, fs);
-        match Filesystem::open(open_device(&image), MountOptions::default()) {
-            Err(FsError::Unsupported(why)) => assert!(why.contains("bigalloc"), "{why}"),
-            other => panic!("{label}: read-write open of bigalloc: {other:?}"),
-        }
+        let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+        compare(&expected, &quill_tree(&fs));
+        fs.unlink(ROOT_INO, b"sparse").unwrap();
+        quill_changes_a_tree(&fs, &mut Rng::new(9), 20 << 20);
+        let cluster = 16 * u64::from(fs.block_size());
+        let held = fs.create(ROOT_INO, b"held", 0o644, 0, 0).unwrap().ino;
+        fs.write(held, 0, &Rng::new(10).bytes(5 * cluster as usize + 123)).unwrap();
+        // Punches that leave part of a cluster mapped (it stays allocated), that empty one
+        // whole, and preallocation beside mapped blocks of the same cluster.
+        fs.fallocate(held, FallocateMode::PunchHole, cluster / 4, cluster / 2).unwrap();
+        fs.fallocate(held, FallocateMode::PunchHole, cluster, cluster).unwrap();
+        fs.fallocate(held, FallocateMode::KeepSize, cluster / 4, cluster / 8).unwrap();
+        fs.fallocate(held, FallocateMode::KeepSize, 7 * cluster, 3 * cluster).unwrap();
+        fs.truncate(held, 3 * cluster + 5).unwrap();
+        let changed = quill_tree(&fs);
+        fs.unmount().unwrap();
+        kernel_reads_what_quill_wrote(&scratch, &image, &changed);
+        let expected = {
+            let Some(mount) = Mount::new(&image, scratch.path("mnt-kernel")) else { return };
+            let held = mount.dir.join("held");
+            let file = std::fs::OpenOptions::new().write(true).open(&held).unwrap();
+            file.write_all_at(b"the kernel writes into quill's clusters", cluster / 3).unwrap();
+            file.write_all_at(b"and past them", 9 * cluster).unwrap();
+            std::fs::remove_file(mount.dir.join("q/f5")).unwrap();
+            kernel_tree(&mount.dir)
+        };
+        assert_fsck_clean(&image);
+        let fs = Filesystem::open(open_device(&image), MountOptions::default()).unwrap();
+        compare(&expected, &quill_tree(&fs));
+        fs.unmount().unwrap();
+        assert_fsck_clean(&image);
+        println!("{label}: {} paths identical both ways on bigalloc", expected.len());
     }
 }
 
