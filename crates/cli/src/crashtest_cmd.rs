@@ -62,6 +62,11 @@ pub struct CrashtestArgs {
     /// image) instead (0: never).
     #[arg(long, value_name = "N", default_value_t = 0)]
     quota_every: usize,
+    /// Every N-th workload runs on a bigalloc image made by mkfs.ext4 (`-O bigalloc`, 4-block
+    /// clusters: files own whole clusters, a partly unmapped one stays theirs) instead (0:
+    /// never). Needs mkfs.ext4 (otherwise a SKIP line).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    bigalloc_every: usize,
     /// Threads of a threaded workload.
     #[arg(long, default_value_t = 3)]
     threads: usize,
@@ -190,6 +195,12 @@ pub fn run(args: CrashtestArgs) -> Result<()> {
     }
     opts.inline_every = args.inline_every;
     opts.quota_every = args.quota_every;
+    if args.bigalloc_every > 0 {
+        match crashtest::run::bigalloc_available() {
+            Err(reason) => println!("SKIP: bigalloc images: {reason}"),
+            Ok(()) => opts.bigalloc_every = args.bigalloc_every,
+        }
+    }
     if args.kernel_mount_every > 0 {
         match kernel_fc::unavailable() {
             Some(reason) => println!("SKIP: kernel recovery of crash images: {reason}"),

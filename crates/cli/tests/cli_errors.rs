@@ -46,7 +46,7 @@ fn recover_refuses_an_image_without_a_journal() {
 
 /// A valid bigalloc image (its groups have more blocks than a bitmap block has bits, because
 /// bitmaps count clusters) is described by `quill info`, never called corrupted, and its
-/// journal dumped; a read-write mount is refused naming the feature (`mount_basic.rs`).
+/// journal dumped (read-write mounts: `fs/tests/indirect_kernel_image.rs`).
 #[test]
 fn a_bigalloc_image_is_described_and_its_journal_dumped() {
     let test = "a_bigalloc_image_is_described_and_its_journal_dumped";

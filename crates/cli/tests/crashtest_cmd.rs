@@ -113,9 +113,12 @@ fn a_thousand_crash_images_pass_every_check() {
 /// mkfs.`kind` or e2fsck.
 fn explore_image_kind(kind: &str) -> Option<(String, u64, u64)> {
     let test = format!("crashtest {kind}");
-    // quill's mkfs makes the inline and quota images.
-    let mkfs =
-        if ["inline", "quota"].contains(&kind) { None } else { Some(format!("mkfs.{kind}")) };
+    // quill's mkfs makes the inline and quota images, mkfs.ext4 the bigalloc ones.
+    let mkfs = match kind {
+        "inline" | "quota" => None,
+        "bigalloc" => Some("mkfs.ext4".to_string()),
+        _ => Some(format!("mkfs.{kind}")),
+    };
     if !have("e2fsck", &test) || mkfs.is_some_and(|tool| !have(&tool, &test)) {
         return None;
     }
@@ -164,6 +167,17 @@ fn crash_images_of_inline_data_pass_every_check() {
 #[test]
 fn crash_images_of_quota_pass_every_check() {
     let Some((summary, images, _)) = explore_image_kind("quota") else { return };
+    for check in ["quill-recovers", "acknowledged", "unmount", "e2fsck-fn"] {
+        assert_eq!(after(&summary, check), images, "{check} passed on every image: {summary}");
+    }
+}
+
+/// The explorer on bigalloc images (4-block clusters: a file's logical cluster in one physical
+/// cluster, kept while any of its blocks is mapped; i_blocks and free counts in clusters):
+/// every check passed on every image, e2fsck's cluster checks among them.
+#[test]
+fn crash_images_of_bigalloc_pass_every_check() {
+    let Some((summary, images, _)) = explore_image_kind("bigalloc") else { return };
     for check in ["quill-recovers", "acknowledged", "unmount", "e2fsck-fn"] {
         assert_eq!(after(&summary, check), images, "{check} passed on every image: {summary}");
     }

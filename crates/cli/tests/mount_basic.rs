@@ -403,8 +403,8 @@ fn bad_input_is_one_line_and_never_touches_the_image() {
     fs::write(&text_file, "not a file system\n".repeat(1000)).unwrap();
     let unsupported = s.path("casefold.img");
     mkfs_ext4(&unsupported, "16M", &["-O", "casefold"]);
-    let bigalloc = s.path("bigalloc.img");
-    mkfs_ext4(&bigalloc, "64M", &["-O", "bigalloc", "-C", "16384"]);
+    let encrypt = s.path("encrypt.img");
+    mkfs_ext4(&encrypt, "16M", &["-O", "encrypt"]);
     let file_as_mnt = s.path("plainfile");
     fs::write(&file_as_mnt, b"x").unwrap();
 
@@ -415,7 +415,7 @@ fn bad_input_is_one_line_and_never_touches_the_image() {
         ("zeros", &zeros, &mnt, "zeros.img"),
         ("text file", &text_file, &mnt, "notes.txt"),
         ("casefold", &unsupported, &mnt, "casefold"),
-        ("bigalloc", &bigalloc, &mnt, "bigalloc"),
+        ("encrypt", &encrypt, &mnt, "encrypt"),
         ("missing mount point", &good, &nowhere, "nowhere"),
         ("mount point is a file", &good, &file_as_mnt, "not a directory"),
     ];

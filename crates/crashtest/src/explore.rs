@@ -64,6 +64,11 @@ pub struct Options {
     /// project: every change of blocks or inodes is charged in the quota files, which
     /// e2fsck checks on every crash image; 0: none). The earlier kinds win where they fall.
     pub quota_every: usize,
+    /// Every n-th workload runs on a bigalloc image (`image=bigalloc`, made by mkfs.ext4 with
+    /// 4-block clusters: files own whole clusters, partly mapped ones kept until their last
+    /// block goes; 0: none; needs mkfs.ext4, see [`crate::run::bigalloc_available`]). The
+    /// earlier kinds win where they fall.
+    pub bigalloc_every: usize,
 }
 
 impl Options {
@@ -94,6 +99,7 @@ impl Options {
             ext2_every: 0,
             inline_every: 0,
             quota_every: 0,
+            bigalloc_every: 0,
         }
     }
 }
@@ -176,6 +182,8 @@ pub fn workload(opts: &Options, k: usize) -> Workload {
         config.image = "inline".into();
     } else if every(opts.quota_every) {
         config.image = "quota".into();
+    } else if every(opts.bigalloc_every) {
+        config.image = "bigalloc".into();
     }
     let mut w = match kind {
         WorkloadKind::Threaded => threaded(seed, opts.threads, opts.threaded_length, config),

@@ -80,36 +80,46 @@ pub fn mount_options(config: &Config) -> Result<MountOptions, String> {
     })
 }
 
-/// The freshly made image of kind `image` (`ext4`, `inline`, `quota`, `ext3` or `ext2`) every
-/// workload starts from.
+/// The freshly made image of kind `image` (`ext4`, `inline`, `quota`, `ext3`, `ext2` or
+/// `bigalloc`) every workload starts from.
 fn formatted_image(image: &str) -> Result<&'static [u8], String> {
     static EXT3: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
     static EXT2: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
     static EXT4: OnceLock<Vec<u8>> = OnceLock::new();
     static INLINE: OnceLock<Vec<u8>> = OnceLock::new();
     static QUOTA: OnceLock<Vec<u8>> = OnceLock::new();
+    static BIGALLOC: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
     let made = match image {
         "ext4" => return Ok(EXT4.get_or_init(|| formatted(&[]))),
         "inline" => return Ok(INLINE.get_or_init(|| formatted(&["inline_data", "ea_inode"]))),
         "quota" => return Ok(QUOTA.get_or_init(|| formatted(&["quota", "project"]))),
         "ext3" => EXT3.get_or_init(|| make_with_e2fsprogs("ext3")),
         "ext2" => EXT2.get_or_init(|| make_with_e2fsprogs("ext2")),
-        other => return Err(format!("image={other}: expected ext4, inline, quota, ext3 or ext2")),
+        "bigalloc" => BIGALLOC.get_or_init(|| make_with_e2fsprogs("bigalloc")),
+        other => {
+            return Err(format!(
+                "image={other}: expected ext4, inline, quota, ext3, ext2 or bigalloc"
+            ))
+        }
     };
     made.as_deref().map_err(Clone::clone)
 }
 
-/// An ext3 (4 MiB journal) or ext2 (no journal) image made by mkfs.ext3 or mkfs.ext2, the
-/// same on every run (a fixed UUID, hash seed and time), so a reproducer replays the same
-/// I/O; or why there is none.
+/// An ext3 (4 MiB journal), ext2 (no journal) or bigalloc (ext4 with 4-block clusters, 4 MiB
+/// journal) image made by mkfs.ext3, mkfs.ext2 or mkfs.ext4, the same on every run (a fixed
+/// UUID, hash seed and time), so a reproducer replays the same I/O; or why there is none.
 fn make_with_e2fsprogs(kind: &str) -> Result<Vec<u8>, String> {
     let path =
         std::env::temp_dir().join(format!("quill-crashtest-{kind}-{}.img", std::process::id()));
     let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     file.set_len(IMAGE_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
     drop(file);
-    let tool = format!("mkfs.{kind}");
-    let journal: &[&str] = if kind == "ext3" { &["-J", "size=4"] } else { &[] };
+    let cluster = (4 * BLOCK_SIZE).to_string();
+    let (tool, journal): (String, &[&str]) = match kind {
+        "ext3" => ("mkfs.ext3".into(), &["-J", "size=4"]),
+        "bigalloc" => ("mkfs.ext4".into(), &["-J", "size=4", "-O", "bigalloc", "-C", &cluster]),
+        _ => (format!("mkfs.{kind}"), &[]),
+    };
     let out = std::process::Command::new(&tool)
         .env("E2FSPROGS_FAKE_TIME", "1700000000")
         .args(["-q", "-F", "-b", &BLOCK_SIZE.to_string()])
@@ -135,6 +145,11 @@ pub fn ext3_available() -> Result<(), String> {
 /// Whether ext2 images can be made here (mkfs.ext2 runs); `Err` says why not.
 pub fn ext2_available() -> Result<(), String> {
     formatted_image("ext2").map(drop)
+}
+
+/// Whether bigalloc images can be made here (mkfs.ext4 runs); `Err` says why not.
+pub fn bigalloc_available() -> Result<(), String> {
+    formatted_image("bigalloc").map(drop)
 }
 
 /// A fresh image made by quill's mkfs with `features` on besides the defaults and
