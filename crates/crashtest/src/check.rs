@@ -581,6 +581,11 @@ pub struct Repairs {
     /// the value inodes its entries name (e2fsck/super.c `release_inode_blocks`), which its
     /// own pass 4 then finds (the kernel's and quill's orphan recovery release them).
     pub value_inodes_leaked: Vec<u32>,
+    /// bigalloc: orphans it truncated to i_size (inode, that size) but whose blocks past it in
+    /// i_size's cluster it left mapped, then grew i_size back over them in pass 1 ("Inode N,
+    /// i_size is X, should be Y", Y within X's cluster): e2fsck 1.47.0's orphan truncation
+    /// frees whole clusters only. The kernel's and quill's unmap those blocks.
+    pub orphans_regrown: Vec<(u32, u64)>,
 }
 
 /// What the fast-commit area of a raw crash image holds for recovery (e2fsck 1.47.0 gets two
@@ -709,6 +714,7 @@ pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Rep
         return refuses_quill_areas(path)
             .map(|()| Repairs { gave_up: Some(E2FSCK_REFUSED_QUILL_AREAS), ..Repairs::default() });
     }
+    let cluster_bytes = cluster_bytes_of(path);
     let (code, text) = run_tool(Command::new("e2fsck").arg("-fy").arg(path))?;
     let gave_up = match fast_commits {
         FastCommitState::Replayable
@@ -774,6 +780,9 @@ pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Rep
         if leaked_value_inode.get() && l.trim() == "Connect to /lost+found? yes" {
             return true;
         }
+        if orphan_regrown(l, &truncated, cluster_bytes).is_some() {
+            return true;
+        }
         orphan_ea_released(l, &truncated).is_some()
     });
     if !unexpected.is_empty() {
@@ -789,8 +798,38 @@ pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Rep
         text.lines().filter_map(|l| orphan_ea_released(l, &truncated)).collect();
     repairs.unlinked_cleared = text.lines().filter_map(unlinked_zero_length).collect();
     repairs.value_inodes_leaked = value_inodes;
+    repairs.orphans_regrown =
+        text.lines().filter_map(|l| orphan_regrown(l, &truncated, cluster_bytes)).collect();
     e2fsck_clean(path).map_err(|e| format!("after e2fsck -fy: {e}"))?;
     Ok(repairs)
+}
+
+/// The cluster size in bytes of the bigalloc image at `path` (0 without bigalloc, or if it
+/// cannot be read).
+fn cluster_bytes_of(path: &Path) -> u64 {
+    let Ok(bytes) = std::fs::read(path) else { return 0 };
+    let dev: std::sync::Arc<dyn blockdev::BlockDevice> =
+        std::sync::Arc::new(blockdev::memory::MemDevice::from_bytes(bytes));
+    let Ok(image) = fs::Ext4Image::open(dev) else { return 0 };
+    let sb = image.superblock();
+    if sb.cluster_ratio() == 1 {
+        return 0;
+    }
+    u64::from(sb.block_size()) * sb.cluster_ratio()
+}
+
+/// "Inode N, i_size is X, should be Y.  Fix? yes" about an orphan e2fsck truncated, with
+/// X < Y <= X rounded up to a cluster of more than one block: (N, X), see
+/// [`Repairs::orphans_regrown`].
+fn orphan_regrown(line: &str, truncated: &[u32], cluster_bytes: u64) -> Option<(u32, u64)> {
+    let rest = line.trim().strip_prefix("Inode ")?;
+    let (ino, rest) = rest.split_once(", i_size is ")?;
+    let ino: u32 = ino.parse().ok()?;
+    let (is, rest) = rest.split_once(", should be ")?;
+    let should: u64 = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    let is: u64 = is.parse().ok()?;
+    let in_cluster = cluster_bytes > 0 && should <= is.div_ceil(cluster_bytes) * cluster_bytes;
+    (truncated.contains(&ino) && is < should && in_cluster).then_some((ino, is))
 }
 
 /// "Unattached inode N": inode N.
@@ -1011,6 +1050,20 @@ mod tests {
             Some(29)
         );
         assert_eq!(ref_count_one_too_many("Inode 29 ref count is 3, should be 1.  Fix? yes"), None);
+    }
+
+    #[test]
+    fn a_bigalloc_orphan_regrown_within_its_cluster_is_told_apart() {
+        // What e2fsck 1.47.0 printed for an orphan truncated to 2955 bytes with 16 KiB
+        // clusters of 4 KiB blocks, its blocks 1 and 2 left mapped.
+        let line = "Inode 12, i_size is 2955, should be 12288.  Fix? yes";
+        assert_eq!(orphan_regrown(line, &[12], 16384), Some((12, 2955)));
+        // Not an orphan it truncated, no bigalloc, or past the cluster: a real repair.
+        assert_eq!(orphan_regrown(line, &[13], 16384), None);
+        assert_eq!(orphan_regrown(line, &[12], 0), None);
+        assert_eq!(orphan_regrown(line, &[12], 4096), None);
+        let shrunk = "Inode 12, i_size is 12288, should be 2955.  Fix? yes";
+        assert_eq!(orphan_regrown(shrunk, &[12], 16384), None);
     }
 
     use super::*;
