@@ -859,7 +859,7 @@ mod tests {
             TargetSpec::parse("lib:features=quota+project").unwrap().mkfs_features.as_deref(),
             Some("quota,project")
         );
-        assert!(TargetSpec::parse("lib:features=bigalloc").is_err());
+        assert!(TargetSpec::parse("lib:features=casefold").is_err());
         assert_eq!(
             TargetSpec::parse("quill-fuse:journal_mib=1024").unwrap().journal_mib,
             Some(1024)

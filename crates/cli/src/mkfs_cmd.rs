@@ -74,9 +74,13 @@ pub struct MkfsArgs {
     /// fast_commit orphan_file meta_bg extent 64bit mmp flex_bg ea_inode metadata_csum_seed large_dir
     /// inline_data
     /// sparse_super large_file huge_file uninit_bg (gdt_csum) dir_nlink extra_isize
-    /// metadata_csum project
+    /// metadata_csum project quota bigalloc
     #[arg(short = 'O', value_name = "FEATURES")]
     features: Vec<String>,
+    /// With -O bigalloc: the cluster size in bytes, a power of two from the block size up to
+    /// 65536 blocks (a k or m suffix is allowed) [default: 16 blocks]
+    #[arg(short = 'C', value_name = "CLUSTER_SIZE")]
+    cluster_size: Option<String>,
     /// Volume label, at most 16 bytes [default: none]
     #[arg(short = 'L', value_name = "LABEL")]
     label: Option<String>,
@@ -163,6 +167,17 @@ fn parse_options(args: &MkfsArgs) -> Result<Plan> {
         features.edit(list).map_err(|e| usage(e.to_string()))?;
     }
     options.features = features;
+    if let Some(text) = &args.cluster_size {
+        let bytes = parse_number_with_suffix(text, &[('k', 10), ('m', 20)])
+            .filter(|b| b.is_power_of_two() && *b >= u64::from(options.block_size))
+            .and_then(|b| u32::try_from(b).ok())
+            .ok_or_else(|| {
+                usage(format!(
+                    "invalid cluster size '{text}' (a power of two, at least the block size)"
+                ))
+            })?;
+        options.cluster_size = Some(bytes);
+    }
     if let Some(label) = &args.label {
         if label.len() > mkfs::LABEL_BYTES_MAX {
             return Err(usage(format!("label '{label}' is longer than 16 bytes")));
@@ -349,6 +364,13 @@ fn print_summary(image: &Path, r: &MkfsReport) {
     if !r.backup_superblocks.is_empty() {
         let list: Vec<String> = r.backup_superblocks.iter().map(u64::to_string).collect();
         println!("Superblock backups stored on blocks:\n\t{}", list.join(", "));
+    }
+    if r.cluster_blocks > 1 {
+        println!(
+            "Cluster size: {} bytes ({} blocks)",
+            r.block_size * r.cluster_blocks,
+            r.cluster_blocks
+        );
     }
     println!(
         "{} block groups of {} blocks and {} inodes; {} blocks ({:.2}%) reserved for root",

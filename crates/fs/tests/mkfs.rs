@@ -102,6 +102,8 @@ struct Case {
     features: &'static str,
     /// `-J size=MIB,fast_commit_size=KIB`, either left out when `None`.
     journal: (Option<u64>, Option<u64>),
+    /// `-C` (bigalloc's cluster size in bytes), left out when `None`.
+    cluster: Option<u32>,
 }
 
 impl Case {
@@ -115,6 +117,9 @@ impl Case {
         );
         if let Some(arg) = self.journal_arg() {
             name += &format!("-J{arg}");
+        }
+        if let Some(cluster) = self.cluster {
+            name += &format!("-C{cluster}");
         }
         name
     }
@@ -142,6 +147,7 @@ impl Case {
             hash_seed: fs::mkfs::parse_uuid(HASH_SEED),
             now: Some(FAKE_TIME),
             device_zeroed: true,
+            cluster_size: self.cluster,
             journal_blocks: self
                 .journal
                 .0
@@ -175,6 +181,9 @@ fn stock_mkfs(path: &Path, case: &Case) -> Output {
     }
     if let Some(arg) = case.journal_arg() {
         cmd.args(["-J", &arg]);
+    }
+    if let Some(cluster) = case.cluster {
+        cmd.args(["-C", &cluster.to_string()]);
     }
     run(cmd.arg(path).arg(format!("{}k", case.size / 1024)))
 }
@@ -355,6 +364,7 @@ fn cases(sizes: &[u64], block_sizes: &[u32], features: &[&'static str]) -> Vec<C
                     block_size,
                     features,
                     journal: (None, None),
+                    cluster: None,
                 });
             }
         }
@@ -459,7 +469,14 @@ fn fast_commit_areas_sized_by_j_options_are_byte_identical_to_mkfs_ext4() {
         ("", (None, Some(400))),
     ] {
         for block_size in [1024, 4096] {
-            cases.push(Case { fs_type: "ext4", size: 300 * MIB, block_size, features, journal });
+            cases.push(Case {
+                fs_type: "ext4",
+                size: 300 * MIB,
+                block_size,
+                features,
+                journal,
+                cluster: None,
+            });
         }
     }
     check_matrix("fast-commit", &cases);
@@ -478,6 +495,7 @@ fn large_sparse_image_formats_in_seconds_and_checks_clean() {
         block_size: 4096,
         features: "",
         journal: (None, None),
+        cluster: None,
     };
     let started = std::time::Instant::now();
     let dev = FileDevice::create(&path, case.size).unwrap();
@@ -533,6 +551,7 @@ fn a_journal_with_more_than_four_extents_gets_the_same_extent_leaf_as_mkfs_ext4(
         block_size: 4096,
         features: "",
         journal: (None, None),
+        cluster: None,
     };
     let (ours, theirs) = (scratch.path("leaf.quill"), scratch.path("leaf.stock"));
     let report = quill_mkfs(&ours, &case).unwrap();
@@ -562,9 +581,15 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
     std::fs::write(&path, &garbage).unwrap();
     std::fs::File::options().write(true).open(&path).unwrap().set_len(size).unwrap();
     let dev = FileDevice::open(&path, FileOptions::default()).unwrap();
-    let mut opts =
-        Case { fs_type: "ext4", size, block_size: 1024, features: "", journal: (None, None) }
-            .options();
+    let mut opts = Case {
+        fs_type: "ext4",
+        size,
+        block_size: 1024,
+        features: "",
+        journal: (None, None),
+        cluster: None,
+    }
+    .options();
     opts.device_zeroed = false;
     mkfs(&dev, &opts).unwrap();
     assert_e2fsck_clean(&path, "not zeroed");
@@ -576,7 +601,7 @@ fn a_device_that_is_not_zeroed_gets_lazy_inode_tables_and_checks_clean() {
 #[test]
 fn every_feature_outside_the_supported_list_is_refused_by_name() {
     let mut features = Features::default();
-    for name in ["bigalloc", "casefold", "encrypt", "verity"] {
+    for name in ["casefold", "encrypt", "verity"] {
         let err = features.edit(name).unwrap_err().to_string();
         assert!(err.contains(name.trim_start_matches('^')), "{name}: {err}");
     }
@@ -602,6 +627,7 @@ fn bad_options_are_refused_before_anything_is_written() {
         block_size: 4096,
         features: "",
         journal: (None, None),
+        cluster: None,
     }
     .options();
     let mut project = base.features;
@@ -664,6 +690,7 @@ fn the_kernel_mounts_a_quill_image_writes_to_it_and_leaves_it_clean() {
             block_size,
             features: "",
             journal: (None, None),
+            cluster: None,
         };
         quill_mkfs(&path, &case).unwrap();
         let mnt = scratch.path(&format!("mnt-{block_size}"));
@@ -689,4 +716,35 @@ fn the_kernel_mounts_a_quill_image_writes_to_it_and_leaves_it_clean() {
         assert_e2fsck_clean(&path, &format!("after a kernel mount ({block_size})"));
         println!("kernel mounted, wrote to and unmounted a {block_size}-byte-block quill image");
     }
+}
+
+/// bigalloc (`-O bigalloc [-C SIZE]`): the tables placed block by block, then everything in
+/// clusters (bitmaps, free counts, root, lost+found filling its cluster, the resize inode's
+/// and journal's i_blocks in clusters, `s_overhead_clusters`): byte for byte as mke2fs, with
+/// 1, 4 and 64 KiB blocks, the default 16-block clusters and others, one group and many.
+#[test]
+fn bigalloc_images_are_byte_identical_to_mke2fs() {
+    let mut all = Vec::new();
+    for (size, block_size, cluster) in [
+        (64, 4096, None),
+        (64, 4096, Some(16384)),
+        (300, 4096, Some(65536)),
+        (64, 1024, None),
+        (300, 1024, Some(4096)),
+        (8, 1024, Some(2048)),
+        (160, 65536, None),
+        (64, 2048, Some(8192)),
+    ] {
+        for features in ["bigalloc", "bigalloc,^metadata_csum", "bigalloc,^has_journal"] {
+            all.push(Case {
+                fs_type: "ext4",
+                size: size * MIB,
+                block_size,
+                features,
+                journal: (None, None),
+                cluster,
+            });
+        }
+    }
+    check_matrix("mkfs-bigalloc", &all);
 }

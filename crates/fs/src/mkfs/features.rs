@@ -13,7 +13,7 @@ pub struct Features {
 /// The features `-O` may add or remove, by their e2fsprogs names. Everything else is refused
 /// because quill would either write it wrongly (meta_bg, inline data, bigalloc, ...) or not at
 /// all.
-pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 26] = [
+pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 27] = [
     ("has_journal", Word::Compat, feature::COMPAT_HAS_JOURNAL),
     ("ext_attr", Word::Compat, feature::COMPAT_EXT_ATTR),
     ("resize_inode", Word::Compat, feature::COMPAT_RESIZE_INODE),
@@ -40,10 +40,11 @@ pub(super) const EDITABLE_FEATURES: [(&str, Word, u32); 26] = [
     ("metadata_csum", Word::RoCompat, feature::RO_COMPAT_METADATA_CSUM),
     ("project", Word::RoCompat, feature::RO_COMPAT_PROJECT),
     ("quota", Word::RoCompat, feature::RO_COMPAT_QUOTA),
+    ("bigalloc", Word::RoCompat, feature::RO_COMPAT_BIGALLOC),
 ];
 
 /// Names dumpe2fs prints for the bits quill can set, in its order.
-pub(super) const FEATURE_NAMES: [(Word, u32, &str); 26] = [
+pub(super) const FEATURE_NAMES: [(Word, u32, &str); 27] = [
     (Word::Compat, feature::COMPAT_HAS_JOURNAL, "has_journal"),
     (Word::Compat, feature::COMPAT_EXT_ATTR, "ext_attr"),
     (Word::Compat, feature::COMPAT_RESIZE_INODE, "resize_inode"),
@@ -67,6 +68,7 @@ pub(super) const FEATURE_NAMES: [(Word, u32, &str); 26] = [
     (Word::RoCompat, feature::RO_COMPAT_DIR_NLINK, "dir_nlink"),
     (Word::RoCompat, feature::RO_COMPAT_EXTRA_ISIZE, "extra_isize"),
     (Word::RoCompat, feature::RO_COMPAT_QUOTA, "quota"),
+    (Word::RoCompat, feature::RO_COMPAT_BIGALLOC, "bigalloc"),
     (Word::RoCompat, feature::RO_COMPAT_METADATA_CSUM, "metadata_csum"),
     (Word::RoCompat, feature::RO_COMPAT_PROJECT, "project"),
     (Word::RoCompat, feature::RO_COMPAT_ORPHAN_PRESENT, "orphan_present"),

@@ -11,6 +11,8 @@ pub(super) struct Geometry {
     pub(super) first_data_block: u64,
     pub(super) blocks_count: u64,
     pub(super) blocks_per_group: u32,
+    /// log2 of the blocks per cluster (bigalloc; 0 otherwise).
+    pub(super) cluster_bits: u32,
     pub(super) inodes_per_group: u32,
     pub(super) inode_blocks_per_group: u64,
     pub(super) inode_size: u16,
@@ -68,6 +70,7 @@ impl Geometry {
             }
         };
         let features = Self::plan_features(opts.features, blocks_param, bs)?;
+        let cluster_bits = Self::plan_cluster(opts, features)?;
         if features.ro_compat(feature::RO_COMPAT_PROJECT) && isz == ext4::INODE_SIZE_MIN {
             // As mke2fs: i_projid needs the large inode's extra fields.
             return Err(invalid(format!("{isz} byte inodes are too small for project quota")));
@@ -78,9 +81,10 @@ impl Geometry {
                 "{isz} byte inodes are too small for inline data; specify larger size"
             )));
         }
-        let inodes_param = Self::plan_inodes(opts, blocks_param)?;
+        let inodes_param = Self::plan_inodes(opts, blocks_param, bs64 << cluster_bits)?;
         let reserved_param = (opts.reserved_percent * blocks_param as f64 / 100.0) as u64;
-        let mut geometry = Self::initialize(opts, features, blocks_param, inodes_param)?;
+        let mut geometry =
+            Self::initialize(opts, features, cluster_bits, blocks_param, inodes_param)?;
         geometry.reserved_blocks = geometry.reserve(reserved_param, blocks_param);
         (geometry.journal_blocks, geometry.fast_commit_blocks) =
             geometry.plan_journal(opts.journal_blocks, opts.fast_commit_blocks)?;
@@ -133,8 +137,53 @@ impl Geometry {
         Ok(f)
     }
 
-    /// The inode count mke2fs asks `ext2fs_initialize` for.
-    pub(super) fn plan_inodes(opts: &MkfsOptions, blocks: u64) -> Result<u32> {
+    /// log2 of the blocks per cluster: `-C` (16 blocks by default) with bigalloc, which needs
+    /// extents; 0 without it, where `-C` is refused as mke2fs refuses it.
+    pub(super) fn plan_cluster(opts: &MkfsOptions, f: Features) -> Result<u32> {
+        let bs = opts.block_size;
+        if !f.ro_compat(feature::RO_COMPAT_BIGALLOC) {
+            return match opts.cluster_size {
+                Some(_) => {
+                    Err(invalid("specifying a cluster size requires the bigalloc feature".into()))
+                }
+                None => Ok(0),
+            };
+        }
+        if !f.incompat(feature::INCOMPAT_EXTENTS) {
+            return Err(invalid("can't support bigalloc feature without extents feature".into()));
+        }
+        let cluster = opts.cluster_size.unwrap_or(bs * 16);
+        if !cluster.is_power_of_two() || cluster < bs {
+            return Err(invalid(format!(
+                "cluster size {cluster} is not a power of two at least the block size {bs}"
+            )));
+        }
+        let bits = (cluster / bs).trailing_zeros();
+        // The kernel caps a cluster at 2^16 blocks (and mke2fs's log field at 2^29 KiB).
+        if bits > 16 || cluster.trailing_zeros() - 10 > 29 {
+            return Err(invalid(format!("cluster size {cluster} is too large")));
+        }
+        // Files quill's mkfs would place differently from mke2fs's on clusters: refused
+        // rather than made unlike mkfs.ext4's (which makes them).
+        for (bit, set, name) in [
+            (feature::RO_COMPAT_QUOTA, f.ro_compat, "quota"),
+            (feature::COMPAT_ORPHAN_FILE, f.compat, "orphan_file"),
+            (feature::INCOMPAT_INLINE_DATA, f.incompat, "inline_data"),
+            (feature::INCOMPAT_MMP, f.incompat, "mmp"),
+            (feature::INCOMPAT_META_BG, f.incompat, "meta_bg"),
+        ] {
+            if set & bit != 0 {
+                return Err(FsError::Unsupported(format!(
+                    "quill mkfs does not make bigalloc with {name} (mkfs.ext4 does)"
+                )));
+            }
+        }
+        Ok(bits)
+    }
+
+    /// The inode count mke2fs asks `ext2fs_initialize` for (`cluster`: the cluster size in
+    /// bytes, which a default ratio is never below).
+    pub(super) fn plan_inodes(opts: &MkfsOptions, blocks: u64, cluster: u64) -> Result<u32> {
         let bs = opts.block_size;
         let ratio = match opts.inode_ratio {
             Some(ratio) if !(INODE_RATIO_MIN..=INODE_RATIO_MAX).contains(&ratio) => {
@@ -143,7 +192,7 @@ impl Geometry {
                 )));
             }
             Some(ratio) => ratio,
-            None => usage_type_inode_ratio(blocks, bs).max(bs),
+            None => usage_type_inode_ratio(blocks, bs).max(bs).max(cluster as u32),
         };
         let bytes = blocks * u64::from(bs);
         let mut inodes = bytes / u64::from(ratio);
@@ -167,17 +216,25 @@ impl Geometry {
     pub(super) fn initialize(
         opts: &MkfsOptions,
         mut features: Features,
+        cluster_bits: u32,
         blocks_param: u64,
         inodes_param: u32,
     ) -> Result<Geometry> {
         let bs = opts.block_size;
         let bs64 = u64::from(bs);
         let isz = u64::from(opts.inode_size);
-        let first_data_block = u64::from(bs == BLOCK_SIZE_MIN);
+        let bigalloc = cluster_bits > 0;
+        // s_log_cluster_size is 0 only for 1 KiB blocks without bigalloc.
+        let first_data_block = u64::from(bs == BLOCK_SIZE_MIN && !bigalloc);
         let desc_size: u16 = if features.incompat(feature::INCOMPAT_64BIT) { 64 } else { 32 };
         let descs_per_block = bs64 / u64::from(desc_size);
         let addr_per_block = bs / 4;
-        let mut blocks_per_group = (bs * 8).min(BLOCKS_PER_GROUP_MAX);
+        // With bigalloc a group has a bitmap block's worth of clusters.
+        let clusters_per_group = (bs * 8).min(BLOCKS_PER_GROUP_MAX);
+        let bpg_wide = u64::from(clusters_per_group) << cluster_bits;
+        let mut blocks_per_group = u32::try_from(bpg_wide)
+            .map_err(|_| invalid(format!("{bpg_wide} blocks per group are too many")))?;
+        let blocks_param = blocks_param & !((1u64 << cluster_bits) - 1);
         let mut blocks = blocks_param;
         let inodes_wanted = inodes_param.max(FIRST_INO + 1);
         let sparse = features.ro_compat(feature::RO_COMPAT_SPARSE_SUPER);
@@ -194,7 +251,7 @@ impl Geometry {
             let desc_blocks = u64::from(groups).div_ceil(descs_per_block);
             let mut ipg = u64::from(inodes_wanted).div_ceil(u64::from(groups));
             if ipg > bs64 * 8 {
-                if blocks_per_group >= 256 {
+                if !bigalloc && blocks_per_group >= 256 {
                     blocks_per_group -= 8;
                     blocks = blocks_param;
                     continue;
@@ -250,6 +307,7 @@ impl Geometry {
                 first_data_block,
                 blocks_count: blocks,
                 blocks_per_group,
+                cluster_bits,
                 inodes_per_group: inodes_per_group as u32,
                 inode_blocks_per_group,
                 inode_size: opts.inode_size,
@@ -419,7 +477,19 @@ impl Geometry {
     }
 
     pub(super) fn bitmap_bytes_blocks(&self) -> usize {
-        self.blocks_per_group as usize / 8
+        (self.blocks_per_group >> self.cluster_bits) as usize / 8
+    }
+
+    /// Blocks per cluster (1 without bigalloc).
+    pub(super) fn cluster_blocks(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+
+    /// The block holding `group`'s superblock copy: its first, but with 1 KiB blocks and
+    /// bigalloc (first data block 0) group 0's is block 1, after the boot block.
+    pub(super) fn superblock_block(&self, group: u32) -> u64 {
+        let boot_block = group == 0 && self.first_data_block == 0 && self.block_size == 1024;
+        self.group_first(group) + u64::from(boot_block)
     }
 
     pub(super) fn bitmap_bytes_inodes(&self) -> usize {

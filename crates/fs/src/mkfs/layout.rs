@@ -23,12 +23,16 @@ impl Layout {
         let mut free_blocks = 0u64;
         let mut free_inodes = 0u32;
         let ipg = g.inodes_per_group;
+        // With bigalloc the bitmaps and the descriptors' counts are in clusters
+        // (`fix_cluster_bg_counts`), the superblock's free count in blocks.
+        let bits = g.cluster_bits;
         for (i, state) in planner.groups.iter().enumerate() {
             let group = i as u32;
             let first = g.group_first(group);
             let nblocks = g.group_blocks(group);
-            let group_free = nblocks - planner.used.count_in(first, first + nblocks);
-            free_blocks += group_free;
+            let group_free_blocks = nblocks - planner.used.count_in(first, first + nblocks);
+            free_blocks += group_free_blocks;
+            let group_free = group_free_blocks >> bits;
             let used_inodes: Vec<u32> = planner
                 .inodes_used
                 .iter()
@@ -41,13 +45,15 @@ impl Layout {
                 let mut bm = vec![0xFFu8; bs];
                 bm[..g.bitmap_bytes_blocks()].fill(0);
                 for (s, e) in planner.used.overlapping(first, first + nblocks) {
-                    set_bits(&mut bm, (s - first) as usize, (e - first) as usize);
+                    let (s, e) = ((s - first) >> bits, (e - first).div_ceil(1 << bits));
+                    set_bits(&mut bm, s as usize, e as usize);
                 }
                 if group == g.groups - 1 {
                     let nbits = ((g.blocks_count - g.first_data_block)
-                        % u64::from(g.blocks_per_group)) as usize;
+                        % u64::from(g.blocks_per_group))
+                        >> bits;
                     if nbits != 0 {
-                        set_bits(&mut bm, nbits, bs * 8);
+                        set_bits(&mut bm, nbits as usize, bs * 8);
                     }
                 }
                 bm
@@ -138,9 +144,9 @@ impl SuperblockFields<'_> {
         sb.free_inodes_count = self.layout.free_inodes;
         sb.first_data_block = g.first_data_block as u32;
         sb.log_block_size = g.log_block_size;
-        sb.log_cluster_size = g.log_block_size;
+        sb.log_cluster_size = g.log_block_size + g.cluster_bits;
         sb.blocks_per_group = g.blocks_per_group;
-        sb.clusters_per_group = g.blocks_per_group;
+        sb.clusters_per_group = g.blocks_per_group >> g.cluster_bits;
         sb.inodes_per_group = g.inodes_per_group;
         sb.wtime = now;
         sb.max_mnt_count = 0xFFFF;

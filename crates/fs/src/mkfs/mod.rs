@@ -151,6 +151,9 @@ pub struct MkfsOptions {
     /// `EXT2_JOURNAL_TO_FC_BLKS_RATIO`. Ignored without fast_commit, as mke2fs ignores it.
     pub fast_commit_blocks: Option<u32>,
     pub features: Features,
+    /// With bigalloc: the cluster size in bytes (`-C`), a power of two from the block size
+    /// up; `None` is 16 blocks, as mke2fs.conf's default. Refused without bigalloc.
+    pub cluster_size: Option<u32>,
     /// Volume label, at most 16 bytes.
     pub label: String,
     /// File-system UUID; `None` generates a random (version 4) one.
@@ -178,6 +181,7 @@ impl Default for MkfsOptions {
             journal_blocks: None,
             fast_commit_blocks: None,
             features: Features::default(),
+            cluster_size: None,
             label: String::new(),
             uuid: None,
             hash_seed: None,
@@ -192,6 +196,8 @@ impl Default for MkfsOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MkfsReport {
     pub block_size: u32,
+    /// Blocks per allocation cluster (bigalloc; 1 otherwise).
+    pub cluster_blocks: u32,
     pub blocks_count: u64,
     pub inodes_count: u32,
     pub groups: u32,

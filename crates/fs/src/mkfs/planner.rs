@@ -90,7 +90,8 @@ pub(super) struct Planner {
     pub(super) groups: Vec<GroupState>,
     /// Inodes in use (all are among the first few).
     pub(super) inodes_used: Vec<u32>,
-    /// Blocks in use once the tables are placed (mke2fs's "overhead", before the journal).
+    /// Clusters in use once the tables are placed (mke2fs's "overhead", before the
+    /// journal).
     pub(super) overhead_tables: u64,
 }
 
@@ -130,6 +131,16 @@ impl FileBlocks {
 
     pub(super) fn blocks(&self) -> u64 {
         self.extents.iter().map(|e| u64::from(e.2)).sum()
+    }
+
+    /// What i_blocks counts, in blocks: the data and map blocks, or with bigalloc (`cluster`
+    /// blocks per cluster) each cluster they touch, whole.
+    pub(super) fn allocated(&self, cluster: u64) -> u64 {
+        let mut clusters = std::collections::BTreeSet::new();
+        for &(_, start, len) in &self.extents {
+            clusters.extend(start / cluster..=(start + u64::from(len) - 1) / cluster);
+        }
+        (clusters.len() as u64 + self.map_blocks()) * cluster
     }
 
     /// Blocks the map itself takes: the extent leaf, or the indirect blocks.
@@ -314,8 +325,10 @@ impl Planner {
             }
             let n = g.super_and_gdt_blocks(group);
             if n > 0 {
-                // A group's backup may run past the end of a tiny last group.
+                // A group's backup may run past the end of a tiny last group. With 1 KiB
+                // blocks and bigalloc, group 0 starts at the boot block, which is reserved too.
                 let start = g.group_first(group);
+                let n = n + (g.superblock_block(group) - start);
                 used.insert(start, n.min(g.blocks_count - start));
             }
         }
@@ -331,8 +344,35 @@ impl Planner {
                 self.allocate_group_table_plain(group);
             }
         }
+        if self.g.cluster_bits > 0 {
+            self.convert_to_clusters();
+        }
         let fdb = self.g.first_data_block;
-        self.overhead_tables = self.used.count_in(fdb, self.g.blocks_count);
+        self.overhead_tables = self.used.count_in(fdb, self.g.blocks_count) >> self.g.cluster_bits;
+    }
+
+    /// `ext2fs_convert_subcluster_bitmap`: mke2fs places the tables block by block, then
+    /// allocates in clusters, a cluster in use when any of its blocks is. Every used run
+    /// grows to whole clusters, so from here on free space starts on a cluster boundary.
+    fn convert_to_clusters(&mut self) {
+        let mask = self.g.cluster_blocks() - 1;
+        let mut clustered = UsedBlocks::default();
+        let mut pending: Option<(u64, u64)> = None;
+        for (&start, &end) in &self.used.runs {
+            let (start, end) = (start & !mask, (end + mask) & !mask);
+            pending = match pending {
+                Some((s, e)) if start <= e => Some((s, e.max(end))),
+                Some((s, e)) => {
+                    clustered.insert(s, e - s);
+                    Some((start, end))
+                }
+                None => Some((start, end)),
+            };
+        }
+        if let Some((s, e)) = pending {
+            clustered.insert(s, e - s);
+        }
+        self.used = clustered;
     }
 
     pub(super) fn allocate_group_table_plain(&mut self, group: u32) {
@@ -468,17 +508,20 @@ impl Planner {
 
     /// `ext2fs_new_block2` + `ext2fs_block_alloc_stats2`: the first free block at or after
     /// `goal`, wrapping around.
+    /// With bigalloc the goal rounds down to its cluster and a whole cluster is taken: the
+    /// block returned is its first.
     pub(super) fn alloc_block(&mut self, goal: u64) -> Result<u64> {
         let fdb = self.g.first_data_block;
         let last = self.g.blocks_count - 1;
-        let goal = if goal == 0 || goal > last { fdb } else { goal };
+        let mask = self.g.cluster_blocks() - 1;
+        let goal = if goal == 0 || goal > last { fdb } else { goal } & !mask;
         let block = self
             .used
             .first_free_in(goal, last)
             .or_else(|| if goal > fdb { self.used.first_free_in(fdb, goal - 1) } else { None })
             .ok_or(FsError::NoSpace)?;
-        self.used.insert(block, 1);
-        self.touch_groups(block, 1);
+        self.used.insert(block, mask + 1);
+        self.touch_groups(block, mask + 1);
         Ok(block)
     }
 
@@ -488,15 +531,20 @@ impl Planner {
         let fdb = self.g.first_data_block;
         let last = self.g.blocks_count - 1;
         let goal = if goal == 0 || goal > last { fdb } else { goal };
+        // With bigalloc the bitmap finds clusters: a free block is its cluster's first, and
+        // the run claims the clusters it touches.
+        let mask = self.g.cluster_blocks() - 1;
         let start = self
             .used
             .first_free_in(goal, last)
             .or_else(|| self.used.first_free_in(fdb, last))
-            .ok_or(FsError::NoSpace)?;
+            .ok_or(FsError::NoSpace)?
+            & !mask;
         let limit = (start + len - 1).min(last);
         let end = self.used.first_used_in(start, limit + 1).unwrap_or(limit + 1);
-        self.used.insert(start, end - start);
-        self.touch_groups(start, end - start);
+        let claimed = ((end - start) + mask) & !mask;
+        self.used.insert(start, claimed);
+        self.touch_groups(start, claimed);
         Ok((start, end - start))
     }
 
@@ -572,7 +620,7 @@ impl Planner {
         };
         let mut overhead = self.overhead_tables + self.g.first_data_block;
         let journal = if self.g.journal_blocks > 0 {
-            overhead += u64::from(self.g.journal_blocks);
+            overhead += u64::from(self.g.journal_blocks).div_ceil(self.g.cluster_blocks());
             self.create_journal()?
         } else {
             FileBlocks::default()
@@ -697,7 +745,14 @@ impl Planner {
     fn map_next(&mut self, file: &mut FileBlocks, goal: u64) -> Result<u64> {
         let logical = file.blocks();
         let Some(indirect) = file.indirect.as_mut() else {
-            let block = self.alloc_block(goal)?;
+            // expand_dir_proc: with bigalloc the next block of the last one's cluster, if it
+            // is in the same cluster, without an allocation.
+            let mask = self.g.cluster_blocks() - 1;
+            let last = logical.checked_sub(1).and_then(|l| file.physical(l));
+            let block = match last {
+                Some(last) if mask > 0 && (last + 1) & mask != 0 => last + 1,
+                _ => self.alloc_block(goal)?,
+            };
             file.push(block, 1);
             return Ok(block);
         };

@@ -97,6 +97,7 @@ impl ImageWriter {
             blocks_per_group: g.blocks_per_group,
             report: MkfsReport {
                 block_size: g.block_size,
+                cluster_blocks: g.cluster_blocks() as u32,
                 blocks_count: g.blocks_count,
                 inodes_count: g.inodes_per_group * g.groups,
                 groups: g.groups,
@@ -187,14 +188,13 @@ impl ImageWriter {
         }
         let meta_bg = g.features.incompat(feature::INCOMPAT_META_BG);
         for group in 0..g.groups {
-            let first = g.group_first(group);
             let has_super = g.has_super(group);
             if has_super && group > 0 {
                 self.backup_groups.push(group);
             }
             // The table (or, with meta_bg, the meta group's block of it) after the superblock
             // copy, if the group has one.
-            let at = (first + u64::from(has_super)) * bs as u64;
+            let at = (g.superblock_block(group) + u64::from(has_super)) * bs as u64;
             if !meta_bg && has_super {
                 self.queue.put(at, table.clone());
             } else if meta_bg && g.holds_meta_bg_descriptors(group) {
@@ -255,13 +255,14 @@ impl ImageWriter {
         bad.extra_isize = 0;
         records.insert(BAD_INO, encode_inode(&bad, isz));
 
-        let mut root = new_inode(ext4::MODE_DIR | 0o755, 3, bs, 1);
+        let cluster = g.cluster_blocks();
+        let mut root = new_inode(ext4::MODE_DIR | 0o755, 3, bs, files.root.allocated(cluster));
         root.flags = files.root.inode_flags();
         root.block = files.root.inode_root();
         records.insert(ROOT_INO, encode_inode(&root, isz));
 
         let lf_blocks = files.lost_found.blocks();
-        let lf_all = lf_blocks + files.lost_found.map_blocks();
+        let lf_all = files.lost_found.allocated(cluster);
         let mut lost_found = new_inode(ext4::MODE_DIR | 0o700, 2, lf_blocks * bs, lf_all);
         lost_found.flags = files.lost_found.inode_flags();
         lost_found.block = files.lost_found.inode_root();
@@ -277,14 +278,15 @@ impl ImageWriter {
         if let Some(dind) = files.resize_dind {
             let backups = backup_groups(g).len() as u64;
             let rsv = u64::from(g.reserved_gdt_blocks);
-            let blocks = 1 + rsv + rsv * backups;
+            // ext2fs_iblk_add_blocks counts each block as a cluster.
+            let blocks = (1 + rsv + rsv * backups) * cluster;
             let mut resize = new_inode(ext4::MODE_REGULAR | 0o600, 1, resize_inode_size(g), blocks);
             resize.block[DIND_SLOT * 4..DIND_SLOT * 4 + 4]
                 .copy_from_slice(&(dind as u32).to_le_bytes());
             records.insert(RESIZE_INO, encode_inode(&resize, isz));
         }
         if g.journal_blocks > 0 {
-            let blocks = files.journal.blocks() + files.journal.map_blocks();
+            let blocks = files.journal.allocated(cluster);
             let size = u64::from(g.journal_blocks) * bs;
             let mut journal = new_inode(ext4::MODE_REGULAR | 0o600, 1, size, blocks);
             journal.flags = files.journal.inode_flags();
@@ -384,7 +386,8 @@ impl ImageWriter {
         let mut dind_block = vec![0u8; bs];
         for r in 0..u64::from(g.reserved_gdt_blocks) {
             let gdt_off = ((g.desc_blocks + r) % apb) as usize;
-            let gdt_blk = g.first_data_block + 1 + g.desc_blocks + r;
+            // res_gdt.c: with 1 KiB blocks and bigalloc the superblock is still block 1.
+            let gdt_blk = g.superblock_block(0) + 1 + g.desc_blocks + r;
             dind_block[gdt_off * 4..gdt_off * 4 + 4]
                 .copy_from_slice(&(gdt_blk as u32).to_le_bytes());
             let mut list = vec![0u8; bs];
