@@ -735,7 +735,14 @@ fn bigalloc_images_are_byte_identical_to_mke2fs() {
         (160, 65536, None),
         (64, 2048, Some(8192)),
     ] {
-        for features in ["bigalloc", "bigalloc,^metadata_csum", "bigalloc,^has_journal"] {
+        for features in [
+            "bigalloc",
+            "bigalloc,^metadata_csum",
+            "bigalloc,^has_journal",
+            "bigalloc,quota,project,orphan_file",
+            "bigalloc,inline_data,mmp",
+            "bigalloc,meta_bg,^resize_inode",
+        ] {
             all.push(Case {
                 fs_type: "ext4",
                 size: size * MIB,

@@ -163,21 +163,6 @@ impl Geometry {
         if bits > 16 || cluster.trailing_zeros() - 10 > 29 {
             return Err(invalid(format!("cluster size {cluster} is too large")));
         }
-        // Files quill's mkfs would place differently from mke2fs's on clusters: refused
-        // rather than made unlike mkfs.ext4's (which makes them).
-        for (bit, set, name) in [
-            (feature::RO_COMPAT_QUOTA, f.ro_compat, "quota"),
-            (feature::COMPAT_ORPHAN_FILE, f.compat, "orphan_file"),
-            (feature::INCOMPAT_INLINE_DATA, f.incompat, "inline_data"),
-            (feature::INCOMPAT_MMP, f.incompat, "mmp"),
-            (feature::INCOMPAT_META_BG, f.incompat, "meta_bg"),
-        ] {
-            if set & bit != 0 {
-                return Err(FsError::Unsupported(format!(
-                    "quill mkfs does not make bigalloc with {name} (mkfs.ext4 does)"
-                )));
-            }
-        }
         Ok(bits)
     }
 
@@ -390,16 +375,18 @@ impl Geometry {
         Ok((blocks as u32, fc))
     }
 
-    /// `ext2fs_default_orphan_file_blocks`.
+    /// `ext2fs_default_orphan_file_blocks`; with bigalloc the file fills its last cluster
+    /// (mke2fs makes 76 blocks of 75 with 4-block clusters).
     pub(super) fn plan_orphan_file(&self) -> u32 {
         if !self.features.compat(feature::COMPAT_ORPHAN_FILE) {
             return 0;
         }
-        match self.blocks_count {
+        let blocks = match self.blocks_count {
             b if b < 128 * 1024 => 32,
             b if b < 2 * 1024 * 1024 => (b / 4096) as u32,
             _ => 512,
-        }
+        };
+        blocks.next_multiple_of(self.cluster_blocks() as u32)
     }
 
     /// The superblock's free count right after `ext2fs_initialize`.

@@ -188,7 +188,9 @@ impl FileBlocks {
     }
 
     /// Maps logical block `logical` (a hole) to `physical`, merging with a neighbouring run
-    /// contiguous on both sides as ext2fs's extent code does. An indirect map takes direct
+    /// as ext2fs's extent code does: into the run before it when contiguous, else into the
+    /// run after it (never both: with bigalloc, quota blocks 0, 2..5, then 1 of one cluster
+    /// end up as mke2fs leaves them, two extents). An indirect map takes direct
     /// blocks only (the quota files mkfs makes are six quota blocks).
     pub(super) fn map_at(&mut self, logical: u64, physical: u64) -> Result<()> {
         if let Some(indirect) = self.indirect.as_mut() {
@@ -210,11 +212,7 @@ impl FileBlocks {
             .get(at)
             .is_some_and(|&(l, start, _)| logical + 1 == l && physical + 1 == start);
         match (joins_left, joins_right) {
-            (true, true) => {
-                let right = self.extents.remove(at);
-                self.extents[at - 1].2 += 1 + right.2;
-            }
-            (true, false) => self.extents[at - 1].2 += 1,
+            (true, _) => self.extents[at - 1].2 += 1,
             (false, true) => {
                 let right = &mut self.extents[at];
                 (right.0, right.1, right.2) = (logical, physical, right.2 + 1);
@@ -634,8 +632,8 @@ impl Planner {
         // create_quota_inodes: root and lost+found are all there is to charge, to id 0.
         let quota = if self.g.features.ro_compat(feature::RO_COMPAT_QUOTA) {
             let bs = u64::from(self.g.block_size);
-            let blocks = |f: &FileBlocks| f.blocks() + f.map_blocks();
-            let space = (blocks(&root) + blocks(&lost_found)) * bs;
+            let cluster = self.g.cluster_blocks();
+            let space = (root.allocated(cluster) + lost_found.allocated(cluster)) * bs;
             self.create_quota_files(space, 2)?
         } else {
             Vec::new()
@@ -737,6 +735,18 @@ impl Planner {
         Ok(map)
     }
 
+    /// bigalloc's `implied_cluster_alloc` in `ext2fs_bmap2`: where `map` already maps a block
+    /// of `logical`'s logical cluster, `logical` goes into that block's physical cluster,
+    /// at its offset, without an allocation.
+    fn implied_block(&self, map: &FileBlocks, logical: u64) -> Option<u64> {
+        let n = self.g.cluster_blocks();
+        if n == 1 {
+            return None;
+        }
+        let first = logical - logical % n;
+        (first..first + n).find_map(|l| map.physical(l).map(|p| p - l % n + logical % n))
+    }
+
     /// `ext2fs_bmap2` with BMAP_ALLOC for `file`'s next logical block: with an indirect map,
     /// first the indirect blocks its pointer still lacks, each the first free block from the
     /// last one allocated on (`ext2fs_alloc_block` with the previous pointer as its goal, which
@@ -818,7 +828,10 @@ impl Planner {
                     None if logical == 0 => self.inode_goal(ino),
                     None => 0,
                 };
-                let block = self.alloc_block(goal)?;
+                let block = match self.implied_block(&map, logical) {
+                    Some(block) => block,
+                    None => self.alloc_block(goal)?,
+                };
                 map.map_at(logical, block)?;
             }
             if map.extents.len() > EXTENTS_IN_INODE {
@@ -838,8 +851,11 @@ impl Planner {
         self.use_inode(ino, false);
         let mut map = FileBlocks::default();
         let mut last = 0u64;
-        for _ in 0..self.g.orphan_blocks {
-            last = self.alloc_block(last)?;
+        for logical in 0..u64::from(self.g.orphan_blocks) {
+            last = match self.implied_block(&map, logical) {
+                Some(block) => block,
+                None => self.alloc_block(last)?,
+            };
             map.push(last, 1);
         }
         if map.extents.len() > EXTENTS_IN_INODE {

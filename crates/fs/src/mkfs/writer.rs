@@ -295,7 +295,7 @@ impl ImageWriter {
         }
         if let Some((ino, map)) = &files.orphan {
             let mut orphan =
-                new_inode(ext4::MODE_REGULAR | 0o600, 1, map.blocks() * bs, map.blocks());
+                new_inode(ext4::MODE_REGULAR | 0o600, 1, map.blocks() * bs, map.allocated(cluster));
             orphan.flags = map.inode_flags();
             orphan.block = map.inode_root();
             records.insert(*ino, encode_inode(&orphan, isz));
@@ -304,7 +304,7 @@ impl ImageWriter {
             // quota_inode_init_new: immutable, owned by root, only the 1 KiB quota blocks
             // written counted in i_size.
             let map = &quota.map;
-            let blocks = map.blocks() + map.map_blocks();
+            let blocks = map.allocated(cluster);
             let size = quota.bytes.len() as u64;
             let mut inode = new_inode(ext4::MODE_REGULAR | 0o600, 1, size, blocks);
             inode.flags = map.inode_flags() | ext4::iflags::IMMUTABLE_FL;
