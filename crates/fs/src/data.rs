@@ -443,6 +443,9 @@ impl Filesystem {
                         // still commits under errors=continue, so they do not leak (e2fsck:
                         // block bitmap differences). Under errors=remount-ro the journal is
                         // aborted and this fails harmlessly.
+                        // With bigalloc the free is of whole clusters and does not revoke: the
+                        // blocks data=journal may have journaled are revoked here.
+                        let _ = txn.revoke_data(pblk, u64::from(run));
                         if let Some((start, count)) = taken {
                             let _ = txn.free_data_blocks(start, count);
                         }

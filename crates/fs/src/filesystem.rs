@@ -673,6 +673,14 @@ pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> Result<()> {
                 .into(),
         ));
     }
+    // Clusters line up with block 0 only when groups start there (mke2fs makes it so).
+    if sb.has_bigalloc() && sb.first_data_block != 0 {
+        return Err(FsError::Unsupported(format!(
+            "cannot write a bigalloc file system whose first data block is {} (open it \
+             read-only)",
+            sb.first_data_block
+        )));
+    }
     let incompat = sb.feature_incompat & !INCOMPAT_WRITABLE;
     if incompat != 0 {
         return Err(FsError::Unsupported(format!(

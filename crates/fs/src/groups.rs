@@ -197,6 +197,13 @@ impl Reservation {
     pub fn absorb(&mut self, mut other: Reservation) {
         self.blocks += std::mem::take(&mut other.blocks);
     }
+
+    /// A reservation of `blocks` counted in `counters`, for unit tests of its holders.
+    #[cfg(test)]
+    pub fn for_tests(counters: Arc<Counters>, blocks: i64) -> Reservation {
+        counters.reserved_blocks.fetch_add(blocks, Ordering::AcqRel);
+        Reservation { counters, blocks }
+    }
 }
 
 impl Drop for Reservation {

@@ -6,7 +6,8 @@
 //! only then maps it and grows the on-disk size in one handle, so data=ordered holds by
 //! construction: no transaction ever maps a block whose data is not on the device.
 //!
-//! Space is reserved when the data is cached, one block per page over a hole, so writeback
+//! Space is reserved when the data is cached, one block per page over a hole (with bigalloc,
+//! one cluster per logical cluster that such pages first fall in), so writeback
 //! never meets ENOSPC for data that `write` accepted; the extent-tree blocks writeback may
 //! need come from the file system's metadata pool (`Groups::reserve_up_to`), which ordinary
 //! reservations leave free.
@@ -70,11 +71,28 @@ impl FileCache {
         }
     }
 
-    /// Drops the pages at or past block `first`; returns how many. Their reserved blocks are
-    /// released.
-    pub fn drop_from(&mut self, first: u32) -> usize {
+    /// Blocks to reserve for new pages over holes at `lblks` (ascending): [`hole_blocks`],
+    /// less the logical clusters a cached hole page holds a reservation for already.
+    pub fn new_hole_blocks(&self, cluster_bits: u32, lblks: impl Iterator<Item = u32>) -> i64 {
+        let fresh = lblks.filter(|&lblk| !self.hole_cached_in_cluster(cluster_bits, lblk));
+        hole_blocks(cluster_bits, fresh)
+    }
+
+    /// Whether a cached page over a hole lies in `lblk`'s logical cluster.
+    fn hole_cached_in_cluster(&self, cluster_bits: u32, lblk: u32) -> bool {
+        let first = lblk >> cluster_bits << cluster_bits;
+        let end = u64::from(first) + (1u64 << cluster_bits);
+        let end = u32::try_from(end).unwrap_or(u32::MAX);
+        self.pages.range(first..end).any(|(_, page)| page.hole)
+    }
+
+    /// Drops the pages at or past block `first`; returns how many. The blocks reserved for
+    /// their holes are released: a block each, or with bigalloc a cluster for each logical
+    /// cluster no cached hole page is left in.
+    pub fn drop_from(&mut self, first: u32, cluster_bits: u32) -> usize {
         let gone = self.pages.split_off(&first);
-        let holes = gone.values().filter(|p| p.hole).count() as i64;
+        let gone_holes = gone.iter().filter(|(_, p)| p.hole).map(|(&lblk, _)| lblk);
+        let holes = self.new_hole_blocks(cluster_bits, gone_holes);
         if let Some(held) = &mut self.reservation {
             drop(held.split(holes));
         }
@@ -171,4 +189,44 @@ pub(crate) fn hole_blocks(cluster_bits: u32, lblks: impl Iterator<Item = u32>) -
         }
     }
     blocks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_with_holes(lblks: &[u32]) -> FileCache {
+        let mut cache = FileCache::default();
+        for &lblk in lblks {
+            cache.pages.insert(lblk, Page { data: Box::new([]), hole: true });
+        }
+        cache
+    }
+
+    #[test]
+    fn hole_reservations_count_each_logical_cluster_once() {
+        // Without clusters: a block per new hole page.
+        assert_eq!(cache_with_holes(&[]).new_hole_blocks(0, [3, 4, 9].into_iter()), 3);
+        // 4-block clusters: blocks 0, 1 and 3 share one, 9 is in the third.
+        let empty = cache_with_holes(&[]);
+        assert_eq!(empty.new_hole_blocks(2, [0, 1, 3, 9].into_iter()), 8);
+        // A cached hole page in the cluster holds its reservation already.
+        let cached = cache_with_holes(&[2]);
+        assert_eq!(cached.new_hole_blocks(2, [0, 1, 3].into_iter()), 0);
+        assert_eq!(cached.new_hole_blocks(2, [4, 9].into_iter()), 8);
+    }
+
+    #[test]
+    fn dropping_pages_releases_the_clusters_no_hole_page_is_left_in() {
+        let counters = Arc::new(crate::groups::Counters::default());
+        let held = |blocks| Reservation::for_tests(counters.clone(), blocks);
+        // Clusters 0 (pages 0, 1) and 1 (page 5): 8 blocks held.
+        let mut cache = cache_with_holes(&[0, 1, 5]);
+        cache.reservation = Some(held(8));
+        assert_eq!(cache.drop_from(1, 2), 2);
+        // Page 0 keeps cluster 0's reservation; cluster 1's goes.
+        assert_eq!(cache.reservation.as_ref().map(|r| r.blocks), Some(4));
+        assert_eq!(cache.drop_from(0, 2), 1);
+        assert_eq!(cache.reservation.as_ref().map(|r| r.blocks), Some(0));
+    }
 }

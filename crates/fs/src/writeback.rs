@@ -55,8 +55,8 @@ impl Filesystem {
             let last = (chunk_end - 1) / bs;
             let new_pages = self.pages_to_add(slot.ino, data, first as u32, last as u32)?;
             let hole_pages = new_pages.iter().filter(|(_, source)| source.is_none());
-            let holes =
-                hole_blocks(self.groups.geo.cluster_bits, hole_pages.map(|&(lblk, _)| lblk)) as u64;
+            let bits = self.groups.geo.cluster_bits;
+            let holes = data.cache.new_hole_blocks(bits, hole_pages.map(|&(lblk, _)| lblk)) as u64;
             let reservation = if holes > 0 {
                 match self.groups.reserve(&self.journal, holes) {
                     Ok(reservation) => Some(reservation),
@@ -434,7 +434,8 @@ impl Filesystem {
             return;
         }
         let bs = u64::from(self.block_size());
-        let dropped = data.cache.drop_from(size.div_ceil(bs) as u32) as u64;
+        let bits = self.groups.geo.cluster_bits;
+        let dropped = data.cache.drop_from(size.div_ceil(bs) as u32, bits) as u64;
         self.dirty.sub_bytes(dropped * bs);
         if !size.is_multiple_of(bs) {
             if let Some(page) = data.cache.pages.get_mut(&((size / bs) as u32)) {
