@@ -424,8 +424,23 @@ impl Filesystem {
                             .min(len_to_next.unwrap_or(u32::MAX))
                             .min(block_map::run_room(&data.inode, bs as u32, lblk));
                         let goal = self.data_goal(txn, &ectx, data, lblk)?;
-                        let new =
-                            clusters::alloc_run(txn, &ectx, &data.inode, lblk, goal, want, false)?;
+                        let new = match clusters::alloc_run(
+                            txn,
+                            &ectx,
+                            &data.inode,
+                            lblk,
+                            goal,
+                            want,
+                            false,
+                        ) {
+                            Ok(new) => new,
+                            // The step ends with what it wrote and mapped so far, so that the
+                            // size below covers every block it mapped (with bigalloc a hole
+                            // in a cluster the file owns maps without allocating); the next
+                            // step meets the error before changing anything.
+                            Err(_) if pos > offset => break,
+                            Err(err) => return Err(err),
+                        };
                         taken = new.taken;
                         data_allocated += taken.map_or(0, |(_, count)| count as i64);
                         *mapped = true;

@@ -5,8 +5,9 @@
 //! hang, and quill never writes anything that spreads the damage to structures that were fine.
 //!
 //! # How
-//! For each of three images (mkfs.ext4 8 MiB: 1 KiB blocks, 4 KiB blocks, both with
-//! metadata_csum; and 1 KiB blocks with `^metadata_csum`), quill itself populates a clean image:
+//! For each of four images (mkfs.ext4 8 MiB: 1 KiB blocks, 4 KiB blocks, both with
+//! metadata_csum; 1 KiB blocks with `^metadata_csum`; and 1 KiB blocks with bigalloc's
+//! 4-block clusters), quill itself populates a clean image:
 //! small and fragmented files, a file with an extent tree of depth 1 (holes between 200 one-block
 //! extents), a linear directory, an htree directory of 600 long names (two index levels at 1 KiB),
 //! fast and slow symlinks, in-inode and block xattrs; `e2fsck -fn` must find it clean. The
@@ -84,10 +85,15 @@ struct Variant {
     mkfs: &'static [&'static str],
 }
 
-const VARIANTS: [Variant; 3] = [
+const VARIANTS: [Variant; 4] = [
     Variant { name: "1k-csum", mkfs: &["-b", "1024", "-I", "256"] },
     Variant { name: "4k-csum", mkfs: &["-b", "4096", "-I", "256"] },
     Variant { name: "1k-nocsum", mkfs: &["-b", "1024", "-I", "256", "-O", "^metadata_csum"] },
+    // Clusters of 4 blocks: cluster bitmaps, extents that must keep to their clusters.
+    Variant {
+        name: "1k-bigalloc",
+        mkfs: &["-b", "1024", "-I", "256", "-O", "bigalloc", "-C", "4096"],
+    },
 ];
 
 fn htree_name(i: usize) -> String {
@@ -435,6 +441,18 @@ fn edit_sb(img: &mut [u8], lay: &Layout, f: impl FnOnce(&mut Superblock)) {
     img[ext4::SUPERBLOCK_OFFSET as usize..][..raw.len()].copy_from_slice(&raw);
 }
 
+/// Bits of a block bitmap a group uses: a bit per cluster (per block without bigalloc).
+fn bits_per_group(lay: &Layout) -> u32 {
+    lay.sb.blocks_per_group / lay.sb.cluster_ratio() as u32
+}
+
+/// Every block of the clusters holding `blocks` (the blocks themselves without bigalloc): the
+/// numbers e2fsck may name for a bitmap difference there.
+fn cluster_span(lay: &Layout, blocks: impl IntoIterator<Item = u64>) -> BTreeSet<u64> {
+    let n = lay.sb.cluster_ratio();
+    blocks.into_iter().flat_map(|b| (b - b % n)..(b - b % n + n)).collect()
+}
+
 #[derive(Clone, Copy)]
 enum Bitmap {
     Block,
@@ -452,7 +470,7 @@ fn edit_bitmap(
 ) {
     let desc = lay.descs[group as usize];
     let (block, per_group) = match kind {
-        Bitmap::Block => (desc.block_bitmap, lay.sb.blocks_per_group),
+        Bitmap::Block => (desc.block_bitmap, bits_per_group(lay)),
         Bitmap::Inode => (desc.inode_bitmap, lay.sb.inodes_per_group),
     };
     let b = block_mut(img, lay, block);
@@ -678,7 +696,7 @@ fn build_cases(variant: usize, lay: &Layout) -> Vec<Case> {
     cb.add("bitmap", "block-bitmap-flip", i, b, csum, |img, lay| {
         edit_bitmap(img, lay, 0, Bitmap::Block, false, |b| b[0] ^= 0x20)
     })
-    .bitmap_bits = BTreeSet::from([group0 + 5]);
+    .bitmap_bits = cluster_span(lay, [group0 + (5 * lay.sb.cluster_ratio())]);
     let (i, b) = (Vec::<u32>::new(), vec![ibitmap0, gdt]);
     // Without checksums the flip clears the bit of inode 11 (lost+found).
     cb.add("bitmap", "inode-bitmap-flip", i, b, csum, |img, lay| {
@@ -697,7 +715,8 @@ fn build_cases(variant: usize, lay: &Layout) -> Vec<Case> {
             v.retain(|&b| b >= first && b < first + u64::from(lay.sb.blocks_per_group));
             v
         };
-        let bits: BTreeSet<u64> = meta.iter().copied().collect();
+        let bits = cluster_span(lay, meta.iter().copied());
+        let n = lay.sb.cluster_ratio();
         cb.add(
             "bitmap",
             "block-bitmap-metadata-free",
@@ -707,7 +726,7 @@ fn build_cases(variant: usize, lay: &Layout) -> Vec<Case> {
             move |img, lay| {
                 edit_bitmap(img, lay, 0, Bitmap::Block, true, |bits| {
                     for &m in &meta {
-                        let i = (m - first) as usize;
+                        let i = ((m - first) / n) as usize;
                         bits[i / 8] &= !(1 << (i % 8));
                     }
                 })
@@ -723,14 +742,15 @@ fn build_cases(variant: usize, lay: &Layout) -> Vec<Case> {
         let frag = lay.obj("frag_a").clone();
         let first = lay.sb.group_first_block(0);
         let data: Vec<u64> = frag.blocks();
-        let bits: BTreeSet<u64> = data.iter().copied().collect();
+        let bits = cluster_span(lay, data.iter().copied());
+        let n = lay.sb.cluster_ratio();
         let (i, b) = (Vec::<u32>::new(), vec![bbitmap0, gdt]);
         let case =
             cb.add("bitmap", "block-bitmap-file-blocks-free", i, b, false, move |img, lay| {
                 edit_bitmap(img, lay, 0, Bitmap::Block, true, |bits| {
                     for &m in &data {
                         if m >= first && m < first + u64::from(lay.sb.blocks_per_group) {
-                            let i = (m - first) as usize;
+                            let i = ((m - first) / n) as usize;
                             bits[i / 8] &= !(1 << (i % 8));
                         }
                     }
@@ -759,7 +779,7 @@ fn build_cases(variant: usize, lay: &Layout) -> Vec<Case> {
             vec![bbitmap0, gdt],
             false,
             |img, lay| {
-                let n = (lay.sb.blocks_per_group / 8) as usize;
+                let n = (bits_per_group(lay) / 8) as usize;
                 edit_bitmap(img, lay, 0, Bitmap::Block, true, |bits| bits[..n].fill(0xff))
             },
         );
