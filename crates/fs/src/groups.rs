@@ -1014,11 +1014,14 @@ fn system_zone(sb: &Superblock, descs: &[GroupDesc], geo: &Geometry) -> Vec<(u64
             ranges.push((start, end));
         }
     };
-    // Block 0 holds the boot sector and, with 1 KiB blocks, lies before group 0.
+    // Block 0 holds the boot sector and, with 1 KiB blocks, lies before group 0 (or, with
+    // bigalloc, is group 0's first block: its superblock is block 1, its tables follow).
     add(0, u64::from(geo.first_data_block));
     for (group, desc) in descs.iter().enumerate() {
         let group = group as u32;
-        add(geo.group_first_block(group), u64::from(sb.group_base_meta_blocks(group)));
+        let first = geo.group_first_block(group);
+        let boot = if group == 0 { sb.superblock_block().saturating_sub(first) } else { 0 };
+        add(first, boot + u64::from(sb.group_base_meta_blocks(group)));
         add(desc.block_bitmap, 1);
         add(desc.inode_bitmap, 1);
         add(desc.inode_table, u64::from(geo.itable_blocks));
