@@ -804,14 +804,18 @@ pub fn e2fsck_repairs(path: &Path, torn: bool, area: &FastCommits) -> Result<Rep
     Ok(repairs)
 }
 
-/// The cluster size in bytes of the bigalloc image at `path` (0 without bigalloc, or if it
-/// cannot be read).
+/// The cluster size in bytes of the bigalloc image at `path` (0 without bigalloc, or if its
+/// superblock cannot be read). Only the superblock is read: this runs for every crash image.
 fn cluster_bytes_of(path: &Path) -> u64 {
-    let Ok(bytes) = std::fs::read(path) else { return 0 };
-    let dev: std::sync::Arc<dyn blockdev::BlockDevice> =
-        std::sync::Arc::new(blockdev::memory::MemDevice::from_bytes(bytes));
-    let Ok(image) = fs::Ext4Image::open(dev) else { return 0 };
-    let sb = image.superblock();
+    use std::io::{Read, Seek, SeekFrom};
+    let mut raw = vec![0u8; ondisk::ext4::SUPERBLOCK_SIZE];
+    let read = std::fs::File::open(path).and_then(|mut file| {
+        file.seek(SeekFrom::Start(ondisk::ext4::SUPERBLOCK_OFFSET))?;
+        file.read_exact(&mut raw)
+    });
+    let Some(sb) = read.ok().and_then(|()| ondisk::ext4::Superblock::parse(&raw).ok()) else {
+        return 0;
+    };
     if sb.cluster_ratio() == 1 {
         return 0;
     }
@@ -822,14 +826,18 @@ fn cluster_bytes_of(path: &Path) -> u64 {
 /// X < Y <= X rounded up to a cluster of more than one block: (N, X), see
 /// [`Repairs::orphans_regrown`].
 fn orphan_regrown(line: &str, truncated: &[u32], cluster_bytes: u64) -> Option<(u32, u64)> {
-    let rest = line.trim().strip_prefix("Inode ")?;
-    let (ino, rest) = rest.split_once(", i_size is ")?;
-    let ino: u32 = ino.parse().ok()?;
-    let (is, rest) = rest.split_once(", should be ")?;
-    let should: u64 = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
-    let is: u64 = is.parse().ok()?;
+    let (ino, is, should) = inode_field_fix(line, "i_size")?;
     let in_cluster = cluster_bytes > 0 && should <= is.div_ceil(cluster_bytes) * cluster_bytes;
     (truncated.contains(&ino) && is < should && in_cluster).then_some((ino, is))
+}
+
+/// "Inode N, FIELD is A, should be B." (pass 1's fix of an inode field): (N, A, B).
+fn inode_field_fix(line: &str, field: &str) -> Option<(u32, u64, u64)> {
+    let rest = line.trim().strip_prefix("Inode ")?;
+    let (ino, rest) = rest.split_once(&format!(", {field} is "))?;
+    let (is, rest) = rest.split_once(", should be ")?;
+    let should = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    Some((ino.parse().ok()?, is.parse().ok()?, should))
 }
 
 /// "Unattached inode N": inode N.
@@ -872,12 +880,7 @@ fn unlinked_zero_length(line: &str) -> Option<u32> {
 /// "Inode N, i_blocks is A, should be B." about an orphan e2fsck truncated, A > B: the xattr
 /// block its orphan truncation released (see [`Repairs::orphan_xattrs_dropped`]).
 fn orphan_ea_released(line: &str, truncated: &[u32]) -> Option<u32> {
-    let rest = line.trim().strip_prefix("Inode ")?;
-    let (ino, rest) = rest.split_once(", i_blocks is ")?;
-    let ino: u32 = ino.parse().ok()?;
-    let (is, rest) = rest.split_once(", should be ")?;
-    let should: u64 = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
-    let is: u64 = is.parse().ok()?;
+    let (ino, is, should) = inode_field_fix(line, "i_blocks")?;
     (truncated.contains(&ino) && is > should).then_some(ino)
 }
 

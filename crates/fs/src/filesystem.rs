@@ -758,8 +758,9 @@ impl Txn<'_> {
         std::mem::take(&mut self.blocks_delta)
     }
 
-    /// Allocates up to `want` contiguous data blocks near `goal`.
-    pub fn alloc_data(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
+    /// Allocates up to `want` contiguous data blocks near `goal` (whole clusters with
+    /// bigalloc: [`MetaIo::alloc_data_blocks`]).
+    fn alloc_data(&mut self, goal: u64, want: u32) -> Result<(u64, u32)> {
         let fs = self.fs;
         let (start, len) = fs.groups.alloc_blocks(
             &fs.journal,

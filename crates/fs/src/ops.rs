@@ -1081,8 +1081,7 @@ impl Filesystem {
             return Ok(());
         }
         let bs = u64::from(self.block_size());
-        // The owner was charged each value rounded up to clusters (`value_inode_charge`).
-        let cluster = u64::from(self.groups.geo.cluster_blocks());
+        let cluster = self.groups.geo.cluster_blocks();
         loop {
             let range = data.inode.xattr_area_range(data.raw.len());
             let io = &mut ReadIo { fs: self };
@@ -1090,7 +1089,7 @@ impl Filesystem {
                 xattr::value_inode_names(io, &ctx, &data.raw[range.clone()], data.inode.file_acl)
                     .map_err(|e| self.check_fs_error(ino, e))?;
             let Some((name, size)) = names.into_iter().next() else { return Ok(()) };
-            let blocks = u64::from(size).div_ceil(bs * cluster) * cluster;
+            let blocks = xattr::value_charge_blocks(size, bs, cluster);
             let mut txn = self.begin(24 + 2 * u32::try_from(blocks).unwrap_or(u32::MAX / 4), 0)?;
             let result = (|| {
                 let mut area = data.raw[range.clone()].to_vec();

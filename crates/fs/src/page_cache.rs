@@ -74,6 +74,11 @@ impl FileCache {
     /// Blocks to reserve for new pages over holes at `lblks` (ascending): [`hole_blocks`],
     /// less the logical clusters a cached hole page holds a reservation for already.
     pub fn new_hole_blocks(&self, cluster_bits: u32, lblks: impl Iterator<Item = u32>) -> i64 {
+        if cluster_bits == 0 {
+            // A block each: a new or dropped page is not in the cache (no lookups on the
+            // write path of a file system without clusters).
+            return lblks.count() as i64;
+        }
         let fresh = lblks.filter(|&lblk| !self.hole_cached_in_cluster(cluster_bits, lblk));
         hole_blocks(cluster_bits, fresh)
     }

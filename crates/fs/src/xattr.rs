@@ -233,7 +233,7 @@ pub fn value_inode_charge(
     if !ctx.ea_inode {
         return Ok(0);
     }
-    let unit = io.block_size() as u64 * u64::from(io.cluster_blocks());
+    let (block_size, cluster) = (io.block_size() as u64, io.cluster_blocks());
     let inode = parse_area(ctx, inode_area)?;
     let block = read_block(io, ctx, file_acl)?;
     let block_entries = block.as_ref().map_or(&[][..], |b| &b.entries);
@@ -241,8 +241,15 @@ pub fn value_inode_charge(
         .iter()
         .chain(block_entries)
         .filter_map(|e| e.value_inode)
-        .map(|v| u64::from(v.size).div_ceil(unit) * unit)
+        .map(|v| value_charge_blocks(v.size, block_size, cluster) * block_size)
         .sum())
+}
+
+/// Blocks of i_blocks the owner is charged for one value of `size` bytes in an inode of its
+/// own: the size in whole clusters of `cluster` blocks (`round_up_cluster`).
+pub fn value_charge_blocks(size: u32, block_size: u64, cluster: u32) -> u64 {
+    let cluster = u64::from(cluster);
+    u64::from(size).div_ceil(block_size * cluster) * cluster
 }
 
 /// The full names of the inode's attributes: in-inode ones first, then the block's, each once.

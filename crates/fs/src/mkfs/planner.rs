@@ -756,12 +756,11 @@ impl Planner {
         let logical = file.blocks();
         let Some(indirect) = file.indirect.as_mut() else {
             // expand_dir_proc: with bigalloc the next block of the last one's cluster, if it
-            // is in the same cluster, without an allocation.
-            let mask = self.g.cluster_blocks() - 1;
-            let last = logical.checked_sub(1).and_then(|l| file.physical(l));
-            let block = match last {
-                Some(last) if mask > 0 && (last + 1) & mask != 0 => last + 1,
-                _ => self.alloc_block(goal)?,
+            // is in the same cluster, without an allocation (a file mapped in order from a
+            // cluster's first block, so its logical and physical clusters line up).
+            let block = match self.implied_block(file, logical) {
+                Some(block) => block,
+                None => self.alloc_block(goal)?,
             };
             file.push(block, 1);
             return Ok(block);
